@@ -1,0 +1,23 @@
+"""Datasets the trainer and the evaluator read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from .base import Section
+
+
+class DatasetConfig(Section):
+    path: str | None = Field(
+        None,
+        description="Local folder or file (jsonl/parquet), hub id (openai/gsm8k), 'synthetic:arith', or "
+        "'package.module:function' returning a list of dicts.")
+    type: str = Field("gsm8k", description="Record format / loader name: gsm8k, arith, or custom.")
+    split: str = Field("train", description="Split to read.")
+    batch_size: int = Field(8, ge=1, description="Prompts per training step (or per evaluation batch).")
+    shuffle: bool = Field(True, description="Shuffle every epoch (seeded).")
+    max_prompt_len: int | None = Field(None, ge=1, description="Drop prompts longer than this many tokens.")
+    max_samples: int | None = Field(None, ge=1, description="Use only the first N records (debugging).")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra loader arguments.")

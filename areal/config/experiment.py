@@ -1,0 +1,79 @@
+"""The whole experiment: one section per component, plus the few run-wide values.
+
+Fields that say "null follows X" are filled in by `resolve_follow_defaults`, which
+validate_config calls right after the type check, so the resolved config written to the run
+directory holds concrete values. It is deliberately not a model validator: the schema's own
+defaults (the Hydra base node) must keep those fields null so that they follow overrides.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from .actor import ActorConfig, RefConfig
+from .base import Section
+from .cluster import ClusterConfig
+from .data import DatasetConfig
+from .io import EvaluatorConfig, RecoverConfig, SaverConfig, StatsLoggerConfig
+from .launcher import LauncherConfig
+from .parallel import ParallelStrategyError, parse_parallel
+from .rollout import GenerationConfig, RolloutConfig, WorkflowConfig
+from .sglang import SGLangConfig
+
+
+class ExperimentConfig(Section):
+    experiment_name: str = Field("areal", min_length=1, description="Experiment name (a folder under cluster.fileroot).")
+    trial_name: str = Field("trial0", min_length=1, description="Trial name (a folder under the experiment).")
+    seed: int = Field(1, description="Seed of data order, sampling and initialisation.")
+    total_train_epochs: int = Field(1, ge=1, description="Passes over the training set.")
+    total_train_steps: int | None = Field(
+        None, ge=1, description="Stop after this many steps (overrides epochs when smaller).")
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="Hardware and run directory.")
+    launcher: LauncherConfig = Field(default_factory=LauncherConfig, description="Process launching.")
+    actor: ActorConfig = Field(default_factory=ActorConfig, description="The trained policy.")
+    ref: RefConfig = Field(default_factory=RefConfig, description="Reference model for the KL penalty.")
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig, description="Inference side and async limits.")
+    gconfig: GenerationConfig = Field(default_factory=GenerationConfig, description="Sampling parameters.")
+    workflow: WorkflowConfig = Field(default_factory=WorkflowConfig, description="Rollout workflow and reward.")
+    sglang: SGLangConfig = Field(default_factory=SGLangConfig, description="Inference-server options.")
+    train_dataset: DatasetConfig = Field(default_factory=DatasetConfig, description="Training prompts.")
+    valid_dataset: DatasetConfig = Field(
+        default_factory=lambda: DatasetConfig(split="test", shuffle=False),
+        description="Evaluation prompts (used when evaluator.freq_steps is set).")
+    saver: SaverConfig = Field(default_factory=SaverConfig, description="Model saving.")
+    evaluator: EvaluatorConfig = Field(default_factory=EvaluatorConfig, description="Periodic evaluation.")
+    stats_logger: StatsLoggerConfig = Field(default_factory=StatsLoggerConfig, description="Metrics output.")
+    recover: RecoverConfig = Field(default_factory=RecoverConfig, description="Checkpoints and resume.")
+
+    @property
+    def run_dir(self) -> str:
+        return f"{self.cluster.fileroot}/{self.experiment_name}/{self.trial_name}"
+
+
+def resolve_follow_defaults(cfg: ExperimentConfig) -> ExperimentConfig:
+    """Fill every "null follows X" field in place; idempotent, so a resolved config re-validates unchanged."""
+    a, s, r = cfg.actor, cfg.sglang, cfg.rollout
+    if a.tokenizer_path is None and a.path is not None:
+        a.tokenizer_path = a.path
+    if s.model_path is None:
+        s.model_path = a.path
+    if s.tokenizer_path is None:
+        s.tokenizer_path = a.tokenizer_path if s.model_path == a.path else s.model_path
+    if s.dtype is None:
+        s.dtype = a.dtype
+    if s.random_seed is None:
+        s.random_seed = cfg.seed
+    if s.tp_size is None:
+        try:
+            s.tp_size = parse_parallel(r.backend, allowed_backends=("sglang",)).tp
+        except ParallelStrategyError:
+            pass  # reported by the rules pass with the key
+    if r.consumer_batch_size is None:
+        r.consumer_batch_size = cfg.train_dataset.batch_size
+    if r.max_concurrent_rollouts is None:
+        r.max_concurrent_rollouts = r.consumer_batch_size
+    if cfg.ref.dtype is None:
+        cfg.ref.dtype = a.dtype
+    if cfg.ref.path is None and a.kl_ctl > 0:
+        cfg.ref.path = a.path
+    return cfg

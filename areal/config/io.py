@@ -1,0 +1,35 @@
+"""Saving, evaluation, logging and recovery."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .base import Section
+
+
+class SaverConfig(Section):
+    freq_steps: int | None = Field(
+        None, ge=1, description="Save a Hugging Face model folder every N steps; null only at the end.")
+    save_at_end: bool = Field(True, description="Save the final model.")
+
+
+class EvaluatorConfig(Section):
+    freq_steps: int | None = Field(None, ge=1, description="Evaluate every N steps; null disables.")
+    max_samples: int | None = Field(None, ge=1, description="Evaluate on the first N test records.")
+    max_new_tokens: int | None = Field(None, ge=1, description="Generation budget; null follows gconfig.")
+
+
+class StatsLoggerConfig(Section):
+    tensorboard: bool = Field(True, description="Write TensorBoard events when tensorboard is installed.")
+    plot: bool = Field(True, description="Write metrics.png (reward, throughput) at the end of the run.")
+    progress_bar: bool = Field(True, description="One-line console progress (step, reward, samples/s).")
+
+
+class RecoverConfig(Section):
+    mode: Literal["disabled", "auto"] = Field(
+        "disabled", description="'auto' resumes from the last checkpoint of the same trial when one exists.")
+    freq_steps: int | None = Field(
+        None, ge=1, description="Write a recovery checkpoint every N steps; null disables.")
+    keep_last: int = Field(1, ge=1, description="Recovery checkpoints kept.")

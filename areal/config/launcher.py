@@ -1,0 +1,47 @@
+"""How processes are started: backend, node split between trainer and rollout, env, timeouts."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .base import Section
+
+
+class LauncherConfig(Section):
+    backend: Literal["local", "ray"] = Field(
+        "local", description="'local' runs subprocesses on this machine; 'ray' places them on a Ray cluster.")
+    ray_address: str | None = Field(
+        None, description="Ray cluster to join (e.g. 'ray://head:10001' or 'auto'); None starts a local Ray.")
+    trainer_n_nodes: int = Field(
+        1, ge=0,
+        description="Nodes for trainer workers; 0 gives an inference-only debug run (servers + rollout driver).")
+    rollout_n_nodes: int = Field(
+        1, ge=0,
+        description="Nodes for inference servers; 0 gives a trainer-only run against rollout.server_addrs "
+        "or rollout.replay_path.")
+    server_env: dict[str, str] = Field(default_factory=dict, description="Extra environment for inference servers.")
+    trainer_env: dict[str, str] = Field(default_factory=dict, description="Extra environment for trainer workers.")
+    driver_env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the rollout driver.")
+    server_base_port: int = Field(
+        30000, ge=1024, le=65000,
+        description="First server port; server i uses base + i (the local backend moves past ports in use).")
+    trainer_master_port: int = Field(
+        29500, ge=1024, le=65535, description="torch.distributed rendezvous port of trainer rank 0.")
+    server_startup_timeout_s: float = Field(
+        600.0, gt=0, description="Seconds to wait for every server's /health before giving up.")
+    shutdown_grace_s: float = Field(
+        10.0, gt=0, description="Seconds between SIGTERM and SIGKILL when stopping processes.")
+    inference_only_batches: int = Field(
+        2, ge=1, description="Batches the rollout driver generates in an inference-only run.")
+    keep_servers: bool = Field(
+        False,
+        description="Inference-only runs: keep servers up after the driver and print their addresses "
+        "for manual debugging (Ctrl-C stops them).")
+    restart_failed_servers: bool = Field(
+        False, description="Fault tolerance: restart a server that dies and push the current weights to it.")
+    trainer_entry: str = Field(
+        "areal.trainer.main", description="Python module run (python -m) by each trainer worker.")
+    driver_entry: str = Field(
+        "areal.trainer.driver", description="Python module run by the rollout driver of inference-only runs.")

@@ -1,0 +1,64 @@
+"""Rollout side: inference servers, the async executor's limits, sampling and the workflow."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from .base import Section
+
+
+class RolloutConfig(Section):
+    backend: str = Field(
+        "sglang:d1t1", description="Inference layout: sglang:d<servers>t<tensor parallel per server>.")
+    server: Literal["auto", "sglang", "builtin"] = Field(
+        "auto",
+        description="Server program: SGLang (python -m sglang.launch_server), the project's built-in "
+        "transformers server (python -m areal.server, same HTTP API), or auto (SGLang where it is "
+        "installed and CUDA is present, built-in otherwise).")
+    max_concurrent_rollouts: int | None = Field(
+        None, ge=1, description="Most rollouts in flight at once; null uses consumer_batch_size.")
+    consumer_batch_size: int | None = Field(
+        None, ge=1, description="Prompts the trainer consumes per step; null uses train_dataset.batch_size.")
+    max_head_offpolicyness: int = Field(
+        0, ge=0, description="Bounded staleness: how many weight versions a sample may lag; 0 is synchronous.")
+    request_timeout_s: float = Field(3600.0, gt=0, description="Timeout of one generation request.")
+    request_retries: int = Field(3, ge=0, description="Retries of a request after a connection error.")
+    setup_timeout_s: float = Field(
+        300.0, gt=0, description="Seconds the client waits for servers to become healthy.")
+    server_addrs: list[str] = Field(
+        default_factory=list,
+        description="host:port of servers already running; empty means discover the run's own servers.")
+    replay_path: str | None = Field(
+        None, description="Trainer-only runs: replay rollouts saved by an inference-only run (a rollouts/ folder).")
+    pause_mode: Literal["abort", "retract", "in_place"] = Field(
+        "abort", description="How servers pause for a weight update (aborted requests are resubmitted).")
+
+
+class GenerationConfig(Section):
+    n_samples: int = Field(4, ge=1, description="Samples per prompt (the GRPO group size).")
+    max_new_tokens: int = Field(1024, ge=1, description="Generation budget per sample.")
+    min_new_tokens: int = Field(0, ge=0, description="Tokens generated before stop conditions apply.")
+    temperature: float = Field(1.0, ge=0, description="Sampling temperature; 0 is greedy.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling mass.")
+    top_k: int = Field(-1, description="Top-k sampling; -1 disables.")
+    stop: list[str] = Field(default_factory=list, description="Stop strings.")
+    stop_token_ids: list[int] = Field(default_factory=list, description="Extra stop token ids (eos always stops).")
+    ignore_eos: bool = Field(False, description="Keep generating past eos (benchmarks with fixed lengths).")
+
+
+class WorkflowConfig(Section):
+    type: str = Field(
+        "rlvr",
+        description="'rlvr' (one answer per sample), 'multi_turn' (feedback and retry), or an import "
+        "path 'package.module:Class' of a RolloutWorkflow.")
+    reward_fn: str = Field(
+        "gsm8k", description="Reward function: a registered name (gsm8k, arith_shaped) or 'package.module:function'.")
+    reward_timeout_s: float = Field(15.0, gt=0, description="A reward call slower than this scores 0.")
+    reward_workers: int = Field(2, ge=1, description="Processes that compute rewards.")
+    max_turns: int = Field(2, ge=1, description="multi_turn: attempts per sample.")
+    turn_discount: float = Field(
+        1.0, gt=0, le=1, description="multi_turn: reward factor per retry (a first-turn answer gets the full reward).")
+    system_prompt: str | None = Field(None, description="System message prepended to each prompt.")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra keyword arguments for a custom workflow.")

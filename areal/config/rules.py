@@ -1,0 +1,198 @@
+"""Cross-field rules of the experiment config, checked after the merge in one pass.
+
+Each rule is a function of the validated config returning ConfigIssues; `RULES` lists them.
+A rule may only read sections that validated, so `check_rules` is also run on a config whose
+broken sections were replaced by defaults, and issues touching those sections are dropped.
+"""
+
+from __future__ import annotations
+
+from .errors import ConfigIssue
+from .experiment import ExperimentConfig
+from .parallel import ParallelStrategy, ParallelStrategyError, parse_parallel
+
+
+def trainer_runs(cfg: ExperimentConfig) -> bool:
+    return cfg.launcher.trainer_n_nodes > 0
+
+
+def servers_run(cfg: ExperimentConfig) -> bool:
+    return cfg.launcher.rollout_n_nodes > 0
+
+
+def actor_strategy(cfg: ExperimentConfig) -> ParallelStrategy | None:
+    try:
+        return parse_parallel(cfg.actor.backend, allowed_backends=("fsdp",))
+    except ParallelStrategyError:
+        return None
+
+
+def rollout_strategy(cfg: ExperimentConfig) -> ParallelStrategy | None:
+    try:
+        return parse_parallel(cfg.rollout.backend, allowed_backends=("sglang",))
+    except ParallelStrategyError:
+        return None
+
+
+def _backend_strings(cfg):
+    for key, value, backend in (("actor.backend", cfg.actor.backend, "fsdp"),
+                                ("rollout.backend", cfg.rollout.backend, "sglang")):
+        try:
+            parse_parallel(value, allowed_backends=(backend,))
+        except ParallelStrategyError as e:
+            yield ConfigIssue(key, value, str(e), f"write it like '{backend}:d2t1'")
+
+
+def _c_clip(cfg):
+    c = cfg.actor.c_clip
+    if c is not None and c <= 1.0:
+        yield ConfigIssue("actor.c_clip", c, "dual clip must be > 1.0 when set",
+                          "set actor.c_clip to a value above 1 (3.0 is common) or null to disable it")
+
+
+def _decoupled_needs_recompute(cfg):
+    if cfg.actor.use_decoupled_loss and not cfg.actor.recompute_logprob:
+        yield ConfigIssue("actor.use_decoupled_loss", True,
+                          "the decoupled loss needs proximal logprobs recomputed by the trainer",
+                          "set actor.recompute_logprob=true, or actor.use_decoupled_loss=false")
+
+
+def _group_norm_needs_samples(cfg):
+    if cfg.actor.adv_norm == "group" and cfg.gconfig.n_samples < 2:
+        yield ConfigIssue("gconfig.n_samples", cfg.gconfig.n_samples,
+                          "group-normalised advantages need at least 2 samples per prompt",
+                          "set gconfig.n_samples>=2, or actor.adv_norm=batch")
+
+
+def _batch_divisible(cfg):
+    st = actor_strategy(cfg)
+    if st is None or not trainer_runs(cfg):
+        return
+    n = cfg.train_dataset.batch_size * cfg.gconfig.n_samples
+    if n % st.dp:
+        yield ConfigIssue("train_dataset.batch_size", cfg.train_dataset.batch_size,
+                          f"batch_size x gconfig.n_samples = {n} sequences do not split evenly over "
+                          f"the {st.dp} data-parallel ranks of actor.backend={cfg.actor.backend}",
+                          f"make batch_size x n_samples a multiple of {st.dp}")
+    elif n % (st.dp * cfg.actor.ppo_n_minibatches):
+        yield ConfigIssue("actor.ppo_n_minibatches", cfg.actor.ppo_n_minibatches,
+                          f"{n} sequences per step do not split into {cfg.actor.ppo_n_minibatches} "
+                          f"minibatches on each of {st.dp} ranks",
+                          "choose ppo_n_minibatches dividing batch_size x n_samples / dp")
+
+
+def _node_counts(cfg):
+    la, cl = cfg.launcher, cfg.cluster
+    if la.trainer_n_nodes == 0 and la.rollout_n_nodes == 0:
+        yield ConfigIssue("launcher.trainer_n_nodes", 0,
+                          "trainer_n_nodes and rollout_n_nodes are both 0: nothing would run",
+                          "keep at least one side: trainer_n_nodes=0 is inference-only, "
+                          "rollout_n_nodes=0 is trainer-only")
+    for key, n in (("launcher.trainer_n_nodes", la.trainer_n_nodes),
+                   ("launcher.rollout_n_nodes", la.rollout_n_nodes)):
+        if n > cl.n_nodes:
+            yield ConfigIssue(key, n, f"more nodes than cluster.n_nodes={cl.n_nodes}",
+                              f"lower {key} or raise cluster.n_nodes")
+    if cl.n_nodes > 1 and la.trainer_n_nodes + la.rollout_n_nodes > cl.n_nodes:
+        yield ConfigIssue("launcher.trainer_n_nodes", la.trainer_n_nodes,
+                          f"trainer_n_nodes + rollout_n_nodes = {la.trainer_n_nodes + la.rollout_n_nodes} "
+                          f"exceeds cluster.n_nodes={cl.n_nodes} (multi-node runs give each side its own nodes)",
+                          "lower one of the node counts or raise cluster.n_nodes")
+
+
+def _devices_fit(cfg):
+    """Parallel sizes against the devices the cluster has (single node: both sides share it)."""
+    la, cl = cfg.launcher, cfg.cluster
+    per_node = cl.n_gpus_per_node
+    sides = []
+    st = rollout_strategy(cfg)
+    if st is not None and servers_run(cfg):
+        sides.append(("rollout.backend", cfg.rollout.backend, st.world_size, la.rollout_n_nodes))
+    st = actor_strategy(cfg)
+    if st is not None and trainer_runs(cfg):
+        sides.append(("actor.backend", cfg.actor.backend, st.world_size, la.trainer_n_nodes))
+    if cl.n_nodes == 1:
+        total = sum(s[2] for s in sides)
+        if total > per_node:
+            key, value = sides[-1][0], sides[-1][1]
+            yield ConfigIssue(key, value,
+                              f"the plan needs {total} devices on one node "
+                              f"({' + '.join(f'{s[1]}={s[2]}' for s in sides)}) but "
+                              f"cluster.n_gpus_per_node={per_node}",
+                              "shrink the backends or raise cluster.n_gpus_per_node / n_nodes")
+        return
+    for key, value, need, nodes in sides:
+        if need > nodes * per_node:
+            yield ConfigIssue(key, value, f"needs {need} devices but its {nodes} node(s) have "
+                              f"{nodes * per_node}", "shrink the backend or give that side more nodes")
+        elif nodes > 1 and need % nodes:
+            yield ConfigIssue(key, value, f"{need} devices do not spread evenly over {nodes} nodes",
+                              "use a size divisible by the side's node count")
+
+
+def _sglang_tp_matches(cfg):
+    st = rollout_strategy(cfg)
+    if st is not None and cfg.sglang.tp_size is not None and cfg.sglang.tp_size != st.tp:
+        yield ConfigIssue("sglang.tp_size", cfg.sglang.tp_size,
+                          f"differs from the tensor-parallel size t{st.tp} of rollout.backend={cfg.rollout.backend}",
+                          "leave sglang.tp_size null (it follows rollout.backend) or make them equal")
+
+
+def _context_fits(cfg):
+    ctx = cfg.sglang.context_length
+    if ctx is None:
+        return
+    prompt = cfg.train_dataset.max_prompt_len or 0
+    need = prompt + cfg.gconfig.max_new_tokens
+    if ctx < need:
+        yield ConfigIssue("sglang.context_length", ctx,
+                          f"shorter than train_dataset.max_prompt_len ({prompt}) + gconfig.max_new_tokens "
+                          f"({cfg.gconfig.max_new_tokens}) = {need}",
+                          f"raise sglang.context_length to at least {need} or lower the budgets")
+
+
+def _model_paths(cfg):
+    if trainer_runs(cfg) and not cfg.actor.path:
+        yield ConfigIssue("actor.path", None, "required: trainer workers are launched",
+                          "set actor.path to a Hugging Face model folder or hub id")
+    if servers_run(cfg) and not cfg.sglang.model_path:
+        yield ConfigIssue("sglang.model_path", None, "required: inference servers are launched "
+                          "(it follows actor.path when null)", "set actor.path (or sglang.model_path)")
+
+
+def _trainer_only_source(cfg):
+    r = cfg.rollout
+    if trainer_runs(cfg) and not servers_run(cfg) and not r.server_addrs and not r.replay_path:
+        yield ConfigIssue("rollout.server_addrs", [], "a trainer-only run (launcher.rollout_n_nodes=0) needs "
+                          "rollouts from somewhere", "set rollout.server_addrs=[host:port,...] of running "
+                          "servers, or rollout.replay_path to a rollouts/ folder of an inference-only run")
+    if r.replay_path and servers_run(cfg):
+        yield ConfigIssue("rollout.replay_path", r.replay_path, "replay is for trainer-only runs",
+                          "add launcher.rollout_n_nodes=0, or drop rollout.replay_path")
+
+
+def _datasets(cfg):
+    if (trainer_runs(cfg) or servers_run(cfg)) and not cfg.train_dataset.path and not cfg.rollout.replay_path:
+        yield ConfigIssue("train_dataset.path", None, "required: the run reads training prompts",
+                          "set train_dataset.path (a folder, hub id, synthetic:arith or module:function)")
+    if cfg.evaluator.freq_steps and not cfg.valid_dataset.path:
+        yield ConfigIssue("valid_dataset.path", None, "required when evaluator.freq_steps is set",
+                          "set valid_dataset.path, or evaluator.freq_steps=null")
+
+
+def _lora_push(cfg):
+    a = cfg.actor
+    if a.use_lora and a.lora_push == "adapter" and a.weight_update == "distributed":
+        yield ConfigIssue("actor.lora_push", "adapter", "adapter pushes go through disk only",
+                          "set actor.weight_update=disk or actor.lora_push=merged")
+
+
+RULES = [
+    _backend_strings, _c_clip, _decoupled_needs_recompute, _group_norm_needs_samples,
+    _batch_divisible, _node_counts, _devices_fit, _sglang_tp_matches, _context_fits,
+    _model_paths, _trainer_only_source, _datasets, _lora_push,
+]
+
+
+def check_rules(cfg: ExperimentConfig) -> list[ConfigIssue]:
+    return [issue for rule in RULES for issue in rule(cfg)]

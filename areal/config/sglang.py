@@ -1,0 +1,34 @@
+"""Options of the inference-server command line (SGLang's flags; the built-in server takes a subset).
+
+Fields left null follow the rest of the config (model_path -> actor.path, dtype -> actor.dtype,
+tp_size -> rollout backend tp, random_seed -> seed); the validation pass fills them in.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .base import DType, Section
+
+
+class SGLangConfig(Section):
+    model_path: str | None = Field(None, description="Model the servers load; null follows actor.path.")
+    tokenizer_path: str | None = Field(None, description="Tokenizer; null follows the model path.")
+    dtype: DType | None = Field(None, description="Server dtype; null follows actor.dtype.")
+    tp_size: int | None = Field(
+        None, ge=1, description="Tensor parallel per server; null follows the rollout backend's t.")
+    context_length: int | None = Field(
+        None, ge=1, description="Max prompt + generation tokens; null uses the model's.")
+    mem_fraction_static: float = Field(0.8, gt=0, lt=1, description="GPU memory share for weights and KV cache.")
+    random_seed: int | None = Field(None, description="Server sampling seed; null follows seed.")
+    host: str = Field("127.0.0.1", description="Interface servers bind to (loopback for local runs).")
+    api_key: str | None = Field(None, description="Require this bearer key on server routes; the client sends it.")
+    log_level: Literal["debug", "info", "warning", "error"] = Field("warning", description="Server log level.")
+    max_running_requests: int | None = Field(None, ge=1, description="Batch bound per server.")
+    chunked_prefill_size: int | None = Field(None, description="SGLang chunked prefill size.")
+    attention_backend: str | None = Field(None, description="SGLang attention backend (e.g. fa3, flashinfer).")
+    disable_cuda_graph: bool = Field(False, description="Turn off SGLang CUDA graphs (faster start-up).")
+    enable_metrics: bool = Field(False, description="SGLang Prometheus metrics.")
+    skip_tokenizer_init: bool = Field(False, description="Serve token ids only (the client sends input_ids).")

@@ -1,0 +1,88 @@
+"""The one validation pass over a merged, resolved config dict.
+
+Pydantic checks types, ranges and unknown keys of every section at once; the cross-field rules in
+rules.py then run too, even when some sections failed (those sections are replaced by their
+defaults for the rules, and rule issues touching them are dropped), so one run reports everything.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from .errors import ConfigError, ConfigIssue, closest_key
+from .experiment import ExperimentConfig, resolve_follow_defaults
+from .rules import check_rules
+
+
+def validate_config(raw: dict[str, Any]) -> ExperimentConfig:
+    """Return the validated, follow-defaults-resolved config or raise ConfigError with every issue."""
+    try:
+        cfg = ExperimentConfig.model_validate(raw)
+    except ValidationError as e:
+        issues = [_issue_from_pydantic(err) for err in e.errors()]
+        failed = [".".join(map(str, err["loc"])) for err in e.errors()]
+        issues += _rules_without(raw, e.errors(), failed)
+        raise ConfigError(issues) from None
+    issues = check_rules(resolve_follow_defaults(cfg))
+    if issues:
+        raise ConfigError(issues)
+    return cfg
+
+
+def _rules_without(raw: dict[str, Any], errors: list[dict], failed: list[str]) -> list[ConfigIssue]:
+    """Run the rules on `raw` with every failing value dropped (its default stands in), and keep the
+    issues that do not concern a failing key."""
+    pruned = copy.deepcopy(raw)
+    for err in errors:
+        _drop(pruned, [str(p) for p in err["loc"]])
+    try:
+        cfg = ExperimentConfig.model_validate(pruned)
+    except ValidationError:
+        return []  # a failure the drop could not isolate: the pydantic issues stand alone
+    return [i for i in check_rules(resolve_follow_defaults(cfg))
+            if not any(i.key == f or i.key.startswith(f + ".") or f.startswith(i.key + ".") for f in failed)]
+
+
+def _drop(tree: Any, loc: list[str]) -> None:
+    for depth, part in enumerate(loc):
+        if not isinstance(tree, dict) or part not in tree:
+            return
+        if depth == len(loc) - 1 or not isinstance(tree[part], dict):
+            del tree[part]
+            return
+        tree = tree[part]
+
+
+def _issue_from_pydantic(err: dict) -> ConfigIssue:
+    loc = [str(p) for p in err["loc"]]
+    key = ".".join(loc)
+    if err["type"] == "extra_forbidden":
+        return ConfigIssue(key, err.get("input"), "unknown key", _unknown_key_fix(loc))
+    model, field = _field_of(loc)
+    hint = f" ({field.description})" if field is not None and field.description else ""
+    return ConfigIssue(key, err.get("input"), err["msg"], f"set {key} to a valid value{hint}")
+
+
+def _unknown_key_fix(loc: list[str]) -> str:
+    parent, _ = _field_of(loc[:-1]) if len(loc) > 1 else (ExperimentConfig, None)
+    names = parent.model_fields if isinstance(parent, type) and issubclass(parent, BaseModel) else {}
+    prefix = ".".join(loc[:-1] + [""])
+    guess = closest_key(loc[-1], names)
+    if guess:
+        return f"did you mean {prefix}{guess}?"
+    return f"remove it; valid keys here: {', '.join(sorted(names)) or '(none)'}"
+
+
+def _field_of(loc: list[str]):
+    """Walk the schema along loc; returns (model owning the last part's type, FieldInfo of the last part)."""
+    model, field = ExperimentConfig, None
+    for part in loc:
+        if not (isinstance(model, type) and issubclass(model, BaseModel)) or part not in model.model_fields:
+            return model, field
+        field = model.model_fields[part]
+        ann = field.annotation
+        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else None
+    return model, field

@@ -1,0 +1,75 @@
+"""Facts about the launching machine that a plan depends on, gathered without importing torch.
+
+make_plan stays pure by taking these as an argument; tests pass HostFacts they construct.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    cuda_available: bool = False
+    sglang_version: str | None = None
+    # Flags of the installed sglang's ServerArgs ("--tp-size", ...); None when unknown.
+    sglang_flags: frozenset[str] | None = None
+    python: str = sys.executable
+
+
+def detect_host_facts() -> HostFacts:
+    version = _installed_version("sglang")
+    return HostFacts(
+        cuda_available=_cuda_visible(),
+        sglang_version=version,
+        sglang_flags=_sglang_flags() if version else None,
+        python=sys.executable,
+    )
+
+
+def _installed_version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _cuda_visible() -> bool:
+    """A GPU is usable here: the driver's device nodes exist and CUDA_VISIBLE_DEVICES hides none of it."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
+        return False
+    if Path("/dev/nvidia0").exists() or Path("/dev/nvidiactl").exists():
+        return True
+    if shutil.which("nvidia-smi"):
+        try:
+            out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
+            return out.returncode == 0 and "GPU" in out.stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+    return False
+
+
+def _sglang_flags() -> frozenset[str] | None:
+    """Read ServerArgs' field names from sglang's source (importing sglang would pull in torch)."""
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    src = Path(list(spec.submodule_search_locations)[0]) / "srt" / "server_args.py"
+    try:
+        tree = ast.parse(src.read_text())
+    except (OSError, SyntaxError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == "ServerArgs":
+            names = [s.target.id for s in node.body
+                     if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)]
+            return frozenset("--" + n.replace("_", "-") for n in names)
+    return None

@@ -1,0 +1,31 @@
+"""Shared fixtures: a tiny model folder built once per session (no downloads)."""
+
+import os
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    from areal.models.tiny import make_tiny_model_dir
+
+    return str(make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model"))
+
+
+def pytest_collection_modifyitems(config, items):
+    """gpu-marked tests skip themselves where CUDA is absent (CI, this machine)."""
+    try:
+        import torch
+
+        has_cuda = torch.cuda.is_available()
+    except Exception:  # torch missing: the launcher-only install
+        has_cuda = False
+    if has_cuda:
+        return
+    skip = pytest.mark.skip(reason="needs CUDA (run through the device tool)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -1,0 +1,120 @@
+"""Launch plans for full, trainer-only, inference-only and multi-node layouts (pure: no processes)."""
+
+import json
+
+import pytest
+
+from areal.config import ConfigError, validate_config
+from launcher.host import HostFacts
+from launcher.plan import TRAINER_HEAD, make_plan
+from launcher.servers import drop_unknown_flags
+
+GPU = HostFacts(cuda_available=True, python="python")
+CPU = HostFacts(cuda_available=False, python="python")
+
+
+def cfg(**kw):
+    raw = {"actor": {"path": "/m", "backend": "fsdp:d4"}, "rollout": {"backend": "sglang:d2t2"},
+           "train_dataset": {"path": "/d", "batch_size": 8}, "cluster": {"n_gpus_per_node": 8}}
+    for key, value in kw.items():
+        node = raw
+        *parents, leaf = key.split("__")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return validate_config(raw)
+
+
+def test_full_single_node_layout():
+    plan = make_plan(cfg(), GPU)
+    servers, trainers = plan.by_role("server"), plan.by_role("trainer")
+    assert [s.devices for s in servers] == [[0, 1], [2, 3]]
+    assert [t.devices for t in trainers] == [[4], [5], [6], [7]]
+    assert [s.port for s in servers] == [30000, 30001]
+    assert servers[0].env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    t = trainers[2].env
+    assert (t["RANK"], t["WORLD_SIZE"], t["LOCAL_RANK"], t["MASTER_ADDR"], t["MASTER_PORT"]) == \
+        ("2", "4", "2", "127.0.0.1", "29500")
+    assert trainers[0].command[-2:] == ["--config", f"{plan.run_dir}/config.yaml"]
+    assert "--tp-size" in servers[0].command and servers[0].command[servers[0].command.index("--tp-size") + 1] == "2"
+    assert not plan.by_role("driver")
+
+
+def test_trainer_only_skips_servers():
+    plan = make_plan(cfg(launcher__rollout_n_nodes=0, rollout__server_addrs=["h:1"]), GPU)
+    assert not plan.by_role("server") and len(plan.by_role("trainer")) == 4
+    assert plan.by_role("trainer")[0].devices == [0]  # trainer starts at device 0 without servers
+    assert plan.server_kind is None
+
+
+def test_inference_only_runs_servers_and_a_driver_without_gpu():
+    plan = make_plan(cfg(launcher__trainer_n_nodes=0), GPU)
+    assert not plan.by_role("trainer") and len(plan.by_role("server")) == 2
+    (driver,) = plan.by_role("driver")
+    assert driver.devices == [] and driver.env["CUDA_VISIBLE_DEVICES"] == ""
+    assert driver.command[2] == "areal.trainer.driver"
+
+
+def test_multi_node_layout_gives_each_side_its_nodes():
+    c = cfg(cluster__n_nodes=3, launcher__rollout_n_nodes=1, launcher__trainer_n_nodes=2,
+            rollout__backend="sglang:d4t2", actor__backend="fsdp:d16", train_dataset__batch_size=16)
+    plan = make_plan(c, GPU)
+    assert {s.node for s in plan.by_role("server")} == {0}
+    trainers = plan.by_role("trainer")
+    assert [t.node for t in trainers] == [1] * 8 + [2] * 8
+    assert trainers[9].devices == [1] and trainers[9].env["LOCAL_RANK"] == "1"
+    assert trainers[0].env["MASTER_ADDR"] == TRAINER_HEAD
+
+
+def test_cpu_plan_hides_gpus_and_uses_builtin_server():
+    plan = make_plan(cfg(cluster__device="auto"), CPU)
+    assert plan.device == "cpu" and plan.server_kind == "builtin"
+    assert all(p.env["CUDA_VISIBLE_DEVICES"] == "" for p in plan.processes)
+    assert plan.by_role("server")[0].command[1:3] == ["-m", "areal.server"]
+
+
+def test_server_auto_prefers_sglang_with_cuda():
+    facts = HostFacts(cuda_available=True, sglang_version="0.5.2", python="python")
+    plan = make_plan(cfg(), facts)
+    assert plan.server_kind == "sglang" and plan.by_role("server")[0].command[2] == "sglang.launch_server"
+    assert make_plan(cfg(rollout__server="builtin"), facts).server_kind == "builtin"
+
+
+def test_old_sglang_is_refused_with_a_clear_message():
+    facts = HostFacts(cuda_available=True, sglang_version="0.4.6", python="python")
+    with pytest.raises(ConfigError, match="older than 0.4.9.post2"):
+        make_plan(cfg(rollout__server="sglang"), facts)
+    with pytest.raises(ConfigError, match="not installed"):
+        make_plan(cfg(rollout__server="sglang"), GPU)
+
+
+def test_flags_unknown_to_installed_sglang_are_dropped_with_warnings():
+    known = frozenset({"--model-path", "--port", "--tp-size", "--dtype", "--host", "--tokenizer-path",
+                       "--mem-fraction-static", "--random-seed", "--log-level"})
+    facts = HostFacts(cuda_available=True, sglang_version="0.4.9.post2", sglang_flags=known, python="python")
+    plan = make_plan(cfg(rollout__server="sglang", sglang__disable_cuda_graph=True,
+                         sglang__attention_backend="fa3"), facts)
+    cmd = plan.by_role("server")[0].command
+    assert "--disable-cuda-graph" not in cmd and "--attention-backend" not in cmd and "fa3" not in cmd
+    assert "--model-path" in cmd
+    assert any("--attention-backend" in w and "0.4.9.post2" in w for w in plan.warnings)
+    assert any("--disable-cuda-graph" in w for w in plan.warnings)
+
+
+def test_drop_keeps_values_with_their_flags():
+    out = drop_unknown_flags(["--a", "1", "--b", "--c", "x"], frozenset({"--a", "--c"}), "0.5", [])
+    assert out == ["--a", "1", "--c", "x"]
+
+
+def test_plan_json_shape():
+    data = json.loads(make_plan(cfg(), GPU).to_json())
+    proc = data["processes"][0]
+    assert {"role", "index", "node", "devices", "command", "env"} <= set(proc)
+    assert data["device"] == "cuda"
+
+
+def test_role_env_reaches_only_its_role():
+    plan = make_plan(cfg(launcher__trainer_env={"NCCL_DEBUG": "INFO"}, launcher__server_env={"X": "1"}), GPU)
+    assert plan.by_role("trainer")[0].env["NCCL_DEBUG"] == "INFO"
+    assert "NCCL_DEBUG" not in plan.by_role("server")[0].env
+    assert plan.by_role("server")[0].env["X"] == "1"
