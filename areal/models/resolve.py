@@ -1,0 +1,50 @@
+"""Model locations: Hugging Face folders and hub ids pass through; `tiny:<preset>` builds locally.
+
+`tiny:<preset>` names a random-weight model plus character tokenizer that the project builds
+itself (no download), used by the CPU demo and tests. Every process of a run (servers, trainer
+ranks) resolves the same name to the same folder; the first one builds it under a file lock and
+publishes it with an atomic rename, so concurrent starts never see half a model.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+from pathlib import Path
+
+# preset -> make_tiny_model_dir keyword arguments
+TINY_PRESETS: dict[str, dict] = {
+    # The CPU demo: sums of single digits; a small vocabulary keeps RL exploration cheap.
+    "arith": {"charset": "0123456789+=# \n", "hidden_size": 64, "num_layers": 2},
+    # General tests: letters too, so text prompts and stop strings work.
+    "chars": {"hidden_size": 64, "num_layers": 2},
+}
+
+
+def tiny_cache_root() -> Path:
+    return Path(os.environ.get("AREAL_CACHE", "~/.cache/areal")).expanduser() / "tiny"
+
+
+def resolve_model_path(path: str, *, seed: int = 0) -> str:
+    """A path transformers can load: `tiny:<preset>` is built on first use, anything else is returned."""
+    if not path.startswith("tiny:"):
+        return path
+    preset = path.split(":", 1)[1]
+    if preset not in TINY_PRESETS:
+        raise ValueError(f"model path '{path}': unknown tiny preset '{preset}'; "
+                         f"choose one of {sorted(TINY_PRESETS)}")
+    target = tiny_cache_root() / f"{preset}-seed{seed}"
+    if (target / "config.json").exists():
+        return str(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (target / "config.json").exists():
+            from .tiny import make_tiny_model_dir
+
+            tmp = target.parent / f".{target.name}.tmp{os.getpid()}"
+            shutil.rmtree(tmp, ignore_errors=True)
+            make_tiny_model_dir(tmp, seed=seed, **TINY_PRESETS[preset])
+            os.replace(tmp, target)
+    return str(target)
