@@ -1,0 +1,118 @@
+"""One entry point for every dataset a config can name.
+
+    load_dataset_by_name(spec: str, split: str = "train", *, path: str | None = None,
+                         **kwargs) -> list[dict]
+
+`spec` is one of:
+
+- a built-in name:
+    `gsm8k`            GSM8K from `path` (a local folder, file or hub id); when `path` is
+                       omitted, from $AREAL_GSM8K_DIR, else the hub id `openai/gsm8k`.
+    `synthetic_arith`  the CPU demo task; kwargs `size`, `seed`, `max_sum`, `max_operand`.
+- an import path `package.module:function`: your own loader, called as
+  `function(split=split, **kwargs)` (plus `path=path` when a path is given); it must return a
+  list of dicts. This is how a YAML config plugs in a dataset:
+
+      train_dataset:
+        name: my_project.data:load_problems
+        split: train
+
+- a local file or folder of .jsonl/.json/.parquet files: rows are returned as they are, and
+  rows in GSM8K's shape (`question` plus an `answer` ending in `#### N`) gain a `solution`
+  field, so the built-in rewards work on them.
+- a hub id (`owner/name`): GSM8K-shaped datasets via `datasets.load_dataset`.
+
+Workflows read the prompt from a record's `question` field by default; the whole record is
+handed to the reward function as keyword arguments.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable
+
+from areal.dataset.files import find_split_files, list_data_files, read_records
+from areal.dataset.gsm8k import HUB_ID, load_gsm8k
+from areal.dataset.synthetic import load_synthetic_arith
+from areal.reward.gsm8k import extract_hash_answer
+from areal.reward.registry import import_object
+
+GSM8K_DIR_ENV = "AREAL_GSM8K_DIR"
+
+
+def _load_gsm8k_named(split: str, *, path: str | None = None, **kwargs) -> list[dict]:
+    """GSM8K from `path`, else $AREAL_GSM8K_DIR, else the hub."""
+    return load_gsm8k(path or os.environ.get(GSM8K_DIR_ENV) or HUB_ID, split, **kwargs)
+
+
+def _load_synthetic_named(split: str, *, path: str | None = None, **kwargs) -> list[dict]:
+    if path:
+        raise ValueError(f"dataset 'synthetic_arith' is generated and takes no path (got {path!r})")
+    return load_synthetic_arith(split, **kwargs)
+
+
+BUILTIN_DATASETS: dict[str, Callable[..., list[dict]]] = {
+    "gsm8k": _load_gsm8k_named,
+    "synthetic_arith": _load_synthetic_named,
+}
+
+
+def load_dataset_by_name(spec: str, split: str = "train", *, path: str | None = None,
+                         **kwargs) -> list[dict]:
+    """The records of `split` named by `spec` (see the module docstring for the forms)."""
+    if not isinstance(spec, str) or not spec:
+        raise ValueError(f"dataset spec must be a non-empty string, got {spec!r}")
+    if spec in BUILTIN_DATASETS:
+        return BUILTIN_DATASETS[spec](split, path=path, **kwargs)
+    if ":" in spec and not Path(spec).exists():
+        return _load_by_import_path(spec, split, path, kwargs)
+    if Path(spec).expanduser().exists():
+        return _load_local(Path(spec).expanduser(), split)
+    if spec.count("/") == 1 and not spec.startswith((".", "/", "~")):
+        return load_gsm8k(spec, split, **kwargs)  # hub id; the error explains local alternatives
+    raise ValueError(
+        f"unknown dataset {spec!r}: not a built-in name ({', '.join(sorted(BUILTIN_DATASETS))}), "
+        "an existing file or folder, a hub id 'owner/name', or an import path 'package.module:function'"
+    )
+
+
+def _load_by_import_path(spec: str, split: str, path: str | None, kwargs: dict) -> list[dict]:
+    """Call a user loader and check it returned a list of dicts."""
+    loader = import_object(spec, kind="dataset loader")
+    if not callable(loader):
+        raise TypeError(f"dataset loader {spec!r} is a {type(loader).__name__}, not a function")
+    if path is not None:
+        kwargs = {**kwargs, "path": path}
+    records = loader(split=split, **kwargs)
+    records = list(records) if not isinstance(records, list) else records
+    bad = next((i for i, r in enumerate(records) if not isinstance(r, dict)), None)
+    if bad is not None:
+        raise TypeError(
+            f"dataset loader {spec!r} must return a list of dicts; item {bad} is a "
+            f"{type(records[bad]).__name__}"
+        )
+    return records
+
+
+def _load_local(path: Path, split: str) -> list[dict]:
+    """Rows of a local file, or of `split` in a local folder, GSM8K-shaped rows given a solution."""
+    if path.is_file():
+        rows = read_records(path)
+    else:
+        files = find_split_files(path, split, subdirs=("", "main", "data"))
+        if not files:
+            raise FileNotFoundError(
+                f"no {split!r} split in {path}: expected {split}.jsonl, {split}.parquet or "
+                f"{split}-00000-of-00001.parquet; data files there: {list_data_files(path) or 'none'}"
+            )
+        rows = [row for f in files for row in read_records(f)]
+    return [_with_solution(row) for row in rows]
+
+
+def _with_solution(row: dict) -> dict:
+    """Add `solution` to a GSM8K-shaped row that lacks one; leave other rows untouched."""
+    if "solution" in row or not isinstance(row.get("answer"), str):
+        return row
+    solution = extract_hash_answer(row["answer"])
+    return {**row, "solution": solution} if solution is not None else row

@@ -1,0 +1,76 @@
+"""The CPU demo task: small addition problems in GSM8K's record format.
+
+A 2-layer, hidden-64 model with the character tokenizer of `areal.models.tiny` can learn these
+by RL alone (measured: sums 0-9 with the shaped reward in `areal.reward.shaped` reach ~0.9
+accuracy in ~450 steps of 32 prompts x 8 samples). Records look like GSM8K's, so the same
+workflow, reward plumbing and evaluation serve both:
+
+    {"question": "3+4=", "answer": "3+4=7\\n#### 7", "solution": "7"}
+
+Generation is deterministic in (seed, split): the train and test streams come from different
+random streams. With small sums there are few distinct problems (55 for max_sum=9), so the
+splits share problems; that is fine for a learning demo and is said here so nobody relies on
+disjoint problem sets.
+
+    python -m areal.dataset.synthetic 5          # print five problems
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+
+
+def make_synthetic_arith(n: int, seed: int = 0, max_sum: int = 9, max_operand: int = 9) -> list[dict]:
+    """`n` problems `a+b=` with 0 <= a, b <= max_operand and a + b <= max_sum, from `seed`.
+
+    Pairs are drawn uniformly among the allowed ones, so every allowed problem is equally likely.
+    """
+    if n < 0:
+        raise ValueError(f"synthetic arith: n must be >= 0, got {n}")
+    if max_sum < 0 or max_operand < 0:
+        raise ValueError(
+            f"synthetic arith: max_sum and max_operand must be >= 0, got {max_sum}, {max_operand}"
+        )
+    pairs = [(a, b) for a in range(max_operand + 1) for b in range(max_operand + 1) if a + b <= max_sum]
+    rng = random.Random(seed)
+    return [_record(*rng.choice(pairs)) for _ in range(n)]
+
+
+def _record(a: int, b: int) -> dict:
+    """One problem in GSM8K's record format."""
+    total = a + b
+    question = f"{a}+{b}="
+    return {"question": question, "answer": f"{question}{total}\n#### {total}", "solution": str(total)}
+
+
+def split_seed(seed: int, split: str) -> int:
+    """A seed per split, so train and test draw from different streams of the same base seed.
+
+    Derived arithmetically (not with hash(), which Python randomizes per process).
+    """
+    offsets = {"train": 0, "test": 1, "validation": 2, "eval": 1}
+    if split not in offsets:
+        raise ValueError(f"synthetic arith: unknown split {split!r}; use one of {sorted(offsets)}")
+    return seed * 1000 + offsets[split]
+
+
+def load_synthetic_arith(split: str = "train", *, size: int = 1024, seed: int = 0,
+                         max_sum: int = 9, max_operand: int = 9) -> list[dict]:
+    """The registry entry point: `size` problems of `split` (see `load_dataset_by_name`)."""
+    return make_synthetic_arith(size, split_seed(seed, split), max_sum=max_sum, max_operand=max_operand)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Print synthetic arithmetic problems.")
+    parser.add_argument("n", type=int, nargs="?", default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-sum", type=int, default=9)
+    args = parser.parse_args(argv)
+    for record in make_synthetic_arith(args.n, args.seed, args.max_sum):
+        print(json.dumps(record))
+
+
+if __name__ == "__main__":
+    main()

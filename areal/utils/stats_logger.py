@@ -1,0 +1,228 @@
+"""Per-step training metrics: metrics.jsonl, TensorBoard, a console progress line, a PNG.
+
+The trainer (rank 0 only) makes one `StatsLogger(run_dir, total_steps=...)` and calls
+`.log(step, metrics)` once per step and `.close()` at the end:
+
+- `{run_dir}/metrics.jsonl` gets one JSON object per step, flushed at once so a crashed run
+  keeps every finished step. The run-directory contract (DESIGN.md) expects at least
+  `REQUIRED_KEYS`; a missing one is warned about once, not fatal, since inference-only runs
+  have no loss.
+- TensorBoard scalars under `{run_dir}/tensorboard` when `torch.utils.tensorboard` (or
+  tensorboardX) works; otherwise one INFO line says so.
+- A one-line progress display on stderr (`\\r`-updated on a terminal; in a log file, a full line
+  at most every `progress_every_s` seconds).
+- `{run_dir}/metrics.png` on close (see `areal.utils.plot`).
+
+Throughput: pass `throughput/samples_per_s`, or `rollout/n_samples` with `timing/step_s` and
+the logger derives it.
+
+    python -m areal.utils.stats_logger RUN_DIR [--out PNG]     # re-plot a run's metrics
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from areal.utils.plot import LOSS_KEY, REWARD_KEY, THROUGHPUT_KEY, plot_metrics
+
+logger = logging.getLogger(__name__)
+
+REQUIRED_KEYS = ("step", "epoch", "weight_version", REWARD_KEY, LOSS_KEY, "timing/step_s")
+N_SAMPLES_KEY = "rollout/n_samples"
+STEP_TIME_KEY = "timing/step_s"
+ACCURACY_KEY = "eval/accuracy"
+
+
+def to_json_value(value: Any) -> Any:
+    """A JSON-safe form: tensor/numpy scalars become numbers, NaN/inf become null (strict JSON)."""
+    if hasattr(value, "item") and callable(value.item):
+        try:
+            value = value.item()
+        except (ValueError, RuntimeError):  # a multi-element tensor/array: keep it as a list
+            return value.tolist()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [to_json_value(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): to_json_value(v) for k, v in value.items()}
+    return str(value)
+
+
+def with_throughput(metrics: dict) -> dict:
+    """`metrics` plus samples/s derived from n_samples and step time, when not given."""
+    if THROUGHPUT_KEY in metrics:
+        return metrics
+    n, dt = metrics.get(N_SAMPLES_KEY), metrics.get(STEP_TIME_KEY)
+    if isinstance(n, (int, float)) and isinstance(dt, (int, float)) and dt > 0:
+        return {**metrics, THROUGHPUT_KEY: n / dt}
+    return metrics
+
+
+def _fmt_duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def format_progress(step: int, total_steps: int | None, metrics: dict,
+                    elapsed_s: float | None = None) -> str:
+    """The progress line, e.g. `step 12/450 | reward 0.532 | acc 0.610 | 256.0 samples/s | ETA 5m10s`."""
+    parts = [f"step {step}/{total_steps}" if total_steps else f"step {step}"]
+    for key, label in ((REWARD_KEY, "reward"), (ACCURACY_KEY, "acc"), (LOSS_KEY, "loss")):
+        value = metrics.get(key)
+        if isinstance(value, (int, float)):
+            parts.append(f"{label} {value:.3f}")
+    rate = metrics.get(THROUGHPUT_KEY)
+    if isinstance(rate, (int, float)):
+        parts.append(f"{rate:.1f} samples/s")
+    if total_steps and elapsed_s and step > 0:
+        parts.append(f"ETA {_fmt_duration(elapsed_s / step * max(total_steps - step, 0))}")
+    return " | ".join(parts)
+
+
+class ProgressLine:
+    """One status line: rewritten in place on a terminal, printed now and then in a log file."""
+
+    def __init__(self, stream: TextIO, every_s: float):
+        self.stream = stream
+        self.every_s = every_s
+        self.is_tty = bool(getattr(stream, "isatty", lambda: False)())
+        self._last_print = -math.inf
+        self._width = 0
+
+    def update(self, text: str, final: bool = False) -> None:
+        if self.is_tty:
+            self.stream.write("\r" + text.ljust(self._width))
+            self._width = max(self._width, len(text))
+        elif final or time.monotonic() - self._last_print >= self.every_s:
+            self.stream.write(text + "\n")
+            self._last_print = time.monotonic()
+        self.stream.flush()
+
+    def finish(self) -> None:
+        """End the in-place line so later output starts on a fresh one."""
+        if self.is_tty and self._width:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _open_tensorboard(log_dir: Path):
+    """A SummaryWriter, or None (with one INFO line) when no TensorBoard writer is installed."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        try:
+            from tensorboardX import SummaryWriter
+        except ImportError:
+            logger.info("tensorboard is not installed (pip install tensorboard); "
+                        "metrics go to metrics.jsonl and metrics.png only")
+            return None
+    return SummaryWriter(log_dir=str(log_dir))
+
+
+class StatsLogger:
+    """Writes each step's metrics to metrics.jsonl, TensorBoard and the console (module docstring)."""
+
+    def __init__(self, run_dir: str | Path, *, tensorboard: bool = True, plot: bool = True,
+                 progress: bool = True, total_steps: int | None = None,
+                 progress_stream: TextIO | None = None, progress_every_s: float = 10.0):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.metrics_path = self.run_dir / "metrics.jsonl"
+        self.plot_path = self.run_dir / "metrics.png"
+        self.total_steps = total_steps
+        self.plot = plot
+        self._file = self.metrics_path.open("a", encoding="utf-8")
+        self._tb = _open_tensorboard(self.run_dir / "tensorboard") if tensorboard else None
+        self._progress = ProgressLine(progress_stream or sys.stderr, progress_every_s) if progress else None
+        self._start = time.monotonic()
+        self._warned_missing = False
+        self._closed = False
+
+    def log(self, step: int, metrics: dict) -> dict:
+        """Record one step's metrics; returns the record as written (with derived keys)."""
+        if self._closed:
+            raise RuntimeError(f"StatsLogger for {self.run_dir} is closed; make a new one to log more")
+        record = {"step": int(step), **{k: to_json_value(v) for k, v in metrics.items() if k != "step"}}
+        record = with_throughput(record)
+        self._check_required(record)
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        self._write_tensorboard(step, record)
+        if self._progress is not None:
+            final = self.total_steps is not None and step >= self.total_steps
+            self._progress.update(format_progress(step, self.total_steps, record,
+                                                  time.monotonic() - self._start), final=final)
+        return record
+
+    def _check_required(self, record: dict) -> None:
+        missing = [k for k in REQUIRED_KEYS if k not in record]
+        if missing and not self._warned_missing:
+            self._warned_missing = True
+            logger.warning("metrics at step %s lack %s, which metrics.jsonl readers expect "
+                           "(warned once)", record["step"], missing)
+
+    def _write_tensorboard(self, step: int, record: dict) -> None:
+        if self._tb is None:
+            return
+        for key, value in record.items():
+            if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
+                self._tb.add_scalar(key, value, step)
+
+    def close(self) -> Path | None:
+        """Flush and close everything, then draw metrics.png (when plotting is on); returns its path."""
+        if self._closed:
+            return None
+        self._closed = True
+        if self._progress is not None:
+            self._progress.finish()
+        self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+        return self._plot() if self.plot else None
+
+    def _plot(self) -> Path | None:
+        try:
+            return plot_metrics(self.metrics_path, self.plot_path)
+        except ImportError as e:
+            logger.info("no metrics.png: %s", e)
+            return None
+
+    def __enter__(self) -> "StatsLogger":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Re-plot a run's metrics.jsonl as a PNG.")
+    parser.add_argument("run_dir", help="run directory holding metrics.jsonl")
+    parser.add_argument("--out", help="output PNG (default RUN_DIR/metrics.png)")
+    args = parser.parse_args(argv)
+    metrics = Path(args.run_dir) / "metrics.jsonl"
+    if not metrics.is_file():
+        print(f"error: {metrics} does not exist; pass the run directory that holds metrics.jsonl",
+              file=sys.stderr)
+        return 2
+    out = plot_metrics(metrics, args.out or Path(args.run_dir) / "metrics.png")
+    if out is None:
+        print(f"error: {metrics} has no plottable metrics", file=sys.stderr)
+        return 1
+    print(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""The synthetic arithmetic demo task: format, determinism, ranges, splits."""
+
+import pytest
+
+from areal.dataset.synthetic import load_synthetic_arith, make_synthetic_arith
+from areal.reward.gsm8k import extract_hash_answer
+
+
+def test_records_have_gsm8k_format_and_correct_sums():
+    records = make_synthetic_arith(200, seed=3)
+    for r in records:
+        a, b = map(int, r["question"].rstrip("=").split("+"))
+        assert r["question"] == f"{a}+{b}="
+        assert r["solution"] == str(a + b)
+        assert r["answer"] == f"{a}+{b}={a + b}\n#### {a + b}"
+        assert extract_hash_answer(r["answer"]) == r["solution"]
+
+
+def test_max_sum_bounds_every_problem_and_all_are_reachable():
+    records = make_synthetic_arith(2000, seed=0, max_sum=9)
+    sums = {int(r["solution"]) for r in records}
+    assert sums == set(range(10))
+    assert len({r["question"] for r in records}) == 55  # every pair with a + b <= 9
+    wide = make_synthetic_arith(500, seed=0, max_sum=18)
+    assert max(int(r["solution"]) for r in wide) > 9
+    assert all(int(x) <= 9 for r in wide for x in r["question"].rstrip("=").split("+"))
+
+
+def test_deterministic_in_seed_and_split():
+    assert make_synthetic_arith(50, seed=7) == make_synthetic_arith(50, seed=7)
+    assert make_synthetic_arith(50, seed=7) != make_synthetic_arith(50, seed=8)
+    train = load_synthetic_arith("train", size=64, seed=1)
+    assert train == load_synthetic_arith("train", size=64, seed=1)
+    assert train != load_synthetic_arith("test", size=64, seed=1)
+
+
+def test_bad_arguments_name_the_problem():
+    with pytest.raises(ValueError, match="n must be >= 0"):
+        make_synthetic_arith(-1)
+    with pytest.raises(ValueError, match="unknown split 'dev'"):
+        load_synthetic_arith("dev")

@@ -1,0 +1,130 @@
+"""StatsLogger: metrics.jsonl lines, the progress line, the PNG plot, and the re-plot CLI."""
+
+import io
+import json
+import logging
+import math
+
+import pytest
+
+from areal.utils.plot import _panels, read_metrics
+from areal.utils.stats_logger import REQUIRED_KEYS, StatsLogger, format_progress, main
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def step_metrics(step: int) -> dict:
+    return {
+        "epoch": 0, "weight_version": step, "rollout/reward_mean": step / 10, "train/loss": 1.0 / step,
+        "timing/step_s": 0.5, "rollout/n_samples": 256,
+    }
+
+
+class TTY(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def run_logger(run_dir, n_steps=5, stream=None, **kwargs):
+    stream = stream if stream is not None else io.StringIO()
+    with StatsLogger(run_dir, total_steps=n_steps, progress_stream=stream, progress_every_s=0,
+                     **kwargs) as stats:
+        for step in range(1, n_steps + 1):
+            stats.log(step, step_metrics(step))
+    return stream.getvalue()
+
+
+def test_one_json_line_per_step_with_the_callers_keys_and_throughput(tmp_path):
+    run_logger(tmp_path, n_steps=4)
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 4
+    records = [json.loads(line) for line in lines]
+    for step, rec in enumerate(records, 1):
+        assert set(REQUIRED_KEYS) <= set(rec)
+        assert {k: rec[k] for k in step_metrics(step)} == step_metrics(step)
+        assert rec["step"] == step
+        assert rec["throughput/samples_per_s"] == pytest.approx(512.0)
+
+
+def test_values_become_strict_json(tmp_path):
+    torch = pytest.importorskip("torch")
+    with StatsLogger(tmp_path, progress=False, plot=False, tensorboard=False) as stats:
+        rec = stats.log(1, {"train/loss": torch.tensor(0.25), "bad": math.nan, "hist": [1, math.inf],
+                            "throughput/samples_per_s": 9.0})
+    assert rec["train/loss"] == 0.25 and rec["bad"] is None and rec["hist"] == [1, None]
+    line = (tmp_path / "metrics.jsonl").read_text()
+    assert "NaN" not in line and "Infinity" not in line
+    assert json.loads(line)["throughput/samples_per_s"] == 9.0  # given, not derived
+
+
+def test_appends_across_restarts(tmp_path):
+    run_logger(tmp_path, n_steps=2, plot=False)
+    run_logger(tmp_path, n_steps=3, plot=False)
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 1, 2, 3]
+
+
+def test_close_writes_png_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    with StatsLogger(tmp_path, total_steps=3, progress=False) as stats:
+        for step in range(1, 4):
+            stats.log(step, {**step_metrics(step), "eval/accuracy": step / 4})
+    data = (tmp_path / "metrics.png").read_bytes()
+    assert data.startswith(PNG_MAGIC) and len(data) > 5000
+    titles = dict(_panels(read_metrics(tmp_path / "metrics.jsonl")))
+    assert titles["reward"] == ["rollout/reward_mean", "eval/accuracy"]
+    assert {"train loss", "throughput (samples/s)"} <= set(titles)
+
+
+def test_progress_lines_in_a_log_file(tmp_path):
+    text = run_logger(tmp_path, n_steps=3, plot=False)
+    lines = text.splitlines()
+    assert len(lines) == 3 and "\r" not in text
+    assert lines[1].startswith("step 2/3 | reward 0.200 | loss 0.500 | 512.0 samples/s | ETA ")
+
+
+def test_progress_rewrites_one_line_on_a_terminal(tmp_path):
+    text = run_logger(tmp_path, n_steps=3, stream=TTY(), plot=False)
+    assert text.count("\r") == 3 and text.endswith("\n") and text.count("\n") == 1
+    assert "\rstep 3/3 | reward 0.300" in text
+
+
+def test_format_progress():
+    assert format_progress(5, None, {}) == "step 5"
+    line = format_progress(10, 100, {"rollout/reward_mean": 0.5, "eval/accuracy": 0.75,
+                                     "throughput/samples_per_s": 12.34}, elapsed_s=20.0)
+    assert line == "step 10/100 | reward 0.500 | acc 0.750 | 12.3 samples/s | ETA 3m00s"
+
+
+def test_missing_required_keys_warn_once_and_tensorboard_absence_is_said(tmp_path, caplog):
+    try:
+        from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+        has_tb = True
+    except ImportError:
+        has_tb = False
+    with caplog.at_level(logging.INFO, logger="areal.utils.stats_logger"):
+        with StatsLogger(tmp_path, progress=False, plot=False) as stats:
+            stats.log(1, {"rollout/reward_mean": 0.1})
+            stats.log(2, {"rollout/reward_mean": 0.2})
+    warnings = [r for r in caplog.records if "lack" in r.getMessage()]
+    assert len(warnings) == 1 and "train/loss" in warnings[0].getMessage()
+    if has_tb:
+        assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+    else:
+        assert any("tensorboard is not installed" in r.getMessage() for r in caplog.records)
+
+
+def test_log_after_close_is_an_error(tmp_path):
+    stats = StatsLogger(tmp_path, progress=False, plot=False, tensorboard=False)
+    stats.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        stats.log(1, {})
+
+
+def test_cli_replots_a_run(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    run_logger(tmp_path, n_steps=3, plot=False)
+    out = tmp_path / "again.png"
+    assert main([str(tmp_path), "--out", str(out)]) == 0
+    assert out.read_bytes().startswith(PNG_MAGIC)
+    assert main([str(tmp_path / "nope")]) == 2
+    assert "metrics.jsonl does not exist" in capsys.readouterr().err
