@@ -137,7 +137,9 @@ def _servers(cfg, facts, plan, slots, base_env) -> list[ProcessSpec]:
     for i in range(st.dp):
         node, devices = slots.take("rollout", i, st.tp, st.world_size)
         port = cfg.launcher.server_base_port + i
-        command = server_command(cfg.sglang, port=port, kind=plan.server_kind, python=facts.python,
+        # each server its own sampling seed: identical seeds give identical samples inside a GRPO group
+        server_cfg = cfg.sglang.model_copy(update={"random_seed": cfg.sglang.random_seed + i})
+        command = server_command(server_cfg, port=port, kind=plan.server_kind, python=facts.python,
                                  sglang_version=facts.sglang_version, sglang_flags=facts.sglang_flags,
                                  warnings=plan.warnings if i == 0 else None)
         env = {**base_env, **_visible(plan.device, devices), **cfg.launcher.server_env}

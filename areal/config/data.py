@@ -10,11 +10,12 @@ from .base import Section
 
 
 class DatasetConfig(Section):
-    path: str | None = Field(
-        None,
-        description="Local folder or file (jsonl/parquet), hub id (openai/gsm8k), 'synthetic:arith', or "
-        "'package.module:function' returning a list of dicts.")
-    type: str = Field("gsm8k", description="Record format / loader name: gsm8k, arith, or custom.")
+    type: str = Field(
+        "gsm8k",
+        description="Loader: 'gsm8k' (path = local folder/file or hub id; null: $AREAL_GSM8K_DIR, else "
+        "openai/gsm8k), 'synthetic_arith' (the CPU demo task, generated), 'files' (jsonl/json/parquet rows "
+        "at path, as they are), or 'package.module:function' returning a list of dicts.")
+    path: str | None = Field(None, description="Where the loader reads from (see type).")
     split: str = Field("train", description="Split to read.")
     batch_size: int = Field(8, ge=1, description="Prompts per training step (or per evaluation batch).")
     shuffle: bool = Field(True, description="Shuffle every epoch (seeded).")

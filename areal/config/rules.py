@@ -171,13 +171,20 @@ def _trainer_only_source(cfg):
                           "add launcher.rollout_n_nodes=0, or drop rollout.replay_path")
 
 
+BUILTIN_DATASETS = ("gsm8k", "synthetic_arith", "files")
+
+
 def _datasets(cfg):
-    if (trainer_runs(cfg) or servers_run(cfg)) and not cfg.train_dataset.path and not cfg.rollout.replay_path:
-        yield ConfigIssue("train_dataset.path", None, "required: the run reads training prompts",
-                          "set train_dataset.path (a folder, hub id, synthetic:arith or module:function)")
-    if cfg.evaluator.freq_steps and not cfg.valid_dataset.path:
-        yield ConfigIssue("valid_dataset.path", None, "required when evaluator.freq_steps is set",
-                          "set valid_dataset.path, or evaluator.freq_steps=null")
+    sides = [("train_dataset", cfg.train_dataset)]
+    if cfg.evaluator.freq_steps:
+        sides.append(("valid_dataset", cfg.valid_dataset))
+    for name, d in sides:
+        if d.type not in BUILTIN_DATASETS and ":" not in d.type:
+            yield ConfigIssue(f"{name}.type", d.type, "not a built-in loader nor an import path",
+                              f"use one of {', '.join(BUILTIN_DATASETS)} or 'package.module:function'")
+        elif d.type == "files" and not d.path:
+            yield ConfigIssue(f"{name}.path", None, "required by type=files",
+                              f"set {name}.path to a jsonl/json/parquet file or folder")
 
 
 def _lora_push(cfg):

@@ -70,9 +70,11 @@ RULES = [
      with_(launcher__rollout_n_nodes=0, rollout__server_addrs=["127.0.0.1:30000"])),
     ("replay needs trainer-only", with_(rollout__replay_path="/r"), "rollout.replay_path", "trainer-only",
      with_(rollout__replay_path="/r", launcher__rollout_n_nodes=0)),
-    ("dataset", with_(train_dataset__path=None), "train_dataset.path", "required", with_()),
-    ("eval dataset", with_(evaluator__freq_steps=5), "valid_dataset.path", "required",
-     with_(evaluator__freq_steps=5, valid_dataset__path="d")),
+    ("dataset type", with_(train_dataset__type="gsm9k"), "train_dataset.type", "built-in", with_()),
+    ("files need a path", with_(train_dataset__type="files", train_dataset__path=None), "train_dataset.path",
+     "required", with_(train_dataset__type="files")),
+    ("eval dataset", with_(evaluator__freq_steps=5, valid_dataset__type="files"), "valid_dataset.path",
+     "required", with_(evaluator__freq_steps=5, valid_dataset__type="files", valid_dataset__path="d")),
 ]
 
 

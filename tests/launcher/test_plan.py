@@ -38,6 +38,8 @@ def test_full_single_node_layout():
     assert trainers[0].command[-2:] == ["--config", f"{plan.run_dir}/config.yaml"]
     assert "--tp-size" in servers[0].command and servers[0].command[servers[0].command.index("--tp-size") + 1] == "2"
     assert not plan.by_role("driver")
+    seeds = [s.command[s.command.index("--random-seed") + 1] for s in servers]
+    assert seeds == ["1", "2"]  # distinct per server, or GRPO groups get duplicate samples
 
 
 def test_trainer_only_skips_servers():

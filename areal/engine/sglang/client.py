@@ -1,0 +1,381 @@
+"""RemoteSGLangEngine: the trainer's client of SGLang-compatible inference servers.
+
+    engine = RemoteSGLangEngine(cfg)            # cfg: a validated ExperimentConfig
+    engine.initialize()                         # find servers, wait for /health
+    resp = await engine.agenerate(ModelRequest(input_ids=[...], max_new_tokens=64))
+    engine.update_weights(WeightUpdateMeta("disk", path="/ckpt/step1", version=1))
+
+    engine = RemoteSGLangEngine.from_pretrained("/models/tiny", dp_size=2)  # starts 2 servers
+
+Servers come from rollout.server_addrs, $AREAL_SERVER_ADDRS or the launcher's name record
+(see discovery.py). Requests go to the server with the fewest in flight from this client
+(round-robin among equals). When servers pause for a weight update (pause_mode=abort), a request
+comes back aborted with the tokens generated so far; the client resubmits prompt + those tokens
+with the remaining budget once generation continues, so no sample is lost, and every token
+keeps the weight version that produced it. With pause_mode retract or in_place the server
+finishes the request itself after continue, and all its tokens get the version the server
+reports at the end (the exact switch point is not visible to the client).
+
+The engine also fronts a RolloutExecutor (submit / wait / prepare_batch / rollout_batch), as
+AReaL-lite's engine does, so a training loop needs one object for rollouts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from areal.api.inference import InferenceEngine, ModelRequest, ModelResponse, WeightUpdateMeta
+from areal.engine.sglang import protocol
+from areal.engine.sglang.discovery import discover_server_addrs
+from areal.engine.sglang.http import (ServerError, apost_json, auth_headers, fanout, get_json,
+                                      is_healthy, post_json)
+
+logger = logging.getLogger(__name__)
+
+_PAUSE_POLL_S = 0.05
+_ABORT_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
+_CONTROL_TIMEOUT_S = 60.0  # pause / continue / init group answer quickly
+
+
+class RemoteSGLangEngine(InferenceEngine):
+    def __init__(self, config, *, _own_servers=None):
+        """`config` is a validated ExperimentConfig (uses rollout, sglang, cluster, launcher)."""
+        self.config = config
+        self._rcfg = config.rollout
+        self._headers = auth_headers(config.sglang.api_key)
+        self._own_servers = _own_servers
+        self.addrs: list[str] = []
+        self._inflight: dict[str, int] = {}
+        self.request_counts: dict[str, int] = {}
+        self._rr = 0
+        self._lock = threading.Lock()
+        self._version = 0
+        self._paused = threading.Event()
+        self._bg = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sglang-weights")
+        self._executor = None
+        self._initialized = False
+
+    @classmethod
+    def from_pretrained(cls, model: str, *, tokenizer_path: str | None = None, dp_size: int | None = None,
+                        tp_size: int | None = None, server_addrs: list[str] | None = None,
+                        max_concurrent_rollouts: int | None = None,
+                        **config_overrides) -> "RemoteSGLangEngine":
+        """An initialized engine for `model`, configured exactly as the YAML path would be.
+
+        dp_size servers (default 1, or len(server_addrs)) with tp_size devices each (default 1).
+        With server_addrs the engine connects to them (their count must equal dp_size); without,
+        it starts dp_size servers itself (SGLang when installed and CUDA is present, else the
+        built-in server; see rollout.server) and stops them on destroy(). Any config field can be
+        passed: dotted (**{"gconfig.max_new_tokens": 64}) or nested (gconfig={"max_new_tokens": 64}).
+        """
+        from areal.engine.sglang.local_servers import LocalServers
+        from areal.engine.sglang.pretrained import pretrained_config
+
+        cfg = pretrained_config(model, tokenizer_path=tokenizer_path, dp_size=dp_size, tp_size=tp_size,
+                                server_addrs=server_addrs,
+                                max_concurrent_rollouts=max_concurrent_rollouts, **config_overrides)
+        engine = cls(cfg, _own_servers=None if cfg.rollout.server_addrs else LocalServers(cfg))
+        try:
+            engine.initialize()
+        except BaseException:
+            engine.destroy()
+            raise
+        return engine
+
+    # ---- setup ------------------------------------------------------------------------------
+
+    def initialize(self) -> None:
+        """Start owned servers (from_pretrained), find the servers, wait until all are healthy."""
+        if self._initialized:
+            return
+        timeout = self._rcfg.setup_timeout_s
+        if self._own_servers is not None:
+            addrs = self._own_servers.start()
+            self._own_servers.wait_healthy(timeout, self._headers)
+        else:
+            addrs = self._discover(timeout)
+            self._wait_healthy(addrs, timeout)
+        self.addrs = addrs
+        self._inflight = {a: 0 for a in addrs}
+        self.request_counts = {a: 0 for a in addrs}
+        self._initialized = True
+        logger.info("inference servers ready: %s", ", ".join(addrs))
+        self._check_server_count()
+        self._check_server_versions()
+
+    def _check_server_count(self) -> None:
+        from areal.config.parallel import ParallelStrategyError, parse_parallel
+
+        try:
+            dp = parse_parallel(self._rcfg.backend, allowed_backends=("sglang",)).dp
+        except ParallelStrategyError:
+            return
+        if dp != len(self.addrs):
+            logger.warning("rollout.backend=%s says %d servers but %d were found (%s); using those found",
+                           self._rcfg.backend, dp, len(self.addrs), ", ".join(self.addrs))
+
+    def _check_server_versions(self) -> None:
+        """Warn when servers hold weights of another version than this client assumes (e.g. a
+        restarted trainer that did not recover): tokens are labelled with the servers' version."""
+        try:
+            versions = {a: protocol.parse_weight_version(
+                get_json(a, protocol.WEIGHT_VERSION, timeout=_CONTROL_TIMEOUT_S, headers=self._headers)
+                .get("weight_version")) for a in self.addrs}
+        except ServerError as e:  # SGLang before 0.5 has no /get_weight_version
+            logger.debug("cannot read server weight versions: %s", e)
+            return
+        known = {v for v in versions.values() if v is not None}
+        if known and known != {self.get_version()}:
+            logger.warning("servers report weight versions %s but the client is at version %d; "
+                           "call set_version() after recovery or push weights with update_weights()",
+                           versions, self.get_version())
+
+    def _discover(self, timeout: float) -> list[str]:
+        """Poll until some source names servers (the launcher may still be starting them)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            addrs, source = discover_server_addrs(self.config)
+            if addrs:
+                return addrs
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"no inference servers found within {timeout:.0f}s (rollout.setup_timeout_s): "
+                    f"rollout.server_addrs is empty, $AREAL_SERVER_ADDRS is unset and {source} does "
+                    "not exist; set rollout.server_addrs=[host:port,...] or start the run with areal-launch")
+            time.sleep(0.5)
+
+    def _wait_healthy(self, addrs: list[str], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        pending = list(addrs)
+        while pending:
+            pending = [a for a in pending if not is_healthy(a, timeout=2.0, headers=self._headers)]
+            if pending and time.monotonic() > deadline:
+                raise TimeoutError(f"inference servers not healthy after {timeout:.0f}s "
+                                   f"(rollout.setup_timeout_s): {', '.join(pending)}")
+            if pending:
+                time.sleep(0.25)
+
+    def destroy(self) -> None:
+        """Stop the executor, then any servers this engine started."""
+        if self._executor is not None:
+            self._executor.destroy()
+            self._executor = None
+        self._bg.shutdown(wait=False, cancel_futures=True)
+        if self._own_servers is not None:
+            self._own_servers.stop()
+        self._initialized = False
+
+    def __enter__(self) -> "RemoteSGLangEngine":
+        self.initialize()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.destroy()
+
+    # ---- generation -------------------------------------------------------------------------
+
+    async def agenerate(self, req: ModelRequest) -> ModelResponse:
+        """Generate one sample, resubmitting the remainder after aborts (see module docstring)."""
+        self._require_initialized()
+        start = time.monotonic()
+        addr = self._acquire_server()
+        out_ids: list[int] = []
+        out_lps: list[float] = []
+        out_versions: list[int] = []
+        try:
+            for round_ in itertools.count():
+                await self._wait_unpaused()
+                remaining = req.max_new_tokens - len(out_ids)
+                body = protocol.generate_payload(
+                    req, rid=req.rid if round_ == 0 else f"{req.rid}-r{round_}",
+                    input_ids=req.input_ids + out_ids, max_new_tokens=remaining,
+                    min_new_tokens=max(0, req.min_new_tokens - len(out_ids)))
+                sent_version = self.get_version()
+                result = protocol.parse_generate(await self._apost(addr, protocol.GENERATE, body))
+                version = sent_version if result.weight_version is None else result.weight_version
+                out_ids += result.output_ids
+                out_lps += result.output_logprobs
+                out_versions += [version] * len(result.output_ids)
+                stop = result.stop_reason
+                if stop != "abort":
+                    break
+                if len(out_ids) >= req.max_new_tokens:
+                    stop = "length"
+                    break
+                if not result.output_ids:
+                    await self._abort_backoff(addr, result, start, round_)
+        finally:
+            self._release_server(addr)
+        return ModelResponse(input_tokens=list(req.input_ids), output_tokens=out_ids,
+                             output_logprobs=out_lps, output_versions=out_versions,
+                             stop_reason=stop, latency=time.monotonic() - start, rid=req.rid)
+
+    async def _wait_unpaused(self) -> None:
+        while self._paused.is_set():
+            await asyncio.sleep(_PAUSE_POLL_S)
+
+    async def _abort_backoff(self, addr: str, result, start: float, round_: int) -> None:
+        """An abort without progress: servers paused by someone else, or a server that keeps
+        aborting. Back off; give up after request_timeout_s so nothing waits forever."""
+        if time.monotonic() - start > self._rcfg.request_timeout_s:
+            raise ServerError(addr, protocol.GENERATE,
+                              f"request kept being aborted for {self._rcfg.request_timeout_s:.0f}s "
+                              f"(rollout.request_timeout_s); last message: {result.message!r}")
+        await asyncio.sleep(_ABORT_BACKOFF_S[min(round_, len(_ABORT_BACKOFF_S) - 1)])
+
+    async def _apost(self, addr: str, route: str, body: dict) -> Any:
+        return await apost_json(addr, route, body, timeout=self._rcfg.request_timeout_s,
+                                retries=self._rcfg.request_retries, headers=self._headers)
+
+    def _acquire_server(self) -> str:
+        """The server with the fewest requests in flight from this client; ties round-robin."""
+        with self._lock:
+            n = len(self.addrs)
+            order = [self.addrs[(self._rr + i) % n] for i in range(n)]
+            addr = min(order, key=lambda a: self._inflight[a])
+            self._rr = (self.addrs.index(addr) + 1) % n
+            self._inflight[addr] += 1
+            self.request_counts[addr] += 1
+            return addr
+
+    def _release_server(self, addr: str) -> None:
+        with self._lock:
+            self._inflight[addr] -= 1
+
+    def _require_initialized(self) -> None:
+        if not self._initialized:
+            raise RuntimeError("RemoteSGLangEngine is not initialized; call engine.initialize() first")
+
+    # ---- pause / continue -------------------------------------------------------------------
+
+    def pause(self) -> None:
+        """Stop new episodes (executor) and generation on every server (rollout.pause_mode)."""
+        if self._executor is not None:
+            self._executor.pause()
+        self._pause_servers()
+
+    def resume(self) -> None:
+        self._continue_servers()
+        if self._executor is not None:
+            self._executor.resume()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused.is_set()
+
+    def _pause_servers(self) -> None:
+        self._require_initialized()
+        self._paused.set()  # first: aborted requests must wait, not resubmit at once
+        body = protocol.pause_payload(self._rcfg.pause_mode)
+        self._fanout_post(protocol.PAUSE, lambda i, a: body, _CONTROL_TIMEOUT_S)
+
+    def _continue_servers(self) -> None:
+        self._require_initialized()
+        self._fanout_post(protocol.CONTINUE, lambda i, a: protocol.continue_payload(), _CONTROL_TIMEOUT_S)
+        self._paused.clear()
+
+    def _fanout_post(self, route: str, body_of, timeout: float) -> list[Any]:
+        return fanout(self.addrs, lambda i, a: post_json(
+            a, route, body_of(i, a), timeout=timeout, retries=self._rcfg.request_retries,
+            headers=self._headers))
+
+    # ---- weights and versions ---------------------------------------------------------------
+
+    def update_weights(self, meta: WeightUpdateMeta) -> None:
+        """Disk update: every server reloads meta.path; then the version becomes meta.version."""
+        if meta.type != "disk":
+            raise ValueError("update_weights handles disk updates; for distributed ones call "
+                             "update_weights_from_distributed(meta), which returns a future, and "
+                             "broadcast from the trainer while it runs")
+        if not meta.path:
+            raise ValueError("WeightUpdateMeta(type='disk') needs path: the saved Hugging Face folder")
+        self._require_initialized()
+        body = protocol.disk_update_payload(meta.path, meta.version)
+        self._paused_update(protocol.UPDATE_FROM_DISK, lambda i, a: body, meta.version)
+
+    def init_weights_update_group(self, meta: WeightUpdateMeta) -> Future:
+        """Every server joins the trainer's broadcast group (trainer = rank 0; server i with tp
+        ranks owns ranks 1 + i*tp ...). Resolves once all have joined, which needs the trainer
+        to init its side concurrently."""
+        self._require_initialized()
+        tp = self._tp_size()
+        world = 1 + len(self.addrs) * tp
+        return self._bg.submit(self._fanout_post, protocol.INIT_GROUP, lambda i, a: protocol.init_group_payload(
+            meta, rank_offset=1 + i * tp, world_size=world), self._rcfg.request_timeout_s)
+
+    def update_weights_from_distributed(self, meta: WeightUpdateMeta) -> Future:
+        """Every server receives meta.names/dtypes/shapes from the trainer's broadcast.
+
+        Returns at once; the future resolves after the servers loaded the tensors (the trainer
+        must broadcast meanwhile) and the engine's version became meta.version.
+        """
+        self._require_initialized()
+        body = protocol.distributed_update_payload(meta)
+        return self._bg.submit(self._paused_update, protocol.UPDATE_FROM_DISTRIBUTED,
+                               lambda i, a: body, meta.version)
+
+    def _paused_update(self, route: str, body_of, version: int | None) -> None:
+        """Run a weight route on all servers with generation paused (unless the caller paused)."""
+        paused_here = not self._paused.is_set()
+        if paused_here:
+            self._pause_servers()
+        try:
+            for answer in self._fanout_post(route, body_of, self._rcfg.request_timeout_s):
+                protocol.parse_success(route, answer)
+            if version is not None:
+                self.set_version(version)
+        finally:
+            if paused_here:
+                self._continue_servers()
+
+    def _tp_size(self) -> int:
+        if self.config.sglang.tp_size:
+            return self.config.sglang.tp_size
+        from areal.config.parallel import parse_parallel
+
+        return parse_parallel(self._rcfg.backend, allowed_backends=("sglang",)).tp
+
+    def get_version(self) -> int:
+        with self._lock:
+            return self._version
+
+    def set_version(self, version: int) -> None:
+        """The version new tokens are attributed to when a server reports none (the servers'
+        own version changes only with weight updates that pass one)."""
+        with self._lock:
+            self._version = int(version)
+
+    def server_info(self, addr: str) -> dict:
+        return get_json(addr, protocol.SERVER_INFO, timeout=_CONTROL_TIMEOUT_S, headers=self._headers)
+
+    # ---- rollout executor (AReaL-lite style front) ------------------------------------------
+
+    @property
+    def executor(self):
+        """The RolloutExecutor over this engine, created on first use."""
+        if self._executor is None:
+            from areal.rollout.executor import RolloutExecutor
+
+            self._executor = RolloutExecutor(self, self._rcfg)
+            if self.paused:
+                self._executor.pause()
+        return self._executor
+
+    def submit(self, data, workflow, should_accept=None) -> None:
+        self.executor.submit(data, workflow, should_accept)
+
+    def wait(self, count: int, timeout: float | None = None) -> dict:
+        return self.executor.wait(count, timeout)
+
+    def prepare_batch(self, dataloader, workflow, should_accept=None) -> dict:
+        return self.executor.prepare_batch(dataloader, workflow, should_accept)
+
+    def rollout_batch(self, data, workflow, should_accept=None) -> dict:
+        return self.executor.rollout_batch(data, workflow, should_accept)
+

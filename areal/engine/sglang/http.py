@@ -1,0 +1,133 @@
+"""HTTP transport to inference servers: JSON posts with retries, async and blocking.
+
+Why per-call aiohttp sessions: the client's coroutines run on whatever event loop calls them
+(the rollout executor's thread, a test's asyncio.run, a notebook), and an aiohttp session is
+bound to one loop. A session per request costs a local TCP handshake, negligible next to a
+generation. Blocking calls (weight updates, pause/continue) use `requests` in threads so they
+can fan out to every server at once from synchronous trainer code.
+
+Errors always name the server (`host:port`) and the route: with several servers, "connection
+refused" alone does not say which one went away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+RETRY_STATUS = {502, 503, 504}  # the server (or a proxy) is restarting or overloaded
+BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)
+
+
+class ServerError(RuntimeError):
+    """A server did not answer properly; `.addr` names it."""
+
+    def __init__(self, addr: str, route: str, message: str):
+        self.addr = addr
+        self.route = route
+        super().__init__(f"inference server {addr} ({route}): {message}")
+
+
+def _backoff(attempt: int) -> float:
+    return BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]
+
+
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+async def apost_json(addr: str, route: str, body: dict, *, timeout: float, retries: int,
+                     headers: dict[str, str] | None = None) -> Any:
+    """POST `body` to http://addr/route and return the JSON answer.
+
+    Connection errors and 502/503/504 are retried `retries` times with backoff; other HTTP
+    errors fail at once (a bad request does not get better by repeating it).
+    """
+    import aiohttp
+
+    last = ""
+    for attempt in range(retries + 1):
+        if attempt:
+            await asyncio.sleep(_backoff(attempt - 1))
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session:
+                async with session.post(f"http://{addr}{route}", json=body, headers=headers) as resp:
+                    if resp.status in RETRY_STATUS:
+                        last = f"HTTP {resp.status}: {(await resp.text())[:300]}"
+                        continue
+                    if resp.status >= 400:
+                        raise ServerError(addr, route, f"HTTP {resp.status}: {(await resp.text())[:1000]}")
+                    return await resp.json(content_type=None)
+        except asyncio.TimeoutError:
+            raise ServerError(addr, route, f"no answer within {timeout:.0f}s "
+                              "(rollout.request_timeout_s); raise it for long generations") from None
+        except aiohttp.ClientConnectionError as e:
+            last = f"{type(e).__name__}: {e}"
+    raise ServerError(addr, route, f"unreachable after {retries + 1} attempts ({last}); is the server "
+                      "still running? (retries: rollout.request_retries)")
+
+
+def post_json(addr: str, route: str, body: dict | None, *, timeout: float, retries: int = 0,
+              headers: dict[str, str] | None = None) -> Any:
+    """Blocking POST with the same retry rules as `apost_json`."""
+    import requests
+
+    last = ""
+    for attempt in range(retries + 1):
+        if attempt:
+            time.sleep(_backoff(attempt - 1))
+        try:
+            resp = requests.post(f"http://{addr}{route}", json=body, headers=headers, timeout=timeout)
+        except requests.Timeout:
+            raise ServerError(addr, route, f"no answer within {timeout:.0f}s") from None
+        except requests.ConnectionError as e:
+            last = f"connection error: {e}"
+            continue
+        if resp.status_code in RETRY_STATUS:
+            last = f"HTTP {resp.status_code}: {resp.text[:300]}"
+            continue
+        if resp.status_code >= 400:
+            raise ServerError(addr, route, f"HTTP {resp.status_code}: {resp.text[:1000]}")
+        return resp.json() if resp.content else {}
+    raise ServerError(addr, route, f"unreachable after {retries + 1} attempts ({last})")
+
+
+def get_json(addr: str, route: str, *, timeout: float, headers: dict[str, str] | None = None) -> Any:
+    import requests
+
+    try:
+        resp = requests.get(f"http://{addr}{route}", headers=headers, timeout=timeout)
+    except requests.RequestException as e:
+        raise ServerError(addr, route, f"{type(e).__name__}: {e}") from None
+    if resp.status_code >= 400:
+        raise ServerError(addr, route, f"HTTP {resp.status_code}: {resp.text[:1000]}")
+    return resp.json()
+
+
+def is_healthy(addr: str, *, timeout: float = 5.0, headers: dict[str, str] | None = None) -> bool:
+    import requests
+
+    try:
+        return requests.get(f"http://{addr}/health", headers=headers, timeout=timeout).status_code == 200
+    except requests.RequestException:
+        return False
+
+
+def fanout(addrs: list[str], call: Callable[[int, str], Any]) -> list[Any]:
+    """Run `call(index, addr)` for every server at once; all answers, or one error naming
+    every server that failed (the others' calls still completed)."""
+    if not addrs:
+        return []
+    with ThreadPoolExecutor(max_workers=len(addrs), thread_name_prefix="sglang-fanout") as pool:
+        futures = [pool.submit(call, i, a) for i, a in enumerate(addrs)]
+        results, errors = [], []
+        for addr, fut in zip(addrs, futures):
+            try:
+                results.append(fut.result())
+            except Exception as e:
+                errors.append(f"{addr}: {e}")
+    if errors:
+        raise RuntimeError(f"{len(errors)} of {len(addrs)} inference servers failed:\n  " + "\n  ".join(errors))
+    return results

@@ -1,0 +1,216 @@
+"""SGLang's HTTP API as pure functions: build request bodies, parse response bodies.
+
+This is the one module that knows SGLang's wire format (checked against SGLang 0.5.2's
+`entrypoints/http_server.py` and `managers/io_struct.py`); the async client only sends what it
+builds. Why a fixed key set: SGLang silently ignores unknown top-level keys of /generate (a typo
+such as `max_tokens` would vanish without a trace) and answers an unknown sampling key with
+HTTP 500, so every payload here is spelt from the constants below and tested on saved JSON.
+
+Wire facts the parsers rely on:
+* `meta_info.output_token_logprobs` is a list of `[logprob, token_id, text_or_null]` triples.
+* `output_ids` keep a matched stop token (EOS or a stop_token_id); its logprob is reported too.
+* `meta_info.finish_reason` is `{"type": "stop", "matched": int|str}`,
+  `{"type": "length", "length": n}`, `{"type": "abort", "message": ...}`, or null (streaming).
+  A request aborted before prefill comes back without `output_ids`.
+* `meta_info.weight_version` is a string ("default" until a weight update passes a version).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from areal.api.inference import ModelRequest, WeightUpdateMeta
+
+# Routes used by the client.
+GENERATE = "/generate"
+HEALTH = "/health"
+SERVER_INFO = "/get_server_info"
+WEIGHT_VERSION = "/get_weight_version"
+PAUSE = "/pause_generation"
+CONTINUE = "/continue_generation"
+UPDATE_FROM_DISK = "/update_weights_from_disk"
+INIT_GROUP = "/init_weights_update_group"
+UPDATE_FROM_DISTRIBUTED = "/update_weights_from_distributed"
+
+# Every key the client may send, exactly as SGLang spells it.
+GENERATE_KEYS = frozenset({"input_ids", "sampling_params", "rid", "return_logprob", "stream"})
+SAMPLING_KEYS = frozenset({
+    "max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k",
+    "stop", "stop_token_ids", "ignore_eos", "skip_special_tokens", "no_stop_trim",
+})
+PAUSE_KEYS = frozenset({"mode"})
+DISK_UPDATE_KEYS = frozenset({"model_path", "weight_version", "abort_all_requests"})
+INIT_GROUP_KEYS = frozenset({"master_address", "master_port", "rank_offset", "world_size",
+                             "group_name", "backend"})
+DISTRIBUTED_UPDATE_KEYS = frozenset({"names", "dtypes", "shapes", "group_name", "flush_cache",
+                                     "abort_all_requests", "weight_version"})
+PAUSE_MODES = ("abort", "retract", "in_place")
+
+StopReason = Literal["stop", "length", "abort"]
+
+
+class ProtocolError(ValueError):
+    """A response that does not have SGLang's shape (wrong server, proxy page, version skew)."""
+
+
+@dataclass(frozen=True)
+class GenerateResult:
+    """One /generate answer: the tokens of this round and why it ended."""
+
+    output_ids: list[int]
+    output_logprobs: list[float]
+    stop_reason: StopReason
+    weight_version: int | None  # None when the server reports a non-integer ("default")
+    message: str = ""  # abort message, for logs
+
+
+def generate_payload(req: ModelRequest, *, rid: str, input_ids: list[int], max_new_tokens: int,
+                     min_new_tokens: int) -> dict[str, Any]:
+    """The /generate body of one round of `req`.
+
+    `rid`, `input_ids`, `max_new_tokens` and `min_new_tokens` are per round: a resubmission after
+    an abort sends the prompt plus the tokens so far and the remaining budget, under a new rid
+    (a server may still hold the aborted one).
+    """
+    sampling = {
+        "max_new_tokens": int(max_new_tokens),
+        "min_new_tokens": int(min_new_tokens),
+        "temperature": float(req.temperature),
+        "top_p": float(req.top_p),
+        "top_k": int(req.top_k),
+        "stop": list(req.stop),
+        "stop_token_ids": [int(t) for t in req.stop_token_ids],
+        "ignore_eos": bool(req.ignore_eos),
+        "skip_special_tokens": False,
+        "no_stop_trim": True,
+    }
+    body = {
+        "input_ids": [int(t) for t in input_ids],
+        "sampling_params": sampling,
+        "rid": rid,
+        "return_logprob": True,
+        "stream": False,
+    }
+    _check_keys(body, GENERATE_KEYS, GENERATE)
+    _check_keys(sampling, SAMPLING_KEYS, GENERATE + " sampling_params")
+    return body
+
+
+def parse_generate(body: Any) -> GenerateResult:
+    """Tokens, logprobs, stop reason and weight version of a /generate response body."""
+    if not isinstance(body, dict) or not isinstance(body.get("meta_info"), dict):
+        raise ProtocolError(f"/generate answered without meta_info: {_short(body)}")
+    meta = body["meta_info"]
+    reason = meta.get("finish_reason")
+    stop_reason = _stop_reason(reason)
+    triples = meta.get("output_token_logprobs") or []
+    output_ids = [int(t) for t in body.get("output_ids") or []]
+    logprobs = [float(t[0]) for t in triples]
+    if len(logprobs) != len(output_ids):
+        raise ProtocolError(
+            f"/generate returned {len(output_ids)} output_ids but {len(logprobs)} logprobs "
+            "(was return_logprob dropped?)")
+    ids_in_triples = [int(t[1]) for t in triples]
+    if ids_in_triples != output_ids:
+        raise ProtocolError("/generate: token ids in output_token_logprobs differ from output_ids")
+    message = reason.get("message", "") if isinstance(reason, dict) else ""
+    return GenerateResult(output_ids, logprobs, stop_reason,
+                          parse_weight_version(meta.get("weight_version")), str(message or ""))
+
+
+def _stop_reason(reason: Any) -> StopReason:
+    if reason is None:
+        raise ProtocolError("/generate answered an unfinished request (finish_reason null); "
+                            "the client sends stream=false and needs a finished one")
+    kind = reason.get("type") if isinstance(reason, dict) else reason
+    if kind not in ("stop", "length", "abort"):
+        raise ProtocolError(f"/generate: unknown finish_reason {reason!r}")
+    return kind
+
+
+def parse_weight_version(value: Any) -> int | None:
+    """SGLang reports versions as strings; ours are integers. Anything else ("default") is None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        return int(value)
+    return None
+
+
+def pause_payload(mode: str) -> dict[str, Any]:
+    """/pause_generation needs a JSON body; mode is abort (default), retract or in_place."""
+    if mode not in PAUSE_MODES:
+        raise ValueError(f"pause mode {mode!r} is not one of {PAUSE_MODES}; set rollout.pause_mode")
+    return {"mode": mode}
+
+
+def continue_payload() -> dict[str, Any]:
+    """/continue_generation needs a JSON body, an empty one."""
+    return {}
+
+
+def disk_update_payload(path: str, version: int | None) -> dict[str, Any]:
+    """/update_weights_from_disk: reload `path`; the version only changes when one is passed."""
+    body: dict[str, Any] = {"model_path": str(path), "abort_all_requests": False}
+    if version is not None:
+        body["weight_version"] = str(version)
+    _check_keys(body, DISK_UPDATE_KEYS, UPDATE_FROM_DISK)
+    return body
+
+
+def init_group_payload(meta: WeightUpdateMeta, *, rank_offset: int, world_size: int) -> dict[str, Any]:
+    """/init_weights_update_group for one server: its ranks start at `rank_offset`.
+
+    Rank 0 is the trainer; server i with tensor parallel tp owns ranks 1 + i*tp .. (i+1)*tp.
+    """
+    body = {
+        "master_address": meta.master_address,
+        "master_port": int(meta.master_port),
+        "rank_offset": int(rank_offset),
+        "world_size": int(world_size),
+        "group_name": meta.group_name,
+        "backend": meta.backend,
+    }
+    _check_keys(body, INIT_GROUP_KEYS, INIT_GROUP)
+    return body
+
+
+def distributed_update_payload(meta: WeightUpdateMeta) -> dict[str, Any]:
+    """/update_weights_from_distributed: names, dtypes and shapes of the tensors the trainer broadcasts."""
+    if not (len(meta.names) == len(meta.dtypes) == len(meta.shapes)):
+        raise ValueError(f"WeightUpdateMeta: {len(meta.names)} names, {len(meta.dtypes)} dtypes and "
+                         f"{len(meta.shapes)} shapes; they must match one to one")
+    body: dict[str, Any] = {
+        "names": list(meta.names),
+        "dtypes": list(meta.dtypes),
+        "shapes": [list(map(int, s)) for s in meta.shapes],
+        "group_name": meta.group_name,
+        "flush_cache": True,
+        "abort_all_requests": False,
+    }
+    if meta.version is not None:
+        body["weight_version"] = str(meta.version)
+    _check_keys(body, DISTRIBUTED_UPDATE_KEYS, UPDATE_FROM_DISTRIBUTED)
+    return body
+
+
+def parse_success(route: str, body: Any) -> str:
+    """Weight routes answer {"success": bool, "message": str}; returns the message or raises."""
+    if not isinstance(body, dict) or "success" not in body:
+        raise ProtocolError(f"{route} answered without 'success': {_short(body)}")
+    if not body["success"]:
+        raise RuntimeError(f"{route} failed: {body.get('message', '')}")
+    return str(body.get("message", ""))
+
+
+def _check_keys(body: dict, allowed: frozenset[str], where: str) -> None:
+    unknown = set(body) - allowed
+    assert not unknown, f"{where}: keys {sorted(unknown)} are not in the tested key set"
+
+
+def _short(body: Any, limit: int = 300) -> str:
+    text = repr(body)
+    return text if len(text) <= limit else text[:limit] + "..."

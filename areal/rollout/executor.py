@@ -1,0 +1,320 @@
+"""The rollout executor: runs workflow episodes asynchronously under a staleness bound.
+
+Why a background thread with its own event loop (as AReaL's WorkflowExecutor): the trainer's
+main thread is busy with forward/backward passes; episodes (HTTP generation + reward scoring)
+must keep running meanwhile so the next batch is ready when the trainer asks for it.
+
+    executor = RolloutExecutor(engine, cfg.rollout)
+    batch = executor.prepare_batch(dataloader, workflow)   # async RL: keeps the pipeline full
+    batch = executor.rollout_batch(records, workflow)      # sync: exactly these records
+    executor.submit(record, workflow); batch = executor.wait(count=8, timeout=60)
+
+Admission: a submitted episode starts only when `staleness.capacity` allows it, i.e. running +
+accepted never exceeds `(max_head_offpolicyness + version + 1) * consumer_batch_size` and running
+never exceeds `max_concurrent_rollouts`; the version is read from the engine, so the bound opens
+as soon as the trainer sets a new version. `pause()` stops admission (running episodes go on;
+the engine decides what happens to their requests) until `resume()`.
+
+A failing workflow raises `RolloutError` (with the data record attached) from the next `wait`,
+`prepare_batch` or `rollout_batch`; it never leaves a caller waiting for a result that will not come.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from areal.api.inference import InferenceEngine
+from areal.api.workflow import RolloutWorkflow
+from areal.rollout.batch import concat_padded
+from areal.rollout.staleness import capacity
+
+logger = logging.getLogger(__name__)
+
+_POLL_S = 0.05  # admission re-check period (the engine's version can change at any time)
+_PREPARE_WAIT_S = 0.5  # prepare_batch tops up the queue at least this often
+
+
+class RolloutError(RuntimeError):
+    """A workflow episode failed; `.data` is its input record, `__cause__` the original error."""
+
+    def __init__(self, data: Any, workflow: Any, error: BaseException):
+        self.data = data
+        self.error = error
+        text = repr(data)
+        text = text if len(text) <= 500 else text[:500] + "..."
+        super().__init__(f"workflow {type(workflow).__name__} failed on record {text}: "
+                         f"{type(error).__name__}: {error}")
+
+
+@dataclass
+class _Submission:
+    data: Any
+    workflow: RolloutWorkflow
+    should_accept: Callable[[dict], bool] | None
+    sink: queue.Queue
+    bounded: bool  # counts against the staleness bound (rollout_batch's episodes do not)
+    created: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class _Result:
+    created: float
+    data: Any
+    workflow: RolloutWorkflow
+    trajectory: dict | None  # None: dropped by the workflow or should_accept
+    error: BaseException | None = None
+
+
+class RolloutExecutor:
+    def __init__(self, engine: InferenceEngine, config):
+        """`config` is a RolloutConfig (rollout section of the experiment config)."""
+        if config.consumer_batch_size is None:
+            raise ValueError("rollout.consumer_batch_size is null: set it (or train_dataset.batch_size, "
+                             "which it follows after validate_config)")
+        self.engine = engine
+        self.consumer_batch_size = config.consumer_batch_size
+        self.max_concurrent = config.max_concurrent_rollouts or config.consumer_batch_size
+        self.max_head_offpolicyness = config.max_head_offpolicyness
+        self._lock = threading.Lock()
+        self._inputs: deque[_Submission] = deque()
+        self._outputs: queue.Queue = queue.Queue()
+        self._ready: list[_Result] = []
+        self._running = 0  # every running episode (the concurrency bound)
+        self._running_bounded = 0  # running episodes under the staleness bound
+        self._accepted = 0  # accepted episodes under the staleness bound, ever
+        self._peak = {"running": 0, "started": 0}  # observed maxima, for tests and logs
+        self._paused = threading.Event()
+        self._stopping = False
+        self._data_iter: Iterable | None = None
+        self._data_source: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._loop_error: BaseException | None = None
+        started = threading.Event()
+        self._thread = threading.Thread(target=self._thread_main, args=(started,),
+                                        name="rollout-executor", daemon=True)
+        self._thread.start()
+        started.wait()
+
+    # ---- public API -------------------------------------------------------------------------
+
+    def submit(self, data: Any, workflow: RolloutWorkflow,
+               should_accept: Callable[[dict], bool] | None = None) -> None:
+        """Queue one episode; it starts when the staleness and concurrency bounds allow."""
+        self._enqueue(_Submission(data, workflow, should_accept, self._outputs, bounded=True))
+
+    def wait(self, count: int, timeout: float | None = None) -> dict[str, Any]:
+        """The `count` oldest finished accepted episodes as one padded batch.
+
+        Raises TimeoutError if fewer finish within `timeout` seconds (those that did stay
+        for the next call), and RolloutError as soon as an episode failed.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while len(self._ready) < count:
+            result = self._next_result(self._outputs, deadline, count)
+            if result.error is not None:
+                raise RolloutError(result.data, result.workflow, result.error) from result.error
+            if result.trajectory is not None:
+                self._ready.append(result)
+        self._ready.sort(key=lambda r: r.created)
+        taken, self._ready = self._ready[:count], self._ready[count:]
+        return concat_padded([r.trajectory for r in taken])
+
+    def prepare_batch(self, dataloader: Iterable, workflow: RolloutWorkflow,
+                      should_accept: Callable[[dict], bool] | None = None) -> dict[str, Any]:
+        """One consumer batch, keeping enough episodes queued that generation never idles.
+
+        `dataloader` yields batches (lists of records, or single dict records) and is cycled
+        across epochs; episodes left running when this returns feed the next call (async RL).
+        """
+        if self._data_source is not dataloader:
+            self._data_source, self._data_iter = dataloader, _cycle(dataloader)
+        while True:
+            while self._backlog() < self.max_concurrent:
+                for record in _records(next(self._data_iter)):
+                    self.submit(record, workflow, should_accept)
+            try:
+                return self.wait(self.consumer_batch_size, timeout=_PREPARE_WAIT_S)
+            except TimeoutError:
+                continue
+
+    def rollout_batch(self, data: list[Any], workflow: RolloutWorkflow,
+                      should_accept: Callable[[dict], bool] | None = None) -> dict[str, Any]:
+        """Run exactly these records and return their accepted episodes in input order.
+
+        Synchronous (the caller waits, so no sample goes stale): only the concurrency bound
+        applies. Dropped episodes are left out; {} if all were dropped.
+        """
+        sink: queue.Queue = queue.Queue()
+        for record in data:
+            self._enqueue(_Submission(record, workflow, should_accept, sink, bounded=False))
+        results = [self._next_result(sink, None, len(data)) for _ in data]
+        for r in results:
+            if r.error is not None:
+                raise RolloutError(r.data, r.workflow, r.error) from r.error
+        results.sort(key=lambda r: r.created)
+        return concat_padded([r.trajectory for r in results if r.trajectory is not None])
+
+    def pause(self) -> None:
+        """Stop starting episodes (around weight updates); running ones continue."""
+        self._paused.set()
+
+    def resume(self) -> None:
+        self._paused.clear()
+        self._poke()
+
+    @property
+    def paused(self) -> bool:
+        return self._paused.is_set()
+
+    def stats(self) -> dict[str, int]:
+        """Counters of the staleness bound (a snapshot)."""
+        with self._lock:
+            return {"queued": len(self._inputs), "running": self._running,
+                    "running_bounded": self._running_bounded, "accepted": self._accepted,
+                    "ready": len(self._ready), "peak_running": self._peak["running"],
+                    "peak_started": self._peak["started"]}
+
+    def destroy(self) -> None:
+        """Cancel running episodes and stop the loop thread."""
+        self._stopping = True
+        self._poke()
+        self._thread.join(timeout=30)
+
+    # ---- loop thread ------------------------------------------------------------------------
+
+    def _thread_main(self, started: threading.Event) -> None:
+        try:
+            asyncio.run(self._main(started))
+        except BaseException as e:  # surfaced to waiters by _next_result
+            self._loop_error = e
+            logger.exception("rollout executor loop died")
+        finally:
+            started.set()
+
+    async def _main(self, started: threading.Event) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._wake = asyncio.Event()
+        tasks: set[asyncio.Task] = set()
+        started.set()
+        while not self._stopping:
+            for sub in self._admit():
+                task = asyncio.create_task(self._episode(sub))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            try:
+                await asyncio.wait_for(self._wake.wait(), _POLL_S)
+            except asyncio.TimeoutError:
+                pass
+            self._wake.clear()
+        for task in list(tasks):
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _admit(self) -> list[_Submission]:
+        """Pop the queued episodes that may start now (FIFO), updating the counters."""
+        admitted = []
+        if self._paused.is_set():
+            return admitted
+        version = self.engine.get_version()
+        with self._lock:
+            while self._inputs:
+                sub = self._inputs[0]
+                room = capacity(version=version, max_head_offpolicyness=self.max_head_offpolicyness,
+                                consumer_batch_size=self.consumer_batch_size,
+                                max_concurrent=self.max_concurrent - (self._running - self._running_bounded),
+                                running=self._running_bounded, accepted=self._accepted)
+                if (sub.bounded and room <= 0) or self._running >= self.max_concurrent:
+                    break
+                self._inputs.popleft()
+                self._running += 1
+                self._running_bounded += sub.bounded
+                self._peak["running"] = max(self._peak["running"], self._running)
+                self._peak["started"] = max(self._peak["started"], self._running_bounded + self._accepted)
+                admitted.append(sub)
+        return admitted
+
+    async def _episode(self, sub: _Submission) -> None:
+        trajectory, error = None, None
+        try:
+            trajectory = await sub.workflow.arun_episode(self.engine, sub.data)
+            if trajectory is not None and sub.should_accept is not None and not sub.should_accept(trajectory):
+                trajectory = None
+        except asyncio.CancelledError:
+            error = RuntimeError("the rollout executor was destroyed while this episode ran")
+            raise
+        except Exception as e:
+            error = e
+        finally:
+            with self._lock:
+                self._running -= 1
+                if sub.bounded:
+                    self._running_bounded -= 1
+                    self._accepted += trajectory is not None and error is None
+            sub.sink.put(_Result(sub.created, sub.data, sub.workflow, trajectory, error))
+            self._wake.set()
+
+    # ---- helpers ----------------------------------------------------------------------------
+
+    def _enqueue(self, sub: _Submission) -> None:
+        if self._stopping:
+            raise RuntimeError("the rollout executor was destroyed; create a new one")
+        with self._lock:
+            self._inputs.append(sub)
+        self._poke()
+
+    def _poke(self) -> None:
+        """Wake the loop from any thread (new work, resume, stop)."""
+        loop, wake = self._loop, self._wake
+        if loop is not None and wake is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(wake.set)
+            except RuntimeError:  # loop closed between the check and the call
+                pass
+
+    def _backlog(self) -> int:
+        with self._lock:
+            return len(self._inputs) + self._running
+
+    def _next_result(self, source: queue.Queue, deadline: float | None, count: int) -> _Result:
+        """The next result from `source`; raises if the deadline passes or the loop died."""
+        while True:
+            if self._loop_error is not None or not self._thread.is_alive():
+                raise RuntimeError("the rollout executor loop has stopped") from self._loop_error
+            wait = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
+            if wait <= 0:
+                s = self.stats()
+                raise TimeoutError(
+                    f"only {len(self._ready)} of {count} rollouts were ready in time "
+                    f"(queued={s['queued']}, running={s['running']}, accepted={s['accepted']}, "
+                    f"version={self.engine.get_version()}, paused={self.paused})")
+            try:
+                return source.get(timeout=wait)
+            except queue.Empty:
+                continue
+
+
+def _cycle(dataloader: Iterable):
+    """Batches of `dataloader` forever, epoch after epoch."""
+    for epoch in itertools.count():
+        empty = True
+        for batch in dataloader:
+            empty = False
+            yield batch
+        if empty:
+            raise ValueError(f"the dataloader yielded no batch in epoch {epoch}; check the dataset")
+
+
+def _records(batch: Any) -> list[Any]:
+    """A dataloader batch as a list of records (a lone dict record is a batch of one)."""
+    if isinstance(batch, dict):
+        return [batch]
+    return list(batch)

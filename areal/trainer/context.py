@@ -1,0 +1,112 @@
+"""Everything one trainer rank holds during a run, and the per-step side duties (save, eval, log).
+
+Built by `build_context(cfg)`; the loop in grpo.py only calls its methods.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+logger = logging.getLogger("areal.trainer")
+
+
+@dataclass
+class TrainContext:
+    cfg: Any
+    actor: Any
+    ref: Any
+    source: Any
+    total_steps: int
+    steps_per_epoch: int
+    start_step: int = 1
+    eval_records: list | None = None
+    eval_workflow: Any = None
+    stats: Any = None  # StatsLogger on rank 0
+    temperature: float = 1.0
+    history: list = field(default_factory=list)
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.cfg.run_dir)
+
+    def epoch(self) -> int:
+        return self.source.loader_state()["epoch"] if self.source else 0
+
+    # ---- side duties -----------------------------------------------------------------------------
+    def save(self, step: int) -> None:
+        from areal.engine.fsdp.checkpoint import TrainerState, save_checkpoint, should_save
+
+        saver, recover = self.cfg.saver, self.cfg.recover
+        if should_save(step, saver.freq_steps) or (saver.save_at_end and step == self.total_steps):
+            name = "final" if step == self.total_steps else f"step_{step:08d}"
+            self.actor.save(str(self.run_dir / "models" / name))
+        if should_save(step, recover.freq_steps):
+            state = TrainerState(step=step, epoch=self.epoch(), weight_version=self.actor.get_version(),
+                                 extra={"loader": self.source.loader_state()})
+            save_checkpoint(self.actor, self.run_dir, state, keep_last=recover.keep_last)
+
+    def evaluate(self, step: int) -> dict[str, float]:
+        freq = self.cfg.evaluator.freq_steps
+        if not freq or not (step % freq == 0 or step == self.total_steps):
+            return {}
+        return self.run_eval()
+
+    def run_eval(self) -> dict[str, float]:
+        """Greedy pass@1 on the validation records (rank 0 generates; all ranks get the result)."""
+        from .sources import broadcast_from_rank0
+
+        result = None
+        engine = getattr(self.source, "engine", None)
+        if engine is not None and self.eval_workflow is not None:
+            batch = engine.rollout_batch(self.eval_records, self.eval_workflow)
+            rewards = batch["rewards"].float()
+            result = {"eval/accuracy": float((rewards >= 1.0 - 1e-6).float().mean()),
+                      "eval/reward_mean": float(rewards.mean()), "eval/n": int(rewards.numel())}
+        return broadcast_from_rank0(result) or {}
+
+    def log(self, step: int, metrics: dict) -> None:
+        self.history.append(metrics)
+        if self.stats is not None:
+            self.stats.log(step, metrics)
+
+    # ---- recovery --------------------------------------------------------------------------------
+    def maybe_recover(self) -> None:
+        """recover.mode=auto: continue after the last checkpoint and push its weights to the servers."""
+        from areal.engine.fsdp.checkpoint import load_latest, restore_checkpoint
+
+        if self.cfg.recover.mode != "auto":
+            return
+        found = load_latest(self.run_dir)
+        if found is None:
+            logger.info("recover.mode=auto: no checkpoint under %s, starting fresh", self.run_dir / "checkpoints")
+            return
+        folder, _ = found
+        state = restore_checkpoint(self.actor, folder)
+        loader_state = state.extra.get("loader")
+        if loader_state and getattr(self.source, "loader", None) is not None:
+            self.source.loader.load_state_dict(loader_state)
+        self.start_step = state.step + 1
+        self.source.push_weights(state.weight_version)
+        logger.info("recovered from %s: resuming at step %d, weight version %d", folder, self.start_step,
+                    state.weight_version)
+
+    def close(self) -> None:
+        if self.stats is not None:
+            self.stats.close()
+        self.source.destroy()
+        if self.eval_workflow is not None and hasattr(self.eval_workflow, "close"):
+            self.eval_workflow.close()
+
+
+def seed_everything(seed: int, rank: int) -> None:
+    import numpy as np
+
+    random.seed(seed + rank)
+    np.random.seed(seed + rank)
+    torch.manual_seed(seed + rank)

@@ -1,0 +1,80 @@
+"""The GRPO training loop, phase by phase as the algorithm reads:
+
+    prepare batch -> recompute logprobs -> advantages -> PPO update
+    -> pause, weight update, continue -> version bump -> save / evaluate / log
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from areal.algo.actor import loss_weight_fn, ppo_loss_fn, prepare_ppo_batch, split_minibatches
+
+
+@dataclass
+class Phases:
+    """Seconds per named phase of one step (logged as timing/<phase>_s)."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @contextmanager
+    def __call__(self, name: str):
+        t = time.perf_counter()
+        yield
+        self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t
+
+
+def grpo_step(ctx, step: int) -> dict[str, Any]:
+    """One training step; returns its metrics."""
+    cfg, actor, a = ctx.cfg, ctx.actor, ctx.cfg.actor
+    phases, t0 = Phases(), time.perf_counter()
+    with phases("rollout"):
+        batch = ctx.source.next_batch()
+    with phases("advantages"):
+        batch = prepare_ppo_batch(batch, a, group_size=cfg.gconfig.n_samples)
+        local = actor.dp_shard(batch)
+    with phases("recompute_logprob"):
+        if a.recompute_logprob:
+            local["prox_logprobs"] = actor.forward(local, temperature=ctx.temperature)
+        if ctx.ref is not None:
+            local["ref_logprobs"] = ctx.ref.forward(local, temperature=ctx.temperature)
+    with phases("train"):
+        train_stats = [actor.train_batch(mb, ppo_loss_fn(a), loss_weight_fn(a), temperature=ctx.temperature)
+                       for mb in split_minibatches(local, a.ppo_n_minibatches)]
+    with phases("weight_update"):
+        update = ctx.source.push_weights(actor.get_version() + 1)  # the version bump
+    with phases("save"):
+        ctx.save(step)
+    with phases("eval"):
+        evaluation = ctx.evaluate(step)
+    return _metrics(step, ctx, batch, train_stats, update, evaluation, phases, time.perf_counter() - t0)
+
+
+def _metrics(step, ctx, batch, train_stats, update, evaluation, phases, step_s) -> dict[str, Any]:
+    rewards = batch["rewards"].float()
+    n_tokens = int(batch["loss_mask"].sum())
+    out = {"step": step, "epoch": ctx.epoch(), "weight_version": ctx.actor.get_version(),
+           "rollout/reward_mean": float(rewards.mean()), "rollout/reward_std": float(rewards.std()),
+           "rollout/n_samples": int(rewards.numel()), "rollout/gen_tokens": n_tokens,
+           "timing/step_s": step_s, "throughput/samples_per_s": rewards.numel() / max(step_s, 1e-9)}
+    if "versions" in batch:
+        gen = batch["versions"][batch["loss_mask"].bool()]
+        if gen.numel():
+            out["rollout/staleness_max"] = int(ctx.actor.get_version() - 1 - gen.min())
+    last = train_stats[-1]
+    for key, value in last.items():
+        out[f"train/{key}"] = float(value)
+    out["train/loss"] = sum(float(s.get("loss", 0.0)) for s in train_stats) / len(train_stats)
+    out.update({f"weight_update/{k}": float(v) for k, v in update.items() if isinstance(v, (int, float))})
+    out.update({f"timing/{k}_s": v for k, v in phases.seconds.items()})
+    out.update(evaluation)
+    return out
+
+
+def train(ctx) -> None:
+    for step in range(ctx.start_step, ctx.total_steps + 1):
+        metrics = grpo_step(ctx, step)
+        ctx.log(step, metrics)

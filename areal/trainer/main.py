@@ -1,0 +1,166 @@
+"""Trainer worker entry: `python -m areal.trainer.main --config RUN_DIR/config.yaml`.
+
+Started by areal-launch once per trainer rank (torch.distributed env from the launch plan). Also
+runnable by hand for debugging with a single rank:
+    python -m areal.trainer.main --config /tmp/areal/experiments/NAME/TRIAL/config.yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+logger = logging.getLogger("areal.trainer")
+
+
+def load_run_config(path: str):
+    """The resolved config the launcher wrote (validated again: it may have been edited by hand)."""
+    import yaml
+
+    from areal.config import validate_config
+
+    with open(path) as f:
+        return validate_config(yaml.safe_load(f))
+
+
+def resolve_model_paths(cfg) -> None:
+    """tiny:<preset> names become the folder every process of the run shares."""
+    from areal.models.resolve import resolve_model_path
+
+    for section, key in (("actor", "path"), ("actor", "tokenizer_path"), ("ref", "path"),
+                         ("sglang", "model_path"), ("sglang", "tokenizer_path")):
+        obj = getattr(cfg, section)
+        if getattr(obj, key):
+            setattr(obj, key, resolve_model_path(getattr(obj, key)))
+
+
+def build_context(cfg):
+    """Engines, the rollout source, data, evaluation and logging of this rank."""
+    from areal.engine.fsdp.engine import FSDPEngine
+
+    from .context import TrainContext, seed_everything
+    from .sources import broadcast_from_rank0
+
+    names = dict(experiment_name=cfg.experiment_name, trial_name=cfg.trial_name, fileroot=cfg.cluster.fileroot)
+    actor = FSDPEngine(cfg.actor, **names)
+    source, steps_per_epoch = None, 0
+    seed_everything(cfg.seed, 0)
+    # the loader is built before the engine so total steps (LR schedule) are known
+    source_parts = _source_parts(cfg)
+    steps_per_epoch = source_parts["steps_per_epoch"]
+    total = cfg.total_train_epochs * steps_per_epoch
+    if cfg.total_train_steps:
+        total = min(total, cfg.total_train_steps) if steps_per_epoch else cfg.total_train_steps
+    actor.initialize(total_train_steps=total)
+    seed_everything(cfg.seed, actor.rank)
+    ref = _build_ref(cfg, names) if cfg.actor.kl_ctl > 0 else None
+    source = _build_source(cfg, actor, source_parts)
+    ctx = TrainContext(cfg=cfg, actor=actor, ref=ref, source=source, total_steps=total,
+                       steps_per_epoch=steps_per_epoch, temperature=cfg.gconfig.temperature or 1.0)
+    if cfg.evaluator.freq_steps and actor.is_rank0:
+        ctx.eval_records, ctx.eval_workflow = _eval_parts(cfg)
+    if actor.is_rank0:
+        from areal.utils.stats_logger import StatsLogger
+
+        sl = cfg.stats_logger
+        ctx.stats = StatsLogger(cfg.run_dir, tensorboard=sl.tensorboard, plot=sl.plot, progress=sl.progress_bar,
+                                total_steps=total)
+    broadcast_from_rank0(None)  # every rank is set up before the first step
+    return ctx
+
+
+def _source_parts(cfg) -> dict:
+    from .data import PromptLoader, load_records
+
+    if cfg.rollout.replay_path:
+        from .rollouts import read_index
+
+        return {"loader": None, "steps_per_epoch": len(read_index(cfg.rollout.replay_path)["batches"])}
+    records = load_records(cfg.train_dataset)
+    loader = PromptLoader(records, cfg.train_dataset.batch_size, shuffle=cfg.train_dataset.shuffle, seed=cfg.seed)
+    return {"loader": loader, "steps_per_epoch": len(loader)}
+
+
+def _build_source(cfg, actor, parts):
+    import torch.distributed as dist
+
+    from areal.engine.sglang.client import RemoteSGLangEngine
+
+    from .sources import LiveRollouts, ReplayRollouts
+
+    rank0 = dist.get_rank() == 0
+    if cfg.rollout.replay_path:
+        external = None
+        if rank0 and cfg.rollout.server_addrs:
+            external = RemoteSGLangEngine(cfg)
+            external.initialize()
+        return ReplayRollouts(cfg, actor, external=external)
+    engine = workflow = None
+    if rank0:
+        from areal.workflow.registry import build_workflow
+
+        engine = RemoteSGLangEngine(cfg)
+        engine.initialize()
+        workflow = build_workflow(cfg, cfg.actor.tokenizer_path)
+        where = "external servers" if cfg.launcher.rollout_n_nodes == 0 else "the run's servers"
+        logger.info("rollouts from %s %s; weight updates (%s) go to them", where, engine.addrs,
+                    cfg.actor.weight_update)
+    return LiveRollouts(cfg, actor, rank0_engine=engine, workflow=workflow, loader=parts["loader"])
+
+
+def _build_ref(cfg, names):
+    from areal.engine.fsdp.engine import FSDPEngine
+
+    ref_cfg = cfg.actor.model_copy(update={"path": cfg.ref.path, "tokenizer_path": cfg.actor.tokenizer_path,
+                                           "dtype": cfg.ref.dtype, "use_lora": False})
+    ref = FSDPEngine(ref_cfg, trainable=False, **names)
+    ref.initialize()
+    return ref
+
+
+def _eval_parts(cfg):
+    from areal.workflow.registry import build_workflow
+
+    from .data import load_records
+
+    records = load_records(cfg.valid_dataset)
+    if cfg.evaluator.max_samples:
+        records = records[:cfg.evaluator.max_samples]
+    eval_cfg = cfg.model_copy(deep=True)
+    eval_cfg.gconfig.temperature = 0.0
+    eval_cfg.gconfig.n_samples = 1
+    if cfg.evaluator.max_new_tokens:
+        eval_cfg.gconfig.max_new_tokens = cfg.evaluator.max_new_tokens
+    eval_cfg.workflow.reward_fn = cfg.evaluator.reward_fn or cfg.workflow.reward_fn
+    return records, build_workflow(eval_cfg, cfg.actor.tokenizer_path)
+
+
+def run(cfg) -> None:
+    from .grpo import train
+
+    resolve_model_paths(cfg)
+    ctx = build_context(cfg)
+    try:
+        ctx.maybe_recover()
+        if ctx.eval_records is not None or cfg.evaluator.freq_steps:
+            if ctx.start_step == 1:
+                ctx.log(0, {"step": 0, "weight_version": ctx.actor.get_version(), **ctx.run_eval()})
+        train(ctx)
+    finally:
+        ctx.close()
+        ctx.actor.destroy()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="areal trainer worker (one rank)")
+    p.add_argument("--config", required=True, help="the run's resolved config.yaml")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
+                        stream=sys.stderr)
+    run(load_run_config(args.config))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

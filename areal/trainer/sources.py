@@ -1,0 +1,114 @@
+"""Where a training step's rollouts come from, and where its new weights go.
+
+Every trainer rank calls the same methods (collectives inside); only rank 0 talks to servers:
+  LiveRollouts    rank 0 runs the async executor against the inference servers (the run's own,
+                  or external ones in a trainer-only run) and broadcasts each batch to all ranks;
+                  weight updates pause the servers, push (disk or distributed), continue.
+  ReplayRollouts  trainer-only replay of an inference-only run's saved rollouts; weight updates
+                  go to rollout.server_addrs when given, otherwise they are skipped (and logged).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch.distributed as dist
+
+from areal.api.inference import WeightUpdateMeta
+
+logger = logging.getLogger("areal.trainer")
+
+
+def broadcast_from_rank0(obj: Any) -> Any:
+    if dist.get_world_size() == 1:
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def weight_update_meta(cfg, version: int) -> WeightUpdateMeta:
+    import torch
+
+    if cfg.actor.weight_update == "disk":
+        return WeightUpdateMeta(type="disk", version=version)
+    from areal.engine.fsdp.weight_sync import free_port
+
+    return WeightUpdateMeta(type="distributed", version=version, master_port=free_port(),
+                            backend="nccl" if torch.cuda.is_available() else "gloo")
+
+
+class LiveRollouts:
+    def __init__(self, cfg, actor, *, rank0_engine=None, workflow=None, loader=None):
+        self.cfg, self.actor = cfg, actor
+        self.engine, self.workflow, self.loader = rank0_engine, workflow, loader
+        self._meta: WeightUpdateMeta | None = None
+        if self.engine is not None:
+            actor.connect_servers([f"http://{a}" for a in self.engine.addrs])
+
+    def next_batch(self) -> dict[str, Any]:
+        batch = self.engine.prepare_batch(self.loader, self.workflow) if self.engine is not None else None
+        return broadcast_from_rank0(batch)
+
+    def push_weights(self, version: int) -> dict[str, float]:
+        """Pause generation, send the trainer's weights, continue; servers then report `version`."""
+        if self._meta is None or self._meta.type == "disk":
+            self._meta = broadcast_from_rank0(weight_update_meta(self.cfg, version) if self.engine else None)
+        self._meta.version = version
+        if self.engine is not None:
+            self.engine.pause()
+        try:
+            return self.actor.update_weights(self._meta, inference=self.engine)
+        finally:
+            if self.engine is not None:
+                self.engine.resume()
+
+    def loader_state(self) -> dict:
+        return broadcast_from_rank0(self.loader.state_dict() if self.loader is not None else None)
+
+    def destroy(self) -> None:
+        if self.engine is not None:
+            self.engine.destroy()
+        if self.workflow is not None and hasattr(self.workflow, "close"):
+            self.workflow.close()
+
+
+class ReplayRollouts:
+    def __init__(self, cfg, actor, *, external=None):
+        """`external`: rank 0's client of rollout.server_addrs (None elsewhere, and when there are none)."""
+        from .rollouts import read_index
+
+        self.cfg, self.actor, self.external = cfg, actor, external
+        self.push = bool(cfg.rollout.server_addrs)  # the same on every rank: update_weights is collective
+        self.folder = cfg.rollout.replay_path
+        self.entries = read_index(self.folder)["batches"]
+        self.position = 0
+        if self.push:
+            if external is not None:
+                actor.connect_servers([f"http://{a}" for a in external.addrs])
+            logger.info("replaying %s; weight updates go to external servers %s", self.folder,
+                        cfg.rollout.server_addrs)
+        else:
+            logger.info("replaying %s; no servers (rollout.server_addrs is empty): weight updates are skipped",
+                        self.folder)
+
+    def next_batch(self) -> dict[str, Any]:
+        from .rollouts import load_batch
+
+        entry = self.entries[self.position % len(self.entries)]
+        self.position += 1
+        return load_batch(self.folder, entry)
+
+    def push_weights(self, version: int) -> dict[str, float]:
+        if not self.push:
+            self.actor.set_version(version)
+            return {"skipped": 1.0}
+        return self.actor.update_weights(WeightUpdateMeta(type="disk", version=version), inference=self.external)
+
+    def loader_state(self) -> dict:
+        return {"epoch": 0, "position": self.position}
+
+    def destroy(self) -> None:
+        if self.external is not None:
+            self.external.destroy()

@@ -1,0 +1,105 @@
+"""Pieces both built-in workflows use: tokenizer loading, chat prompts, rewards, trajectories.
+
+Prompts are rendered to text by the tokenizer's chat template and then tokenized without special
+tokens: the template already holds bos/eos where the model expects them (and transformers 5's
+`apply_chat_template(tokenize=True)` returns a BatchEncoding rather than ids).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from areal.api.inference import ModelResponse
+
+# Reward functions take these four positionally; record fields with the same names are not passed.
+REWARD_ARGS = ("prompt", "completion", "prompt_ids", "completion_ids")
+
+
+def load_tokenizer(tokenizer):
+    """A tokenizer object, or one loaded from a path / hub id."""
+    if isinstance(tokenizer, str):
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(tokenizer)
+    return tokenizer
+
+
+def record_messages(data: dict[str, Any], system_prompt: str | None = None) -> list[dict[str, str]]:
+    """The chat of a dataset record: its `messages`, else `question` (or `prompt`) as a user turn."""
+    if data.get("messages"):
+        messages = [dict(m) for m in data["messages"]]
+    else:
+        text = data.get("question", data.get("prompt"))
+        if not isinstance(text, str):
+            raise ValueError(f"record has no 'messages', 'question' or 'prompt' text to prompt with; "
+                             f"its keys are {sorted(data)}")
+        messages = [{"role": "user", "content": text}]
+    if system_prompt and messages[0].get("role") != "system":
+        messages.insert(0, {"role": "system", "content": system_prompt})
+    return messages
+
+
+def render(tokenizer, messages: list[dict], *, add_generation_prompt: bool) -> str:
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise ValueError(f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat template; "
+                         "use an instruct model or set tokenizer.chat_template")
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt,
+                                         tokenize=False)
+
+
+def encode(tokenizer, text: str) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=False).input_ids)
+
+
+def chat_prompt_ids(tokenizer, messages: list[dict]) -> list[int]:
+    return encode(tokenizer, render(tokenizer, messages, add_generation_prompt=True))
+
+
+def reward_fields(data: dict[str, Any]) -> dict[str, Any]:
+    """The record's fields as reward keyword arguments (minus the four positional names)."""
+    return {k: v for k, v in data.items() if k not in REWARD_ARGS}
+
+
+def make_reward_runner(reward, timeout_s: float, workers: int):
+    """A RewardRunner from a spec, or the given runner as it is."""
+    if isinstance(reward, str):
+        from areal.reward.runner import RewardRunner
+
+        return RewardRunner(reward, timeout_s=timeout_s, max_workers=workers)
+    return reward
+
+
+def trajectory(prompt_ids: list[int], segments: list[tuple[list[int], list[float], list[int], bool]]) -> dict:
+    """Per-token lists of one sample: the prompt, then segments (ids, logprobs, versions, trained).
+
+    Prompt and untrained segments (e.g. feedback messages) get loss_mask 0, logprob 0 and
+    version -1; generated segments keep their logprobs and versions with loss_mask 1.
+    """
+    ids, loss, lps, vers = list(prompt_ids), [0] * len(prompt_ids), [0.0] * len(prompt_ids), [-1] * len(prompt_ids)
+    for seg_ids, seg_lps, seg_vers, trained in segments:
+        ids += seg_ids
+        loss += [int(trained)] * len(seg_ids)
+        lps += seg_lps if trained else [0.0] * len(seg_ids)
+        vers += seg_vers if trained else [-1] * len(seg_ids)
+    return {"input_ids": ids, "loss_mask": loss, "logprobs": lps, "versions": vers}
+
+
+def generated(resp: ModelResponse) -> tuple[list[int], list[float], list[int], bool]:
+    return resp.output_tokens, resp.output_logprobs, resp.output_versions, True
+
+
+def stack_samples(samples: list[dict], rewards: list[float]) -> dict:
+    """Tensors [n, L] (right-padded) of per-token lists, attention_mask, and rewards [n]."""
+    import torch
+
+    from areal.rollout.batch import pad_sequences
+
+    out = {
+        "input_ids": pad_sequences([s["input_ids"] for s in samples], 0, torch.long),
+        "attention_mask": pad_sequences([[1] * len(s["input_ids"]) for s in samples], 0, torch.long),
+        "loss_mask": pad_sequences([s["loss_mask"] for s in samples], 0, torch.long),
+        "logprobs": pad_sequences([s["logprobs"] for s in samples], 0.0, torch.float32),
+        "versions": pad_sequences([s["versions"] for s in samples], -1, torch.long),
+        "rewards": torch.tensor(rewards, dtype=torch.float32),
+    }
+    return out

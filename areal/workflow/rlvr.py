@@ -1,0 +1,55 @@
+"""RLVR: one prompt, n sampled answers, each scored by a verifiable reward.
+
+The episode renders the record through the chat template, generates `gconfig.n_samples`
+answers concurrently, scores each with the reward function in a process pool (RewardRunner:
+CPU-bound or hanging rewards neither block the event loop nor stall it; a timeout scores 0), and
+returns the group as tensors with a leading sample dimension:
+
+    input_ids [n, L], attention_mask [n, L], loss_mask [n, L] (1 on generated tokens only),
+    logprobs [n, L] (0 on the prompt), versions [n, L] (-1 on the prompt), rewards [n]
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from areal.api.inference import InferenceEngine, ModelRequest
+from areal.api.workflow import RolloutWorkflow
+from areal.workflow.common import (chat_prompt_ids, generated, load_tokenizer, make_reward_runner,
+                                   record_messages, reward_fields, stack_samples, trajectory)
+
+
+class RLVRWorkflow(RolloutWorkflow):
+    def __init__(self, reward_fn, gconfig, tokenizer, *, system_prompt: str | None = None,
+                 reward_timeout_s: float = 15.0, reward_workers: int = 2):
+        """`reward_fn`: a reward spec (name or 'module:function') or a RewardRunner;
+        `gconfig`: a GenerationConfig; `tokenizer`: a tokenizer or its path."""
+        self.reward = make_reward_runner(reward_fn, reward_timeout_s, reward_workers)
+        self.gconfig = gconfig
+        self.tokenizer = load_tokenizer(tokenizer)
+        self.system_prompt = system_prompt
+
+    @classmethod
+    def from_config(cls, cfg, tokenizer, **kwargs) -> "RLVRWorkflow":
+        wf = cfg.workflow
+        return cls(wf.reward_fn, cfg.gconfig, tokenizer, system_prompt=wf.system_prompt,
+                   reward_timeout_s=wf.reward_timeout_s, reward_workers=wf.reward_workers, **kwargs)
+
+    async def arun_episode(self, engine: InferenceEngine, data: dict[str, Any]) -> dict[str, Any]:
+        prompt_ids = chat_prompt_ids(self.tokenizer, record_messages(data, self.system_prompt))
+        req = ModelRequest.from_gconfig(prompt_ids, self.gconfig)
+        resps = await asyncio.gather(*(engine.agenerate(req.copy()) for _ in range(self.gconfig.n_samples)))
+        prompt_text = self.tokenizer.decode(prompt_ids, skip_special_tokens=True)
+        fields = reward_fields(data)
+        rewards = await asyncio.gather(*(
+            self.reward(prompt_text, self.tokenizer.decode(r.output_tokens, skip_special_tokens=True),
+                        prompt_ids, r.output_tokens, **fields)
+            for r in resps))
+        samples = [trajectory(prompt_ids, [generated(r)]) for r in resps]
+        return stack_samples(samples, [float(x) for x in rewards])
+
+    def close(self) -> None:
+        """Stop the reward worker processes."""
+        if hasattr(self.reward, "close"):
+            self.reward.close()

@@ -1,0 +1,189 @@
+"""RemoteSGLangEngine against real built-in servers (subprocesses, CPU, tiny models).
+
+One module-scoped engine started with from_pretrained(dp_size=2): it launches and owns two
+servers (with an API key, so every call here also checks the bearer header).
+"""
+
+import asyncio
+import threading
+import time
+
+import pytest
+import requests
+
+from areal.api.inference import ModelRequest, WeightUpdateMeta
+from areal.engine.sglang.client import RemoteSGLangEngine
+from areal.engine.sglang.http import ServerError
+from areal.server.testing import free_port, make_varied_model_dir, start_server
+
+KEY = "test-key"
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    return str(make_varied_model_dir(root / "a", seed=0)), str(make_varied_model_dir(root / "b", seed=1))
+
+
+@pytest.fixture(scope="module")
+def engine(models, tmp_path_factory):
+    eng = RemoteSGLangEngine.from_pretrained(
+        models[0], dp_size=2, sglang={"api_key": KEY, "dtype": "float32"},
+        cluster={"fileroot": str(tmp_path_factory.mktemp("runs"))},
+        launcher={"server_env": {"OMP_NUM_THREADS": "1"}},
+        rollout={"request_timeout_s": 120, "setup_timeout_s": 180})
+    yield eng
+    eng.destroy()
+
+
+def served(engine):
+    return {a: engine.server_info(a)["batching"]["requests_served"] for a in engine.addrs}
+
+
+def run(engine, reqs):
+    async def go():
+        return await asyncio.gather(*(engine.agenerate(r) for r in reqs))
+    return asyncio.run(go())
+
+
+def greedy(n=2, tokens=12):
+    return [ModelRequest(input_ids=[1, 5, 6, 7, 8], max_new_tokens=tokens, temperature=0.0) for _ in range(n)]
+
+
+def test_generation_spreads_over_both_servers(engine):
+    assert len(engine.addrs) == 2
+    before = served(engine)
+    resps = run(engine, [ModelRequest(input_ids=[1, 5, 6], max_new_tokens=8) for _ in range(8)])
+    after = served(engine)
+    assert {a: after[a] - before[a] for a in engine.addrs} == {a: 4 for a in engine.addrs}
+    for r in resps:
+        assert 1 <= r.output_len <= 8 and r.stop_reason in ("stop", "length")
+        assert len(r.output_logprobs) == len(r.output_versions) == r.output_len
+        assert all(lp <= 0 for lp in r.output_logprobs)
+        assert r.output_versions == [0] * r.output_len
+        assert r.input_tokens == [1, 5, 6] and r.latency > 0
+
+
+def test_api_key_is_required_and_sent(engine):
+    resp = requests.get(f"http://{engine.addrs[0]}/get_server_info", timeout=10)
+    assert resp.status_code == 401
+    assert engine.server_info(engine.addrs[0])["weight_version"] == "default"
+
+
+def test_disk_weight_update_changes_outputs_and_versions_on_both(engine, models):
+    before = run(engine, greedy())
+    assert before[0].output_tokens == before[1].output_tokens  # same model on both servers
+    engine.update_weights(WeightUpdateMeta("disk", path=models[1], version=1))
+    assert engine.get_version() == 1
+    assert {engine.server_info(a)["weight_version"] for a in engine.addrs} == {"1"}
+    after = run(engine, greedy())
+    assert after[0].output_tokens == after[1].output_tokens != before[0].output_tokens
+    assert all(r.output_versions == [1] * r.output_len for r in after)
+
+
+def test_pause_continue_resubmits_aborted_requests(engine, models):
+    """Requests in flight when the servers pause come back aborted; the client resubmits the
+    rest after continue, and each token keeps the version that produced it."""
+    engine.update_weights(WeightUpdateMeta("disk", path=models[0], version=1))
+    reqs = [ModelRequest(input_ids=[1, 5, 6], max_new_tokens=40, ignore_eos=True) for _ in range(4)]
+    out = {}
+    thread = threading.Thread(target=lambda: out.setdefault("resps", run(engine, reqs)))
+    start = {a: engine.server_info(a)["batching"]["generated_tokens"] for a in engine.addrs}
+    thread.start()
+    deadline = time.monotonic() + 60
+    while any(engine.server_info(a)["batching"]["generated_tokens"] - start[a] < 8 for a in engine.addrs):
+        assert time.monotonic() < deadline, "servers did not start generating"
+        time.sleep(0.05)
+    engine.pause()
+    aborted = {a: engine.server_info(a)["batching"]["requests_aborted"] for a in engine.addrs}
+    engine.update_weights(WeightUpdateMeta("disk", path=models[1], version=2))
+    time.sleep(0.3)
+    assert thread.is_alive()  # waiting for continue, not failed
+    engine.resume()
+    thread.join(timeout=120)
+    resps = out["resps"]
+    assert all(a > 0 for a in aborted.values())
+    for r in resps:
+        assert r.output_len == 40 and r.stop_reason == "length"
+        assert r.output_versions == sorted(r.output_versions)
+        assert set(r.output_versions) == {1, 2}
+        assert len(r.output_logprobs) == 40
+
+
+def test_distributed_weight_update(engine, models):
+    """The trainer side (this process, rank 0) broadcasts model A over gloo while the servers
+    receive; afterwards greedy outputs are model A's again."""
+    import torch
+    import torch.distributed as dist
+    from transformers import AutoModelForCausalLM
+
+    from areal.server.weights import init_custom_process_group
+
+    engine.update_weights(WeightUpdateMeta("disk", path=models[0], version=3))
+    expected = run(engine, greedy(1))[0].output_tokens
+    engine.update_weights(WeightUpdateMeta("disk", path=models[1], version=4))
+    assert run(engine, greedy(1))[0].output_tokens != expected
+    state = AutoModelForCausalLM.from_pretrained(models[0], dtype=torch.float32).state_dict()
+    meta = WeightUpdateMeta("distributed", version=5, master_port=free_port(), backend="gloo",
+                            group_name="test_group", names=list(state),
+                            dtypes=["float32"] * len(state), shapes=[list(t.shape) for t in state.values()])
+    joined = engine.init_weights_update_group(meta)
+    group = init_custom_process_group(backend="gloo", init_method=f"tcp://127.0.0.1:{meta.master_port}",
+                                      world_size=3, rank=0, group_name="test_group")
+    joined.result(timeout=60)
+    loaded = engine.update_weights_from_distributed(meta)
+    for tensor in state.values():
+        dist.broadcast(tensor.contiguous(), src=0, group=group)
+    loaded.result(timeout=60)
+    dist.destroy_process_group(group)
+    assert engine.get_version() == 5
+    resp = run(engine, greedy(1))[0]
+    assert resp.output_tokens == expected and set(resp.output_versions) == {5}
+
+
+def test_unreachable_server_is_named_at_setup(models):
+    addr = f"127.0.0.1:{free_port()}"
+    with pytest.raises(TimeoutError, match=addr):
+        RemoteSGLangEngine.from_pretrained(models[0], server_addrs=[addr], rollout={"setup_timeout_s": 1})
+
+
+def test_server_going_away_mid_run_names_it(models):
+    server = start_server(models[0], extra_args=["--dtype", "float32"], env={"OMP_NUM_THREADS": "1"})
+    addr = f"127.0.0.1:{server.port}"
+    eng = RemoteSGLangEngine.from_pretrained(models[0], server_addrs=[addr],
+                                             rollout={"request_retries": 1, "request_timeout_s": 60})
+    try:
+        req = ModelRequest(input_ids=[1, 5], max_new_tokens=500, ignore_eos=True)
+        threading.Timer(1.0, server.proc.kill).start()
+        t = time.monotonic()
+        with pytest.raises(ServerError, match=addr) as e:
+            run(eng, [req])
+        assert "unreachable" in str(e.value) or "Disconnected" in str(e.value)
+        assert time.monotonic() - t < 30
+    finally:
+        server.stop()
+        eng.destroy()
+
+
+def test_discovery_from_record_and_environment(engine, tmp_path, monkeypatch):
+    """An engine built from a config without server_addrs finds the launcher's record, or the
+    environment variable, which takes precedence."""
+    from areal.engine.sglang.discovery import write_server_addrs
+
+    cfg = engine.config.model_copy(deep=True)
+    cfg.rollout.server_addrs = []
+    cfg.cluster.fileroot = str(tmp_path)
+    monkeypatch.delenv("AREAL_SERVER_ADDRS", raising=False)
+    write_server_addrs(cfg.run_dir, engine.addrs)
+    with RemoteSGLangEngine(cfg) as found:
+        assert found.addrs == engine.addrs
+    monkeypatch.setenv("AREAL_SERVER_ADDRS", engine.addrs[1])
+    with RemoteSGLangEngine(cfg) as found:
+        assert found.addrs == engine.addrs[1:]
+        assert run(found, greedy(1))[0].output_len == 12
+
+
+def test_destroy_stops_owned_servers(engine):
+    procs = list(engine._own_servers.procs)
+    engine.destroy()
+    assert all(p.poll() is not None for p in procs)

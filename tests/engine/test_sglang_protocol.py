@@ -1,0 +1,121 @@
+"""The SGLang payload builders and parsers, on bodies saved in SGLang's exact format (tests/engine/data)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from areal.api.inference import ModelRequest, WeightUpdateMeta
+from areal.engine.sglang import protocol
+
+DATA = Path(__file__).parent / "data"
+FIELDS = json.loads((DATA / "sglang_fields.json").read_text())
+
+
+def load(name):
+    return json.loads((DATA / name).read_text())
+
+
+def test_generate_payload_uses_only_sglang_keys():
+    req = ModelRequest(input_ids=[1, 2, 3], max_new_tokens=9, min_new_tokens=2, temperature=0.7,
+                       top_p=0.9, top_k=5, stop=["\n\n"], stop_token_ids=[7], ignore_eos=True)
+    body = protocol.generate_payload(req, rid="r-1", input_ids=[1, 2, 3, 4], max_new_tokens=8,
+                                     min_new_tokens=1)
+    assert set(body) <= set(FIELDS["GenerateReqInput"])
+    assert set(body["sampling_params"]) <= set(FIELDS["SamplingParams"])
+    assert protocol.SAMPLING_KEYS <= set(FIELDS["SamplingParams"])
+    assert protocol.GENERATE_KEYS <= set(FIELDS["GenerateReqInput"])
+    assert body["input_ids"] == [1, 2, 3, 4] and body["rid"] == "r-1"
+    assert body["return_logprob"] is True and body["stream"] is False
+    assert body["sampling_params"] == {
+        "max_new_tokens": 8, "min_new_tokens": 1, "temperature": 0.7, "top_p": 0.9, "top_k": 5,
+        "stop": ["\n\n"], "stop_token_ids": [7], "ignore_eos": True, "skip_special_tokens": False,
+        "no_stop_trim": True}
+    json.dumps(body)  # plain JSON types only
+
+
+@pytest.mark.parametrize("builder, fields", [
+    (lambda: protocol.disk_update_payload("/ckpt", 3), "UpdateWeightFromDiskReqInput"),
+    (lambda: protocol.init_group_payload(WeightUpdateMeta("distributed", master_port=1234),
+                                         rank_offset=1, world_size=3), "InitWeightsUpdateGroupReqInput"),
+    (lambda: protocol.distributed_update_payload(WeightUpdateMeta(
+        "distributed", version=2, names=["w"], dtypes=["float32"], shapes=[[2, 2]])),
+     "UpdateWeightsFromDistributedReqInput"),
+    (lambda: protocol.pause_payload("retract"), "PauseGenerationReqInput"),
+    (protocol.continue_payload, "ContinueGenerationReqInput"),
+])
+def test_control_payloads_use_only_sglang_keys(builder, fields):
+    assert set(builder()) <= set(FIELDS[fields])
+
+
+def test_disk_update_sends_version_as_string_only_when_given():
+    assert protocol.disk_update_payload("/m", 4) == {"model_path": "/m", "abort_all_requests": False,
+                                                     "weight_version": "4"}
+    assert "weight_version" not in protocol.disk_update_payload("/m", None)
+
+
+def test_init_group_ranks():
+    body = protocol.init_group_payload(WeightUpdateMeta("distributed", master_address="10.0.0.1",
+                                                        master_port=29600, backend="nccl"),
+                                       rank_offset=3, world_size=5)
+    assert body == {"master_address": "10.0.0.1", "master_port": 29600, "rank_offset": 3,
+                    "world_size": 5, "group_name": "areal_weight_update", "backend": "nccl"}
+
+
+def test_distributed_payload_checks_lengths():
+    with pytest.raises(ValueError, match="match one to one"):
+        protocol.distributed_update_payload(WeightUpdateMeta("distributed", names=["a"], dtypes=[], shapes=[]))
+
+
+def test_pause_mode_is_checked():
+    assert protocol.pause_payload("abort") == {"mode": "abort"}
+    with pytest.raises(ValueError, match="rollout.pause_mode"):
+        protocol.pause_payload("stop")
+
+
+def test_parse_stop_on_eos_keeps_the_stop_token():
+    r = protocol.parse_generate(load("generate_stop_eos.json"))
+    assert r.output_ids == [14, 15, 2]
+    assert r.output_logprobs == [-0.25, -1.5, -0.0625]
+    assert r.stop_reason == "stop"
+    assert r.weight_version is None  # "default"
+
+
+def test_parse_stop_string_length_and_versions():
+    r = protocol.parse_generate(load("generate_stop_str.json"))
+    assert (r.stop_reason, r.weight_version, r.output_ids) == ("stop", 3, [10, 22, 22])
+    r = protocol.parse_generate(load("generate_length.json"))
+    assert (r.stop_reason, r.weight_version, len(r.output_logprobs)) == ("length", 12, 4)
+
+
+def test_parse_aborts_with_and_without_tokens():
+    r = protocol.parse_generate(load("generate_abort_partial.json"))
+    assert (r.stop_reason, r.output_ids, r.weight_version, r.message) == ("abort", [20, 21], 4, "Aborted")
+    r = protocol.parse_generate(load("generate_abort_before_prefill.json"))
+    assert (r.stop_reason, r.output_ids, r.output_logprobs) == ("abort", [], [])
+
+
+def test_parse_rejects_malformed_bodies():
+    with pytest.raises(protocol.ProtocolError, match="meta_info"):
+        protocol.parse_generate({"detail": "Not Found"})
+    body = load("generate_length.json")
+    del body["meta_info"]["output_token_logprobs"]
+    with pytest.raises(protocol.ProtocolError, match="logprobs"):
+        protocol.parse_generate(body)
+    body = load("generate_length.json")
+    body["meta_info"]["finish_reason"] = None
+    with pytest.raises(protocol.ProtocolError, match="unfinished"):
+        protocol.parse_generate(body)
+
+
+def test_parse_weight_version():
+    assert [protocol.parse_weight_version(v) for v in ("7", 7, "default", None, True, "-1")] == \
+        [7, 7, None, None, None, -1]
+
+
+def test_parse_success():
+    assert "Weight version updated to 1" in protocol.parse_success("/u", load("update_weights_from_disk_ok.json"))
+    with pytest.raises(RuntimeError, match="/nope"):
+        protocol.parse_success("/u", load("update_weights_from_disk_fail.json"))
+    with pytest.raises(protocol.ProtocolError):
+        protocol.parse_success("/u", load("pause_generation_ok.json"))

@@ -1,0 +1,183 @@
+"""Executor logic (admission, staleness bound, errors, ordering) with an in-process stand-in engine.
+
+The stand-in only holds a version: these workflows never generate. Generation through real
+servers is covered in test_executor_servers.py.
+"""
+
+import asyncio
+import random
+import threading
+import time
+
+import pytest
+import torch
+
+from areal.api.workflow import RolloutWorkflow
+from areal.config.rollout import RolloutConfig
+from areal.rollout.executor import RolloutError, RolloutExecutor
+from areal.rollout.staleness import staleness_limit
+
+
+class VersionOnly:
+    """Just enough of an InferenceEngine for the executor: a version."""
+
+    def __init__(self):
+        self.version = 0
+
+    def get_version(self):
+        return self.version
+
+
+class SleepyWorkflow(RolloutWorkflow):
+    """Sleeps a random time and checks the bounds at the moment it starts."""
+
+    def __init__(self, executor_ref, cfg, seed=0, drop_every=0):
+        self.ref, self.cfg = executor_ref, cfg
+        self.rng = random.Random(seed)
+        self.violations, self.started = [], 0
+        self.drop_every = drop_every
+        self.lock = threading.Lock()
+
+    async def arun_episode(self, engine, data):
+        s = self.ref[0].stats()
+        limit = staleness_limit(engine.get_version(), self.cfg.max_head_offpolicyness,
+                                self.cfg.consumer_batch_size)
+        if s["running_bounded"] + s["accepted"] > limit or s["running"] > self.cfg.max_concurrent_rollouts:
+            self.violations.append((s, engine.get_version()))
+        with self.lock:
+            self.started += 1
+        await asyncio.sleep(self.rng.uniform(0.0, 0.02))
+        if self.drop_every and data["i"] % self.drop_every == 0:
+            return None
+        return {"input_ids": torch.full((1, 1 + data["i"] % 3), data["i"]), "rewards": torch.tensor([1.0])}
+
+
+def make(cfg):
+    engine = VersionOnly()
+    ex = RolloutExecutor(engine, cfg)
+    return engine, ex
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_staleness_bound_under_random_concurrency(seed):
+    rng = random.Random(seed)
+    cfg = RolloutConfig(consumer_batch_size=rng.randint(2, 5), max_concurrent_rollouts=rng.randint(1, 8),
+                        max_head_offpolicyness=rng.randint(0, 2))
+    engine, ex = make(cfg)
+    ref = [ex]
+    wf = SleepyWorkflow(ref, cfg, seed=seed, drop_every=rng.choice([0, 4]))
+    try:
+        data = ({"i": i} for i in range(10**6))
+        loader = [[next(data) for _ in range(cfg.consumer_batch_size)] for _ in range(50)]
+        for step in range(6):
+            batch = ex.prepare_batch(loader, wf)
+            assert batch["rewards"].shape[0] == cfg.consumer_batch_size
+            time.sleep(rng.uniform(0, 0.05))  # "training"
+            engine.version += 1
+        assert not wf.violations
+        s = ex.stats()
+        assert s["peak_running"] <= cfg.max_concurrent_rollouts
+        assert s["peak_started"] <= staleness_limit(engine.version, cfg.max_head_offpolicyness,
+                                                    cfg.consumer_batch_size)
+    finally:
+        ex.destroy()
+
+
+def test_synchronous_mode_blocks_until_the_version_moves():
+    cfg = RolloutConfig(consumer_batch_size=2, max_concurrent_rollouts=8)
+    engine, ex = make(cfg)
+    wf = SleepyWorkflow([ex], cfg)
+    try:
+        for i in range(6):
+            ex.submit({"i": i}, wf)
+        ex.wait(2, timeout=5)
+        with pytest.raises(TimeoutError, match="only 0 of 2"):
+            ex.wait(2, timeout=0.5)
+        assert wf.started == 2
+        engine.version = 1
+        ex.wait(2, timeout=5)
+        assert wf.started == 4
+    finally:
+        ex.destroy()
+
+
+def test_pause_stops_admission_until_resume():
+    cfg = RolloutConfig(consumer_batch_size=4, max_concurrent_rollouts=4)
+    engine, ex = make(cfg)
+    wf = SleepyWorkflow([ex], cfg)
+    try:
+        ex.pause()
+        for i in range(2):
+            ex.submit({"i": i}, wf)
+        time.sleep(0.3)
+        assert wf.started == 0 and ex.stats()["queued"] == 2
+        ex.resume()
+        assert ex.wait(2, timeout=5)["rewards"].shape == (2,)
+    finally:
+        ex.destroy()
+
+
+class Failing(RolloutWorkflow):
+    async def arun_episode(self, engine, data):
+        if data["i"] == 3:
+            raise ValueError("bad record")
+        await asyncio.sleep(0.01)
+        return {"x": torch.zeros(1, 1)}
+
+
+def test_failure_surfaces_with_the_record():
+    cfg = RolloutConfig(consumer_batch_size=8, max_concurrent_rollouts=8)
+    _, ex = make(cfg)
+    try:
+        for i in range(5):
+            ex.submit({"i": i}, Failing())
+        with pytest.raises(RolloutError, match=r"Failing failed on record \{'i': 3\}: ValueError: bad record") as e:
+            ex.wait(5, timeout=10)
+        assert e.value.data == {"i": 3}
+        assert isinstance(e.value.__cause__, ValueError)
+        with pytest.raises(RolloutError):
+            ex.rollout_batch([{"i": 3}], Failing())
+    finally:
+        ex.destroy()
+
+
+def test_rollout_batch_keeps_input_order_and_ignores_the_staleness_bound():
+    cfg = RolloutConfig(consumer_batch_size=1, max_concurrent_rollouts=3)
+    engine, ex = make(cfg)
+    wf = SleepyWorkflow([ex], cfg, drop_every=5)
+    try:
+        batch = ex.rollout_batch([{"i": i} for i in range(1, 12)], wf)
+        assert batch["input_ids"][:, 0].tolist() == [1, 2, 3, 4, 6, 7, 8, 9, 11]  # 5 and 10 dropped
+        assert ex.stats()["peak_running"] <= 3
+        assert ex.stats()["accepted"] == 0  # not counted against the bound
+    finally:
+        ex.destroy()
+
+
+def test_should_accept_filters():
+    cfg = RolloutConfig(consumer_batch_size=2, max_concurrent_rollouts=4)
+    _, ex = make(cfg)
+    wf = SleepyWorkflow([ex], cfg)
+    try:
+        batch = ex.rollout_batch([{"i": i} for i in range(4)], wf,
+                                 should_accept=lambda t: int(t["input_ids"][0, 0]) % 2 == 0)
+        assert batch["input_ids"][:, 0].tolist() == [0, 2]
+    finally:
+        ex.destroy()
+
+
+def test_destroy_cancels_and_rejects_new_work():
+    cfg = RolloutConfig(consumer_batch_size=2, max_concurrent_rollouts=2)
+
+    class Forever(RolloutWorkflow):
+        async def arun_episode(self, engine, data):
+            await asyncio.sleep(3600)
+
+    _, ex = make(cfg)
+    ex.submit({}, Forever())
+    time.sleep(0.1)
+    t = time.monotonic()
+    ex.destroy()
+    assert time.monotonic() - t < 5
+    with pytest.raises(RuntimeError, match="destroyed"):
+        ex.submit({}, Forever())
