@@ -1,0 +1,101 @@
+"""Entry point of the built-in inference server:
+
+    python -m areal.server --model-path /path/to/hf_model --port 30000 [--dtype float32] ...
+
+Loads the model, starts the scheduler thread and the HTTP server, prints one line when it is
+ready ("The server is fired up and ready to roll!", as SGLang does), and serves until SIGTERM or
+SIGINT, then shuts down cleanly (exit 0). Flag errors exit with status 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import dataclasses
+import sys
+
+from areal.server.args import ServerArgs, parse_args
+
+logger = logging.getLogger("areal.server")
+
+
+def build_state(args: ServerArgs):
+    """Load model and tokenizer, start the scheduler; returns the handlers' shared state."""
+    from areal.server.app import ServerState
+    from areal.server.engine import ModelRunner
+    from areal.server.scheduler import Scheduler
+    from areal.server.weights import WeightUpdater
+
+    from areal.models.resolve import resolve_model_path
+
+    # tiny:<preset> names a model the project builds locally (CPU demo, tests)
+    args = dataclasses.replace(args, model_path=resolve_model_path(args.model_path),
+                               tokenizer_path=args.tokenizer_path and resolve_model_path(args.tokenizer_path))
+    runner = ModelRunner(args.model_path, args.dtype, args.device, args.random_seed)
+    tokenizer = None
+    eos_ids = runner.eos_token_ids()
+    if not args.skip_tokenizer_init:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_path or args.model_path)
+        if tokenizer.eos_token_id is not None:
+            eos_ids.add(int(tokenizer.eos_token_id))
+    decode = None if tokenizer is None else (lambda ids: tokenizer.decode(ids))
+    scheduler = Scheduler(runner, max_running=args.max_running_requests,
+                          max_prefill_tokens=args.max_prefill_tokens, decode=decode)
+    context = args.context_length or _model_context_length(runner.config)
+    return ServerState(args=args, runner=runner, tokenizer=tokenizer, scheduler=scheduler,
+                       updater=WeightUpdater(runner), context_length=context,
+                       weight_version=args.weight_version, eos_ids=eos_ids)
+
+
+def _model_context_length(config) -> int:
+    text_config = config.get_text_config(decoder=True)
+    value = getattr(text_config, "max_position_embeddings", None)
+    if not value:
+        raise ValueError("The model config has no max_position_embeddings; pass "
+                         "--context-length.")
+    return int(value)
+
+
+async def serve(args: ServerArgs) -> None:
+    from aiohttp import web
+
+    from areal.server.app import build_app
+
+    state = build_state(args)
+    state.scheduler.start()
+    runner = web.AppRunner(build_app(state), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, args.host, args.port, shutdown_timeout=5.0)
+    await site.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"The server is fired up and ready to roll! areal.server on "
+          f"http://{args.host}:{args.port} (model {args.model_path}, device "
+          f"{state.runner.device}, dtype {state.runner.dtype})", flush=True)
+    await stop.wait()
+    logger.info("shutting down")
+    # Answer in-flight requests (finish reason abort) before the HTTP side closes.
+    state.scheduler.abort(None, "Server shutting down.").result(timeout=30)
+    await runner.cleanup()
+    state.scheduler.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(serve(args))
+    except OSError as exc:  # e.g. the port is taken
+        print(f"areal.server: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

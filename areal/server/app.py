@@ -1,0 +1,409 @@
+"""HTTP routes (aiohttp) with SGLang's paths, request fields and response shapes.
+
+Request bodies are validated here (see `validation.py`); the model work happens on the
+scheduler's worker thread, and handlers await its futures, so the event loop stays responsive
+(health checks, aborts and pauses are answered while a batch is decoding).
+
+Error bodies follow SGLang: `{"error": {"message": ...}}` with HTTP 400 for client errors,
+404/405 for unknown routes/methods, 401 without the API key, 500 for internal failures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+
+from aiohttp import web
+
+from areal.server.sampling import SamplingParams
+from areal.server.scheduler import Scheduler, Sequence
+from areal.server.validation import BadRequest, check_keys, get_typed, parse_generate, \
+    require_object
+from areal.server.weights import WeightUpdater
+
+logger = logging.getLogger("areal.server")
+PAUSE_MODES = ("abort", "retract", "in_place")
+HEALTH_GENERATE_TIMEOUT_S = 20.0
+
+
+@dataclass
+class ServerState:
+    """Everything the handlers share; one per server process."""
+
+    args: object
+    runner: object
+    tokenizer: object | None
+    scheduler: Scheduler
+    updater: WeightUpdater
+    context_length: int
+    weight_version: str
+    eos_ids: set[int]
+    gate: asyncio.Event = field(default_factory=asyncio.Event)  # set = not paused
+    inflight: dict[str, Sequence] = field(default_factory=dict)
+    started: float = field(default_factory=time.time)
+
+    def __post_init__(self):
+        self.gate.set()
+
+
+def error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": {"message": message}}, status=status)
+
+
+async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict:
+    """The JSON object body; invalid JSON or a non-object is a BadRequest."""
+    raw = await request.text()
+    if not raw.strip():
+        if allow_empty:
+            return {}
+        raise BadRequest(f"{request.path}: the request needs a JSON body.")
+    try:
+        body = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise BadRequest(f"{request.path}: invalid JSON body: {exc}.") from exc
+    return require_object(body, request.path)
+
+
+def build_app(state: ServerState) -> web.Application:
+    app = web.Application(middlewares=[_error_middleware, _auth_middleware(state.args.api_key)],
+                          client_max_size=64 * 1024 * 1024)
+    app["state"] = state
+    h = Handlers(state)
+    add = app.router.add_route
+    for path, handler in (("/health", h.health), ("/health_generate", h.health_generate),
+                          ("/get_model_info", h.model_info), ("/get_server_info", h.server_info),
+                          ("/get_weight_version", h.get_weight_version),
+                          ("/v1/models", h.models)):
+        add("GET", path, handler)
+    for method in ("GET", "POST"):
+        add(method, "/flush_cache", h.flush_cache)
+    for method in ("POST", "PUT"):
+        add(method, "/generate", h.generate)
+    for path, handler in (("/pause_generation", h.pause), ("/continue_generation", h.resume),
+                          ("/abort_request", h.abort_request),
+                          ("/update_weight_version", h.update_weight_version),
+                          ("/update_weights_from_disk", h.update_from_disk),
+                          ("/init_weights_update_group", h.init_group),
+                          ("/update_weights_from_distributed", h.update_from_distributed),
+                          ("/destroy_weights_update_group", h.destroy_group)):
+        add("POST", path, handler)
+    return app
+
+
+@web.middleware
+async def _error_middleware(request, handler):
+    try:
+        return await handler(request)
+    except BadRequest as exc:
+        return error(400, str(exc))
+    except web.HTTPNotFound:
+        return error(404, f"No route {request.path}. See SGLang's native API for the routes "
+                          "this server answers.")
+    except web.HTTPMethodNotAllowed as exc:
+        return error(405, f"{request.method} is not allowed on {request.path}; use "
+                          f"{sorted(exc.allowed_methods)}.")
+    except web.HTTPException:
+        raise
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # the server stays up; the client sees what failed
+        logger.exception("%s failed", request.path)
+        return error(500, f"Internal server error on {request.path}: {exc}")
+
+
+def _auth_middleware(api_key: str | None):
+    """As SGLang: with --api-key, every path except /health* needs the bearer token."""
+    @web.middleware
+    async def auth(request, handler):
+        if api_key and not request.path.startswith("/health"):
+            if request.headers.get("Authorization", "") != f"Bearer {api_key}":
+                return web.json_response({"error": "Unauthorized"}, status=401)
+        return await handler(request)
+    return auth
+
+
+class Handlers:
+    """One method per route; bodies are validated before anything reaches the scheduler."""
+
+    def __init__(self, state: ServerState):
+        self.s = state
+
+    # ---- generation -------------------------------------------------------------------------
+    async def generate(self, request: web.Request) -> web.Response:
+        body = await read_json(request)
+        inp = parse_generate(body, vocab_size=self.s.runner.vocab_size,
+                             context_length=self.s.context_length, tokenize=self._tokenize())
+        if inp.sampling.stop and self.s.tokenizer is None:
+            raise BadRequest("sampling_params: 'stop' strings need a tokenizer, but the server "
+                             "runs with --skip-tokenizer-init; use 'stop_token_ids'.")
+        rid = inp.rid or uuid.uuid4().hex
+        if rid in self.s.inflight:
+            raise BadRequest(f"/generate: rid {rid!r} is already in flight; rids must be unique.")
+        await self.s.gate.wait()  # SGLang holds new requests while generation is paused
+        seq = await self._run(rid, inp.input_ids, inp.sampling, inp.return_logprob)
+        reason = seq.finish_reason
+        if reason["type"] == "abort" and reason.get("status_code") == 500:
+            return error(500, reason["message"])
+        return web.json_response(self._output(seq, inp.return_text_in_logprobs))
+
+    def _tokenize(self):
+        tok = self.s.tokenizer
+        if tok is None:
+            return None
+        return lambda text: tok(text, add_special_tokens=False).input_ids
+
+    async def _run(self, rid: str, input_ids, sampling, return_logprob: bool) -> Sequence:
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+
+        def on_finish(seq):  # worker thread
+            loop.call_soon_threadsafe(lambda: done.done() or done.set_result(seq))
+
+        stop_ids = [] if sampling.ignore_eos else sorted(self.s.eos_ids | sampling.stop_token_ids)
+        seq = Sequence(rid=rid, input_ids=input_ids, params=sampling, stop_ids=stop_ids,
+                       return_logprob=return_logprob, on_finish=on_finish)
+        self.s.inflight[rid] = seq
+        try:
+            self.s.scheduler.submit(seq)
+            return await asyncio.shield(done)
+        except asyncio.CancelledError:  # client went away: stop spending compute on it
+            self.s.scheduler.abort(rid, "Client disconnected.")
+            raise
+        finally:
+            self.s.inflight.pop(rid, None)
+
+    def _output(self, seq: Sequence, text_in_logprobs: bool) -> dict:
+        """SGLang's /generate response: text (stop trimmed), output_ids (untrimmed), meta_info."""
+        reason = seq.finish_reason
+        meta = {"id": seq.rid, "finish_reason": reason, "prompt_tokens": len(seq.input_ids),
+                "completion_tokens": len(seq.output_ids), "cached_tokens": 0,
+                "weight_version": self.s.weight_version,
+                "total_retractions": seq.retractions,
+                "e2e_latency": time.time() - seq.created}
+        if seq.return_logprob:
+            meta["input_token_logprobs"] = [[None, seq.input_ids[-1], None]]
+            meta["output_token_logprobs"] = [
+                [lp, tid, self._token_text(tid) if text_in_logprobs else None]
+                for lp, tid in zip(seq.output_logprobs, seq.output_ids)]
+        out = {"output_ids": list(seq.output_ids), "meta_info": meta}
+        if self.s.tokenizer is not None:
+            out = {"text": self._text(seq), **out}
+        return out
+
+    def _text(self, seq: Sequence) -> str:
+        ids, reason = seq.output_ids, seq.finish_reason
+        matched = reason.get("matched")
+        trim = not seq.params.no_stop_trim
+        if trim and isinstance(matched, int) and not isinstance(matched, bool) and ids:
+            ids = ids[:-1]
+        text = self.s.tokenizer.decode(ids, skip_special_tokens=seq.params.skip_special_tokens)
+        if trim and isinstance(matched, str) and matched in text:
+            text = text[:text.find(matched)]
+        return text
+
+    def _token_text(self, tid: int) -> str | None:
+        return None if self.s.tokenizer is None else self.s.tokenizer.decode([tid])
+
+    # ---- health and info --------------------------------------------------------------------
+    async def health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def health_generate(self, request: web.Request) -> web.Response:
+        """Generate one token; while generation is paused the server counts as healthy."""
+        if not self.s.gate.is_set():
+            return web.Response(status=200)
+        rid = f"HEALTH_CHECK_{uuid.uuid4().hex}"
+        try:
+            await asyncio.wait_for(self._run(rid, [0], SamplingParams(max_new_tokens=1,
+                                                                      top_k=1), False),
+                                   HEALTH_GENERATE_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            return web.Response(status=503)
+        return web.Response(status=200)
+
+    async def model_info(self, request: web.Request) -> web.Response:
+        a = self.s.args
+        return web.json_response({
+            "model_path": a.model_path, "tokenizer_path": a.tokenizer_path or a.model_path,
+            "is_generation": True, "preferred_sampling_params": None,
+            "weight_version": self.s.weight_version})
+
+    async def server_info(self, request: web.Request) -> web.Response:
+        """Server args, batching statistics and load (SGLang puts scheduler state in
+        `internal_states`; ours holds the batching stats)."""
+        stats = self.s.scheduler.stats.as_dict()
+        info = {k: v for k, v in asdict(self.s.args).items() if k != "api_key"}
+        info.update({"context_length": self.s.context_length,
+                     "weight_version": self.s.weight_version,
+                     "resolved_device": str(self.s.runner.device),
+                     "resolved_dtype": str(self.s.runner.dtype).removeprefix("torch."),
+                     "batching": stats, "load": self.s.scheduler.load(),
+                     "internal_states": [{"batching": stats}],
+                     "uptime_s": time.time() - self.s.started,
+                     "version": "areal-builtin"})
+        return web.json_response(info)
+
+    async def models(self, request: web.Request) -> web.Response:
+        path = self.s.args.model_path
+        return web.json_response({"object": "list", "data": [{
+            "id": path, "object": "model", "created": int(self.s.started),
+            "owned_by": "areal", "root": path, "max_model_len": self.s.context_length}]})
+
+    async def get_weight_version(self, request: web.Request) -> web.Response:
+        return web.json_response({"weight_version": self.s.weight_version})
+
+    async def flush_cache(self, request: web.Request) -> web.Response:
+        """There is no prefix cache to flush (each request prefills its own prompt)."""
+        return web.Response(text="Cache flushed.\n", status=200)
+
+    # ---- pause / continue / abort -----------------------------------------------------------
+    async def pause(self, request: web.Request) -> web.Response:
+        body = await read_json(request, allow_empty=True)
+        check_keys(body, {"mode", "rid"}, "/pause_generation")
+        mode = get_typed(body, "mode", str, "abort", "/pause_generation")
+        if mode not in PAUSE_MODES:
+            raise BadRequest(f"/pause_generation: mode {mode!r} is invalid; use one of "
+                             f"{list(PAUSE_MODES)}.")
+        self.s.gate.clear()
+        if mode == "abort":
+            await asyncio.wrap_future(
+                self.s.scheduler.abort(None, "Aborted by /pause_generation."))
+        else:
+            await asyncio.wrap_future(self.s.scheduler.pause(mode))
+        return web.json_response({"message": "Generation paused successfully.", "status": "ok"})
+
+    async def resume(self, request: web.Request) -> web.Response:
+        body = await read_json(request, allow_empty=True)
+        check_keys(body, {"rid"}, "/continue_generation")
+        await asyncio.wrap_future(self.s.scheduler.resume())
+        self.s.gate.set()
+        return web.json_response({"message": "Generation continued successfully.",
+                                  "status": "ok"})
+
+    async def abort_request(self, request: web.Request) -> web.Response:
+        body = await read_json(request)
+        check_keys(body, {"rid", "abort_all", "finished_reason", "abort_message"},
+                   "/abort_request")
+        rid = get_typed(body, "rid", str, "", "/abort_request")
+        abort_all = get_typed(body, "abort_all", bool, False, "/abort_request")
+        message = get_typed(body, "abort_message", str, None, "/abort_request")
+        if abort_all or rid:
+            await asyncio.wrap_future(self.s.scheduler.abort(
+                None if abort_all else rid, message or "Aborted by /abort_request."))
+        return web.Response(status=200)
+
+    # ---- weights ----------------------------------------------------------------------------
+    async def update_weight_version(self, request: web.Request) -> web.Response:
+        body = await read_json(request)
+        where = "/update_weight_version"
+        check_keys(body, {"new_version", "abort_all_requests", "rid"}, where)
+        version = get_typed(body, "new_version", str, None, where)
+        if version is None:
+            raise BadRequest(f"{where}: 'new_version' (string) is required.")
+        if get_typed(body, "abort_all_requests", bool, True, where):  # SGLang's default
+            await asyncio.wrap_future(self.s.scheduler.abort(None, "Aborted by " + where))
+        self.s.weight_version = version
+        return web.json_response({"success": True, "new_version": version,
+                                  "message": f"Weight version updated to {version}"})
+
+    async def update_from_disk(self, request: web.Request) -> web.Response:
+        body = await read_json(request)
+        where = "/update_weights_from_disk"
+        check_keys(body, {"model_path", "load_format", "abort_all_requests", "weight_version",
+                          "is_async", "torch_empty_cache", "keep_pause", "rid"}, where)
+        path = get_typed(body, "model_path", str, None, where)
+        if not path:
+            raise BadRequest(f"{where}: 'model_path' (string) is required.")
+        get_typed(body, "load_format", str, None, where)  # checked, then ignored
+        version = get_typed(body, "weight_version", str, None, where)
+        if get_typed(body, "abort_all_requests", bool, False, where):
+            await asyncio.wrap_future(self.s.scheduler.abort(None, "Aborted by " + where))
+        ok, message = await self._on_worker(lambda: self.s.updater.load_from_disk(path))
+        return self._weights_reply(ok, message, version, extra={"num_paused_requests": 0})
+
+    async def init_group(self, request: web.Request) -> web.Response:
+        body = await read_json(request)
+        where = "/init_weights_update_group"
+        check_keys(body, {"master_address", "master_port", "rank_offset", "world_size",
+                          "group_name", "backend", "rid"}, where)
+        kw = {"master_address": get_typed(body, "master_address", str, None, where),
+              "master_port": get_typed(body, "master_port", int, None, where),
+              "rank_offset": get_typed(body, "rank_offset", int, None, where),
+              "world_size": get_typed(body, "world_size", int, None, where),
+              "group_name": get_typed(body, "group_name", str, "weight_update_group", where),
+              "backend": get_typed(body, "backend", str, "nccl", where)}
+        missing = [k for k, v in kw.items() if v is None]
+        if missing:
+            raise BadRequest(f"{where}: missing required key(s) {missing}.")
+        if kw["backend"] not in ("nccl", "gloo"):
+            raise BadRequest(f"{where}: backend {kw['backend']!r} is invalid; use 'nccl' "
+                             "(GPU) or 'gloo' (CPU).")
+        if not 1 <= kw["rank_offset"] < kw["world_size"]:
+            raise BadRequest(f"{where}: rank_offset must be in [1, world_size); rank 0 is the "
+                             f"trainer. Got rank_offset={kw['rank_offset']}, "
+                             f"world_size={kw['world_size']}.")
+        ok, message = await self._on_worker(lambda: self.s.updater.init_group(**kw))
+        return self._weights_reply(ok, message, None)
+
+    async def update_from_distributed(self, request: web.Request) -> web.Response:
+        body = await read_json(request)
+        where = "/update_weights_from_distributed"
+        check_keys(body, {"names", "dtypes", "shapes", "group_name", "flush_cache",
+                          "abort_all_requests", "weight_version", "load_format", "rid"}, where)
+        names = _str_list(body.get("names"), "names", where)
+        dtypes = _str_list(body.get("dtypes"), "dtypes", where)
+        shapes = body.get("shapes")
+        if not isinstance(shapes, list) or not all(
+                isinstance(s, list) and all(isinstance(d, int) and d >= 0 for d in s)
+                for s in shapes):
+            raise BadRequest(f"{where}: 'shapes' must be a list of lists of non-negative ints.")
+        if not len(names) == len(dtypes) == len(shapes):
+            raise BadRequest(f"{where}: names, dtypes and shapes must have equal lengths; got "
+                             f"{len(names)}, {len(dtypes)}, {len(shapes)}.")
+        bad = sorted({d for d in dtypes if d not in ("bfloat16", "float16", "float32")})
+        if bad:
+            raise BadRequest(f"{where}: dtypes {bad} are invalid; use bfloat16, float16 or "
+                             "float32.")
+        group = get_typed(body, "group_name", str, "weight_update_group", where)
+        get_typed(body, "flush_cache", bool, True, where)  # nothing cached across requests
+        version = get_typed(body, "weight_version", str, None, where)
+        if get_typed(body, "abort_all_requests", bool, False, where):
+            await asyncio.wrap_future(self.s.scheduler.abort(None, "Aborted by " + where))
+        ok, message = await self._on_worker(lambda: self.s.updater.update_from_distributed(
+            names=names, dtypes=dtypes, shapes=shapes, group_name=group))
+        return self._weights_reply(ok, message, version)
+
+    async def destroy_group(self, request: web.Request) -> web.Response:
+        body = await read_json(request, allow_empty=True)
+        where = "/destroy_weights_update_group"
+        check_keys(body, {"group_name", "rid"}, where)
+        group = get_typed(body, "group_name", str, "weight_update_group", where)
+        ok, message = await self._on_worker(lambda: self.s.updater.destroy_group(group))
+        return self._weights_reply(ok, message, None)
+
+    async def _on_worker(self, fn) -> tuple[bool, str]:
+        """Run a weight operation between decode steps (after running requests finish,
+        unless paused, as SGLang does); errors become (False, message)."""
+        try:
+            return True, await asyncio.wrap_future(self.s.scheduler.call(fn, drain=True))
+        except Exception as exc:
+            logger.warning("weight operation failed: %s", exc)
+            return False, str(exc)
+
+    def _weights_reply(self, ok: bool, message: str, version: str | None,
+                       extra: dict | None = None) -> web.Response:
+        if ok and version is not None:
+            self.s.weight_version = version
+            message += f" Weight version updated to {version}."
+        return web.json_response({"success": ok, "message": message, **(extra or {})},
+                                 status=200 if ok else 400)
+
+
+def _str_list(value, key: str, where: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise BadRequest(f"{where}: '{key}' must be a list of strings.")
+    return value

@@ -1,0 +1,90 @@
+"""Command-line flags of the built-in server, named as SGLang's `launch_server` names them.
+
+The launcher starts either `python -m sglang.launch_server` or `python -m areal.server` with the
+same flags, so the flags SGLang has and this server needs keep SGLang's spelling and meaning.
+Flags that only tune SGLang's memory pool are accepted and ignored; a flag we do not know is an
+error (argparse exits with status 2), because a silently ignored typo wastes a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
+@dataclass(frozen=True)
+class ServerArgs:
+    """Parsed flags; field names follow SGLang's `ServerArgs` where one exists."""
+
+    model_path: str
+    tokenizer_path: str | None
+    host: str
+    port: int
+    dtype: str
+    device: str
+    tp_size: int
+    mem_fraction_static: float | None
+    context_length: int | None
+    random_seed: int
+    api_key: str | None
+    log_level: str
+    max_running_requests: int
+    max_prefill_tokens: int
+    skip_tokenizer_init: bool
+    weight_version: str
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m areal.server",
+        description="Transformers-backed inference server speaking SGLang's HTTP API subset.",
+        allow_abbrev=False,
+    )
+    p.add_argument("--model-path", required=True, help="HF model folder (or hub id).")
+    p.add_argument("--tokenizer-path", default=None, help="Defaults to --model-path.")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--dtype", choices=DTYPES, default="auto",
+                   help="Weights and compute dtype; auto takes the checkpoint's dtype.")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="auto: cuda when available, else cpu.")
+    p.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1,
+                   help="Only 1: the built-in server runs the model on one device.")
+    p.add_argument("--mem-fraction-static", type=float, default=None,
+                   help="Accepted for SGLang compatibility; ignored (no static KV pool here).")
+    p.add_argument("--context-length", type=int, default=None,
+                   help="Max prompt + completion tokens; defaults to the model's "
+                        "max_position_embeddings.")
+    p.add_argument("--random-seed", type=int, default=0, help="Seed of the sampling generator.")
+    p.add_argument("--api-key", default=None,
+                   help="When set, routes other than /health* need 'Authorization: Bearer KEY'.")
+    p.add_argument("--log-level", choices=LOG_LEVELS, default="info")
+    p.add_argument("--max-running-requests", type=int, default=64,
+                   help="Most sequences decoded together in one batch.")
+    p.add_argument("--max-prefill-tokens", type=int, default=16384,
+                   help="Most (padded) prompt tokens prefilled in one forward pass.")
+    p.add_argument("--skip-tokenizer-init", action="store_true",
+                   help="Accept token ids only and return no text (as SGLang does).")
+    p.add_argument("--weight-version", default="default",
+                   help="Initial weight version reported in meta_info.")
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> ServerArgs:
+    """Parse and check flags; a bad value exits with status 2 and names the flag and the fix."""
+    parser = build_parser()
+    ns = parser.parse_args(argv)
+    if ns.tp_size != 1:
+        parser.error(f"--tp-size {ns.tp_size} is not supported by the built-in server: it runs "
+                     "the model on one device. Use --tp-size 1, or SGLang for tensor parallelism.")
+    for flag, value, low in (("--max-running-requests", ns.max_running_requests, 1),
+                             ("--max-prefill-tokens", ns.max_prefill_tokens, 1),
+                             ("--context-length", ns.context_length, 2)):
+        if value is not None and value < low:
+            parser.error(f"{flag} {value} is invalid: use an integer >= {low}.")
+    if not 0 < ns.port < 65536:
+        parser.error(f"--port {ns.port} is invalid: use 1..65535.")
+    return ServerArgs(**vars(ns))

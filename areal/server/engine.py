@@ -1,0 +1,183 @@
+"""The model side of the server: load a transformers causal LM and run batched forward passes.
+
+The scheduler keeps every running sequence in one left-padded batch with a shared KV cache
+(`KVBatch`). New sequences are prefilled together, then merged into the running batch by
+left-padding the shorter cache; finished sequences are dropped by selecting batch rows, and
+columns that became padding for every row are trimmed. Each decode step then feeds one token per
+sequence. Padded key/value slots are zeroed and masked, so a sequence's numbers do not depend on
+its neighbours (greedy output matches `transformers.generate` in float32).
+
+Only this module and `weights.py` touch the model; both run on the scheduler's worker thread.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from dataclasses import dataclass
+
+logger = logging.getLogger("areal.server")
+
+DTYPE_NAMES = {"bfloat16", "float16", "float32"}
+
+
+def torch_dtype(name: str):
+    """Map a dtype name (bfloat16/float16/float32) to torch; others are a user error."""
+    import torch
+
+    if name not in DTYPE_NAMES:
+        raise ValueError(f"dtype {name!r} is not supported; use one of {sorted(DTYPE_NAMES)}.")
+    return getattr(torch, name)
+
+
+@dataclass
+class KVBatch:
+    """Left-padded KV cache of the running sequences.
+
+    layers: per decoder layer, (keys, values) of shape [B, H_kv, L, D];
+    mask: [B, L] long, 1 for real tokens;
+    lengths: real tokens in the cache per row (position id of the next token).
+    """
+
+    layers: list
+    mask: object
+    lengths: object
+
+    @property
+    def size(self) -> int:
+        return int(self.mask.shape[0])
+
+    def select(self, rows: list[int]) -> "KVBatch | None":
+        """Keep `rows` (in that order); trims columns that are padding for every kept row."""
+        import torch
+
+        if not rows:
+            return None
+        idx = torch.tensor(rows, device=self.mask.device)
+        mask = self.mask.index_select(0, idx)
+        start = int((mask.sum(0) > 0).nonzero()[0]) if mask.any() else mask.shape[1]
+        layers = [(k.index_select(0, idx)[:, :, start:], v.index_select(0, idx)[:, :, start:])
+                  for k, v in self.layers]
+        return KVBatch(layers, mask[:, start:], self.lengths.index_select(0, idx))
+
+    @staticmethod
+    def merge(a: "KVBatch | None", b: "KVBatch | None") -> "KVBatch | None":
+        """Concatenate two batches along the batch dim, left-padding the shorter cache."""
+        if a is None or b is None:
+            return a or b
+        import torch
+
+        width = max(a.mask.shape[1], b.mask.shape[1])
+        a, b = a._pad_to(width), b._pad_to(width)
+        layers = [(torch.cat([ka, kb]), torch.cat([va, vb]))
+                  for (ka, va), (kb, vb) in zip(a.layers, b.layers)]
+        return KVBatch(layers, torch.cat([a.mask, b.mask]), torch.cat([a.lengths, b.lengths]))
+
+    def _pad_to(self, width: int) -> "KVBatch":
+        import torch.nn.functional as F
+
+        extra = width - self.mask.shape[1]
+        if extra == 0:
+            return self
+        layers = [(F.pad(k, (0, 0, extra, 0)), F.pad(v, (0, 0, extra, 0))) for k, v in self.layers]
+        return KVBatch(layers, F.pad(self.mask, (extra, 0)), self.lengths)
+
+
+class ModelRunner:
+    """Owns the model and runs prefill / decode forward passes (worker thread only)."""
+
+    def __init__(self, model_path: str, dtype: str = "auto", device: str = "auto",
+                 seed: int = 0):
+        import torch
+
+        self.device = torch.device(_resolve_device(device))
+        if self.device.type == "cuda":
+            # cuDNN's SDPA builds an execution plan per new shape (~70 ms on an H200 seen here);
+            # the KV length changes every decode step, so that cost hits every step.
+            torch.backends.cuda.enable_cudnn_sdp(False)
+        self.model = load_model(model_path, dtype, self.device)
+        self.config = self.model.config
+        self.dtype = next(self.model.parameters()).dtype
+        self.vocab_size = int(self.model.get_output_embeddings().weight.shape[0])
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(seed)
+        # transformers >= 5.2x renamed forward's `past_key_values` to `cache`.
+        params = inspect.signature(self.model.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        _check_full_attention(self.config)
+
+    def eos_token_ids(self) -> set[int]:
+        """EOS ids from config and generation_config (either may hold an int or a list)."""
+        ids: set[int] = set()
+        gen = getattr(self.model, "generation_config", None)
+        for source in (self.config, gen):
+            eos = getattr(source, "eos_token_id", None) if source is not None else None
+            if eos is not None:
+                ids.update(eos if isinstance(eos, (list, tuple)) else [eos])
+        return {int(i) for i in ids}
+
+    def prefill(self, prompts: list[list[int]]):
+        """Run the prompts (left-padded) through the model; returns (KVBatch, last logits [N, V])."""
+        import torch
+        from transformers import DynamicCache
+
+        width = max(len(p) for p in prompts)
+        pad = 0
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts],
+                            device=self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=self.config)
+        with torch.inference_mode():
+            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                             use_cache=True, logits_to_keep=1, **{self._cache_kwarg: cache})
+        keep = mask.to(self.dtype)[:, None, :, None]
+        layers = [(layer.keys * keep, layer.values * keep) for layer in cache.layers]
+        lengths = mask.sum(-1)
+        return KVBatch(layers, mask, lengths), out.logits[:, -1, :]
+
+    def decode(self, batch: KVBatch, tokens: list[int]):
+        """Feed one token per row; extends `batch` in place and returns logits [B, V]."""
+        import torch
+        from transformers import DynamicCache
+
+        ids = torch.tensor(tokens, device=self.device).unsqueeze(1)
+        mask = torch.cat([batch.mask, batch.mask.new_ones(batch.size, 1)], dim=1)
+        cache = DynamicCache(ddp_cache_data=batch.layers, config=self.config)
+        with torch.inference_mode():
+            out = self.model(input_ids=ids, attention_mask=mask,
+                             position_ids=batch.lengths.unsqueeze(1), use_cache=True,
+                             **{self._cache_kwarg: cache})
+        batch.layers = [(layer.keys, layer.values) for layer in cache.layers]
+        batch.mask = mask
+        batch.lengths = batch.lengths + 1
+        return out.logits[:, -1, :]
+
+
+def _resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda was given but CUDA is not available; use --device cpu.")
+    return device
+
+
+def _check_full_attention(config) -> None:
+    """The padded shared cache assumes full attention in every layer (no sliding windows)."""
+    text_config = config.get_text_config(decoder=True)
+    kinds = set(getattr(text_config, "layer_types", None) or ["full_attention"])
+    if kinds != {"full_attention"}:
+        raise ValueError(f"--model-path: layer types {sorted(kinds)} are not supported by the "
+                         "built-in server (full attention only); serve this model with SGLang.")
+
+
+def load_model(model_path: str, dtype: str, device):
+    """from_pretrained in eval mode with SDPA attention; dtype 'auto' keeps the checkpoint's."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(
+        model_path, attn_implementation="sdpa",
+        dtype="auto" if dtype == "auto" else torch_dtype(dtype))
+    return model.to(device).eval()

@@ -1,0 +1,89 @@
+"""Per-request sampling for a batch of sequences, following SGLang's conventions.
+
+Conventions (checked against SGLang 0.5.x `layers/sampler.py` and `sampling_params.py`):
+
+* Greedy: temperature < 1e-6 or top_k == 1. SGLang rewrites temperature 0 as
+  (temperature 1, top_k 1); we do the same, so greedy picks `argmax(logits)`.
+* Returned logprobs: log-probabilities of the chosen token under the *temperature-scaled*
+  distribution `log_softmax(logits / T)`, taken before top-k/top-p truncation (SGLang's default,
+  i.e. without its RETURN_ORIGINAL_LOGPROB switch). Greedy rows use T = 1, so they report the
+  model's raw log-probabilities. This is what an RL trainer that recomputes logprobs with the same
+  temperature expects.
+* top-k then top-p are applied to the sorted, temperature-scaled probabilities; top-p keeps the
+  smallest prefix whose mass reaches top_p (always at least one token).
+* min_new_tokens: until that many tokens exist, stop tokens (EOS and stop_token_ids) get -inf
+  logits, as SGLang's min-new-tokens penalizer does; the logprobs see the masked logits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GREEDY_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Validated sampling parameters of one request (SGLang names and defaults)."""
+
+    max_new_tokens: int = 128
+    min_new_tokens: int = 0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    stop: tuple[str, ...] = ()
+    stop_token_ids: frozenset[int] = field(default_factory=frozenset)
+    ignore_eos: bool = False
+    no_stop_trim: bool = False
+    skip_special_tokens: bool = True
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < GREEDY_EPS or self.top_k == 1
+
+
+def sample(logits, params: list[SamplingParams], generator=None):
+    """Pick one token per row of `logits` [B, V] with each row's own params.
+
+    Returns (token_ids [B] long, logprobs [B] float32); see the module docstring for the
+    logprob convention.
+    """
+    import torch
+
+    logits = logits.float()
+    device = logits.device
+    greedy = torch.tensor([p.greedy for p in params], device=device)
+    temps = torch.tensor([1.0 if p.greedy else p.temperature for p in params], device=device)
+    scaled = logits / temps.unsqueeze(1)
+    logprobs_all = torch.log_softmax(scaled, dim=-1)
+    tokens = torch.argmax(logits, dim=-1)
+    if not bool(greedy.all()):
+        sampled = _sample_top_k_top_p(scaled, params, generator)
+        tokens = torch.where(greedy, tokens, sampled)
+    logprobs = logprobs_all.gather(1, tokens.unsqueeze(1)).squeeze(1)
+    return tokens, logprobs
+
+
+def _sample_top_k_top_p(scaled, params: list[SamplingParams], generator):
+    """Multinomial draw from the top-k / top-p truncated softmax of `scaled` [B, V]."""
+    import torch
+
+    vocab = scaled.shape[-1]
+    device = scaled.device
+    top_ks = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in params], device=device)
+    top_ps = torch.tensor([p.top_p for p in params], device=device)
+    probs = torch.softmax(scaled, dim=-1)
+    sorted_probs, sorted_idx = probs.sort(dim=-1, descending=True)
+    ranks = torch.arange(vocab, device=device).unsqueeze(0)
+    sorted_probs = sorted_probs.masked_fill(ranks >= top_ks.unsqueeze(1), 0.0)
+    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+    sorted_probs = sorted_probs.masked_fill(mass_before > top_ps.unsqueeze(1), 0.0)
+    choice = torch.multinomial(sorted_probs, 1, generator=generator)
+    return sorted_idx.gather(1, choice).squeeze(1)
+
+
+def mask_stop_tokens(logits, rows: list[int], stop_ids: list[list[int]]) -> None:
+    """In place: forbid stop tokens on `rows` (those still below min_new_tokens)."""
+    for row, ids in zip(rows, stop_ids):
+        if ids:
+            logits[row, ids] = float("-inf")

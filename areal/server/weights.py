@@ -1,0 +1,143 @@
+"""Weight updates: from a checkpoint folder, or broadcast from the trainer over torch.distributed.
+
+Distributed protocol (SGLang's, which the trainer side follows):
+  1. POST /init_weights_update_group {master_address, master_port, rank_offset, world_size,
+     group_name, backend}: trainer rank 0 and every server join one process group; this server
+     takes rank `rank_offset` (it runs one rank: tp 1). The group is a separate, named group
+     (not the default one), built on a TCPStore at master_address:master_port, so a trainer that
+     already has its own default group can create it too: see `init_custom_process_group`,
+     which the trainer side can call with rank 0.
+  2. POST /update_weights_from_distributed {names, dtypes, shapes, ...}: for each name, in order,
+     rank 0 broadcasts a tensor of that dtype and shape; the server receives all of them, then
+     copies them into the model's parameters (names are Hugging Face state-dict names).
+  3. POST /destroy_weights_update_group {group_name}.
+Backends: nccl on GPU, gloo on CPU.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from areal.server.engine import torch_dtype
+
+logger = logging.getLogger("areal.server")
+
+
+def init_custom_process_group(*, backend: str, init_method: str, world_size: int, rank: int,
+                              group_name: str, timeout_s: float = 300.0):
+    """A named process group from a TCPStore rendezvous, independent of the default group.
+
+    Both sides (trainer rank 0 and each server) call this with the same init_method
+    (`tcp://host:port`), world_size and group_name.
+    """
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import _new_process_group_helper, _world, rendezvous
+
+    timeout = timedelta(seconds=timeout_s)
+    store, rank, world_size = next(rendezvous(init_method, rank, world_size, timeout=timeout))
+    store.set_timeout(timeout)
+    pg, _ = _new_process_group_helper(world_size, rank, [], dist.Backend(backend), store,
+                                      group_name=group_name, timeout=timeout)
+    _world.pg_group_ranks[pg] = {i: i for i in range(world_size)}
+    return pg
+
+
+class WeightUpdater:
+    """Applies weight updates to a ModelRunner's model (called on the worker thread)."""
+
+    def __init__(self, runner):
+        self.runner = runner
+        self.groups: dict[str, object] = {}
+
+    def parameters(self) -> dict:
+        """Name -> tensor for every parameter and buffer, tied duplicates included."""
+        model = self.runner.model
+        named = dict(model.named_parameters(remove_duplicate=False))
+        named.update(dict(model.named_buffers(remove_duplicate=False)))
+        return named
+
+    def load_from_disk(self, model_path: str) -> str:
+        """Load a checkpoint folder into the running model; raises ValueError if incompatible."""
+        from transformers import AutoModelForCausalLM
+
+        try:
+            new = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.runner.dtype)
+        except Exception as exc:
+            raise ValueError(f"Failed to load model from {model_path!r}: {exc}") from exc
+        params = self.parameters()
+        state = new.state_dict()
+        weights = dict(self.runner.model.named_parameters(remove_duplicate=False))
+        missing = sorted(set(weights) - set(state))
+        if missing and not all(_is_tied_alias(m, params, state) for m in missing):
+            raise ValueError(f"Checkpoint {model_path!r} lacks parameters {missing[:5]}; "
+                             "it does not match the served model's architecture.")
+        unknown = sorted(set(state) - set(params))
+        if unknown:
+            raise ValueError(f"Checkpoint {model_path!r} has unknown parameters {unknown[:5]}.")
+        _copy_all(params, list(state.items()))
+        return f"Succeeded to update model weights from {model_path}."
+
+    def init_group(self, *, master_address: str, master_port: int, rank_offset: int,
+                   world_size: int, group_name: str, backend: str) -> str:
+        if group_name in self.groups:
+            raise ValueError(f"Weight update group {group_name!r} already exists; destroy it "
+                             "first (/destroy_weights_update_group).")
+        rank = rank_offset  # one rank per server (tp 1)
+        self.groups[group_name] = init_custom_process_group(
+            backend=backend, init_method=f"tcp://{master_address}:{master_port}",
+            world_size=world_size, rank=rank, group_name=group_name)
+        return f"Succeeded to initialize custom process group {group_name!r} (rank {rank})."
+
+    def update_from_distributed(self, *, names: list[str], dtypes: list[str],
+                                shapes: list[list[int]], group_name: str) -> str:
+        """Receive every broadcast first (keeps the collective in step), then check and copy."""
+        import torch
+        import torch.distributed as dist
+
+        group = self.groups.get(group_name)
+        if group is None:
+            raise ValueError(f"No weight update group {group_name!r}; call "
+                             "/init_weights_update_group first.")
+        received = []
+        for name, dtype, shape in zip(names, dtypes, shapes):
+            tensor = torch.empty(shape, dtype=torch_dtype(dtype), device=self.runner.device)
+            dist.broadcast(tensor, src=0, group=group)
+            received.append((name, tensor))
+        params = self.parameters()
+        unknown = [n for n, _ in received if n not in params]
+        if unknown:
+            raise ValueError(f"Unknown parameter name(s) {unknown[:5]}; names must be the "
+                             "served model's Hugging Face state-dict names.")
+        _copy_all(params, received)
+        return f"Succeeded to update {len(received)} parameter(s) from distributed."
+
+    def destroy_group(self, group_name: str) -> str:
+        import torch.distributed as dist
+
+        group = self.groups.pop(group_name, None)
+        if group is None:
+            raise ValueError(f"No weight update group {group_name!r} to destroy.")
+        dist.destroy_process_group(group)
+        return f"Succeeded to destroy custom process group {group_name!r}."
+
+
+def _is_tied_alias(name: str, params: dict, state: dict) -> bool:
+    """A parameter absent from the checkpoint is fine if it shares storage with one present."""
+    ptr = params[name].data_ptr()
+    return any(params[other].data_ptr() == ptr for other in state if other in params)
+
+
+def _copy_all(params: dict, pairs: list) -> None:
+    """Check every shape first so a bad update leaves the model untouched, then copy."""
+    import torch
+
+    for name, source in pairs:
+        target = params[name]
+        if tuple(target.shape) != tuple(source.shape):
+            raise ValueError(f"Parameter {name!r}: shape {list(source.shape)} does not match "
+                             f"the model's {list(target.shape)}.")
+    with torch.no_grad():
+        for name, source in pairs:
+            target = params[name]
+            target.copy_(source.to(device=target.device, dtype=target.dtype))

@@ -1,0 +1,169 @@
+"""Throughput of the built-in server (continuous batching) against sequential `generate`.
+
+Run (CPU, builds a random tiny Llama: hidden 256, 4 layers, unless --model-path is given):
+
+    .venv/bin/python scripts/bench_server.py --out /tmp/bench_server.json
+    .venv/bin/python scripts/bench_server.py --cpu-threads 1 --out ...    # shared CPU box
+    .venv/bin/python scripts/bench_server.py --with-256 --new-tokens 128 --out bench.json  # GPU
+
+What it measures, on the same model, device and dtype:
+  * baseline: `model.generate` one request at a time (greedy, fixed length via min_new_tokens);
+  * server: N concurrent /generate requests (greedy, ignore_eos, fixed max_new_tokens) for N in
+    1, 16, 64 (and 256 with --with-256); tokens/s = generated tokens / wall time of the wave.
+It prints a table and writes a JSON result (--out) with the speedup of each N over the baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import tempfile
+import time
+from pathlib import Path
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="Where to write the JSON result.")
+    p.add_argument("--model-path", default=None, help="HF model folder; default: a tiny model.")
+    p.add_argument("--hidden-size", type=int, default=256)
+    p.add_argument("--num-layers", type=int, default=4)
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--dtype", default=None, help="Default: float32 on CPU, bfloat16 on CUDA.")
+    p.add_argument("--prompt-len", type=int, default=32)
+    p.add_argument("--new-tokens", type=int, default=64)
+    p.add_argument("--baseline-requests", type=int, default=4,
+                   help="Sequential generate() calls timed for the baseline.")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
+    p.add_argument("--cpu-threads", type=int, default=None,
+                   help="torch CPU threads for both sides (OMP_NUM_THREADS for the server); "
+                        "1 gives stable numbers on a shared, oversubscribed machine.")
+    p.add_argument("--with-256", action="store_true", help="Also run 256 concurrent requests.")
+    return p.parse_args(argv)
+
+
+def resolve(args):
+    import torch
+
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = args.dtype or ("bfloat16" if device == "cuda" else "float32")
+    return device, dtype
+
+
+def make_prompts(n: int, length: int, vocab: int, seed: int = 0) -> list[list[int]]:
+    rng = random.Random(seed)
+    return [[rng.randrange(3, vocab) for _ in range(length)] for _ in range(n)]
+
+
+def baseline_tokens_per_s(model_path, device, dtype, prompts, new_tokens) -> float:
+    """Sequential transformers.generate, fixed output length, after one warm-up call."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=getattr(torch, dtype))
+    model = model.to(device).eval()
+
+    def run(prompt):
+        ids = torch.tensor([prompt], device=device)
+        model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                       max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=0)
+
+    run(prompts[0])
+    _sync(device)
+    start = time.perf_counter()
+    for prompt in prompts:
+        run(prompt)
+    _sync(device)
+    elapsed = time.perf_counter() - start
+    return len(prompts) * new_tokens / elapsed
+
+
+def _sync(device):
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+async def wave(url: str, prompts, new_tokens: int) -> dict:
+    """Send all prompts at once; wall time until the last answer."""
+    import aiohttp
+
+    body = lambda p: {"input_ids": p, "sampling_params": {  # noqa: E731
+        "max_new_tokens": new_tokens, "temperature": 0, "ignore_eos": True}}
+    timeout = aiohttp.ClientTimeout(total=3600)
+    async with aiohttp.ClientSession(timeout=timeout,
+                                     connector=aiohttp.TCPConnector(limit=0)) as session:
+        async def one(p):
+            async with session.post(url + "/generate", json=body(p)) as r:
+                r.raise_for_status()
+                out = await r.json()
+                return len(out["output_ids"]), out["meta_info"]["e2e_latency"]
+
+        start = time.perf_counter()
+        results = await asyncio.gather(*(one(p) for p in prompts))
+        elapsed = time.perf_counter() - start
+    tokens = sum(n for n, _ in results)
+    return {"requests": len(prompts), "tokens": tokens, "wall_s": round(elapsed, 3),
+            "tokens_per_s": round(tokens / elapsed, 1),
+            "mean_latency_s": round(sum(l for _, l in results) / len(results), 3)}
+
+
+def main(argv=None) -> dict:
+    import requests
+
+    from areal.models.tiny import make_tiny_model_dir
+    from areal.server.testing import start_server
+
+    args = parse_args(argv)
+    device, dtype = resolve(args)
+    env = {}
+    if args.cpu_threads:
+        import torch
+
+        torch.set_num_threads(args.cpu_threads)
+        env = {"OMP_NUM_THREADS": str(args.cpu_threads)}
+    levels = sorted(set(args.concurrency) | ({256} if args.with_256 else set()))
+    model_path = args.model_path or str(make_tiny_model_dir(
+        Path(tempfile.gettempdir()) / f"bench-tiny-h{args.hidden_size}-l{args.num_layers}",
+        hidden_size=args.hidden_size, num_layers=args.num_layers,
+        max_position=args.prompt_len + args.new_tokens + 8))
+    from transformers import AutoConfig
+
+    vocab = AutoConfig.from_pretrained(model_path).vocab_size
+    prompts = make_prompts(max(levels + [args.baseline_requests]), args.prompt_len, vocab)
+    base = baseline_tokens_per_s(model_path, device, dtype,
+                                 prompts[:args.baseline_requests], args.new_tokens)
+    print(f"baseline sequential generate: {base:.1f} tok/s", flush=True)
+    server = start_server(model_path, extra_args=[
+        "--device", device, "--dtype", dtype, "--max-running-requests", str(max(levels)),
+        "--log-level", "warning"], timeout=600, env=env)
+    try:
+        asyncio.run(wave(server.url, prompts[:2], 4))  # warm-up
+        results = {}
+        for n in levels:
+            res = asyncio.run(wave(server.url, prompts[:n], args.new_tokens))
+            res["speedup_vs_sequential"] = round(res["tokens_per_s"] / base, 2)
+            results[str(n)] = res
+            print(f"{n:>4} concurrent: {res['tokens_per_s']:>9.1f} tok/s  "
+                  f"x{res['speedup_vs_sequential']:<6} wall {res['wall_s']}s", flush=True)
+        batching = requests.get(server.url + "/get_server_info").json()["batching"]
+    finally:
+        server.stop()
+    report = {"device": device, "dtype": dtype, "model_path": model_path,
+              "cpu_threads": args.cpu_threads,
+              "hidden_size": args.hidden_size, "num_layers": args.num_layers,
+              "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
+              "baseline_sequential_tokens_per_s": round(base, 1), "server": results,
+              "server_batching_stats": batching}
+    Path(args.out).write_text(json.dumps(report, indent=2))
+    print(f"wrote {args.out}")
+    return report
+
+
+if __name__ == "__main__":
+    main()

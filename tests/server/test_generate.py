@@ -1,0 +1,180 @@
+"""/generate against a real server subprocess: greedy equality, logprobs, batching, stops,
+request validation and abort."""
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from tests.server.helpers import hf_greedy, prompt_ids
+
+
+@pytest.fixture(scope="module")
+def server(varied_model_dir):
+    from areal.server.testing import start_server
+
+    handle = start_server(varied_model_dir, extra_args=["--dtype", "float32",
+                                                        "--max-running-requests", "16"])
+    yield handle
+    assert handle.stop() == 0, handle.log()
+
+
+def generate(server, **body):
+    r = requests.post(server.url + "/generate", json=body, timeout=60)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_greedy_batched_matches_transformers(server, ref_model):
+    prompts = [prompt_ids(i, 3 + 2 * i) for i in range(8)]
+    lengths = [24 + 3 * i for i in range(8)]  # different lengths: rows retire mid-batch
+    with ThreadPoolExecutor(8) as pool:
+        outs = list(pool.map(lambda pl: generate(
+            server, input_ids=pl[0], sampling_params={"max_new_tokens": pl[1],
+                                                      "temperature": 0.0}),
+            zip(prompts, lengths)))
+    for prompt, n, out in zip(prompts, lengths, outs):
+        assert out["output_ids"] == hf_greedy(ref_model, prompt, n)
+    stats = requests.get(server.url + "/get_server_info").json()["batching"]
+    assert stats["max_batch_size"] > 1, stats
+    assert stats["mean_batch_size"] > 1, stats
+
+
+def test_top_k_one_is_greedy(server, ref_model):
+    prompt = prompt_ids(42, 6)
+    out = generate(server, input_ids=prompt,
+                   sampling_params={"max_new_tokens": 16, "top_k": 1, "temperature": 0.8})
+    assert out["output_ids"] == hf_greedy(ref_model, prompt, 16)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_logprobs_are_the_models(server, ref_model, temperature):
+    import torch
+
+    prompt = prompt_ids(7, 5)
+    out = generate(server, input_ids=prompt, return_logprob=True,
+                   sampling_params={"max_new_tokens": 12, "temperature": temperature,
+                                    "ignore_eos": True})
+    triples = out["meta_info"]["output_token_logprobs"]
+    assert [t[1] for t in triples] == out["output_ids"]
+    assert all(t[2] is None for t in triples)
+    full = torch.tensor([prompt + out["output_ids"]])
+    with torch.no_grad():
+        logits = ref_model(full).logits[0, len(prompt) - 1:-1].float()
+    scale = temperature if temperature > 0 else 1.0  # greedy reports the raw distribution
+    expected = torch.log_softmax(logits / scale, -1).gather(
+        1, torch.tensor(out["output_ids"]).unsqueeze(1)).squeeze(1)
+    torch.testing.assert_close(torch.tensor([t[0] for t in triples]), expected,
+                               atol=1e-4, rtol=1e-4)
+
+
+def test_text_input_meta_info_and_stops(server, ref_model):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(server_model_path(server))
+    ids = tok("abc", add_special_tokens=False).input_ids
+    by_text = generate(server, text="abc", sampling_params={"max_new_tokens": 10,
+                                                            "temperature": 0})
+    by_ids = generate(server, input_ids=ids, sampling_params={"max_new_tokens": 10,
+                                                              "temperature": 0})
+    assert by_text["output_ids"] == by_ids["output_ids"]
+    meta = by_text["meta_info"]
+    assert meta["finish_reason"] == {"type": "length", "length": 10}
+    assert meta["prompt_tokens"] == len(ids) and meta["completion_tokens"] == 10
+    assert meta["weight_version"] == "default" and meta["e2e_latency"] > 0 and meta["id"]
+    full = by_ids["output_ids"]
+    # stop token: kept in output_ids, dropped from text (unless no_stop_trim)
+    stop_tok = full[4]
+    first = full.index(stop_tok)
+    out = generate(server, input_ids=ids, sampling_params={
+        "max_new_tokens": 10, "temperature": 0, "stop_token_ids": [stop_tok]})
+    assert out["output_ids"] == full[:first + 1]
+    assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop_tok}
+    assert out["text"] == tok.decode(full[:first])
+    kept = generate(server, input_ids=ids, sampling_params={
+        "max_new_tokens": 10, "temperature": 0, "stop_token_ids": [stop_tok],
+        "no_stop_trim": True})
+    assert kept["text"] == tok.decode(full[:first + 1])
+    # stop string: trimmed from text
+    stop_str = tok.decode(full[5:7])
+    out = generate(server, input_ids=ids, sampling_params={
+        "max_new_tokens": 10, "temperature": 0, "stop": stop_str})
+    assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop_str}
+    assert stop_str not in out["text"] and tok.decode(full).startswith(out["text"])
+
+
+def test_min_new_tokens_and_ignore_eos(server):
+    eos = 2
+    for params in ({"min_new_tokens": 20}, {"ignore_eos": True}):
+        out = generate(server, input_ids=prompt_ids(3, 4), sampling_params={
+            "max_new_tokens": 20, "temperature": 1.0, "stop_token_ids": list(range(3, 20)),
+            **params})
+        body = out["output_ids"]
+        if "min_new_tokens" in params:  # stop tokens are masked until 20 tokens exist
+            assert len(body) == 20 and not set(body) & ({eos} | set(range(3, 20)))
+        else:
+            assert len(body) == 20
+
+
+def server_model_path(server):
+    return requests.get(server.url + "/get_model_info").json()["model_path"]
+
+
+@pytest.mark.parametrize("body, needle", [
+    ({"input_ids": [1, 5], "sampling_params": {"max_tokens": 5}}, "max_tokens"),
+    ({"input_ids": [1, 5], "max_new_tokens": 5}, "max_new_tokens"),
+    ({"input_ids": [1, 5], "sampling_params": {"max_new_tokens": "5"}}, "max_new_tokens"),
+    ({"input_ids": [1, 5], "sampling_params": {"temperature": -1}}, "temperature"),
+    ({"input_ids": [1, 5], "sampling_params": {"top_p": 0}}, "top_p"),
+    ({"input_ids": [1, 5], "sampling_params": {"frequency_penalty": 0.5}}, "frequency_penalty"),
+    ({"input_ids": "1 5"}, "input_ids"),
+    ({"input_ids": [1, 10**6]}, "input_ids"),
+    ({"input_ids": []}, "empty"),
+    ({"text": "ab", "input_ids": [1]}, "exactly one"),
+    ({"input_ids": [1, 5], "return_logprob": "yes"}, "return_logprob"),
+    ({"input_ids": [1, 5], "stream": True}, "stream"),
+    ({"input_ids": [1] * 600}, "context length"),
+    ({"input_ids": [1] * 100, "sampling_params": {"max_new_tokens": 500}}, "context length"),
+    ([1, 2, 3], "JSON object"),
+])
+def test_bad_generate_requests_get_400(server, body, needle):
+    r = requests.post(server.url + "/generate", json=body, timeout=30)
+    assert r.status_code == 400, r.text
+    assert needle in r.json()["error"]["message"]
+
+
+def test_invalid_json_unknown_route_and_method_then_still_serving(server):
+    r = requests.post(server.url + "/generate", data="{not json", timeout=30)
+    assert r.status_code == 400 and "invalid JSON" in r.json()["error"]["message"]
+    assert requests.post(server.url + "/generate_v2", json={}).status_code == 404
+    assert requests.get(server.url + "/generate").status_code == 405
+    r = requests.post(server.url + "/pause_generation", json={"mode": "later"})
+    assert r.status_code == 400 and "mode" in r.json()["error"]["message"]
+    r = requests.post(server.url + "/update_weights_from_disk", json={"model_path": 3})
+    assert r.status_code == 400
+    assert generate(server, input_ids=[1, 5], sampling_params={"max_new_tokens": 2})
+
+
+def test_abort_request_by_rid_returns_tokens_so_far(server):
+    import time
+
+    with ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(generate, server, input_ids=[1, 5, 6], rid="to-abort",
+                          sampling_params={"max_new_tokens": 400, "ignore_eos": True})
+        time.sleep(0.3)
+        r = requests.post(server.url + "/abort_request", json={"rid": "to-abort"})
+        assert r.status_code == 200
+        out = fut.result(timeout=60)
+    meta = out["meta_info"]
+    assert meta["finish_reason"]["type"] == "abort"
+    assert meta["id"] == "to-abort" and meta["completion_tokens"] == len(out["output_ids"]) < 400
+
+
+def test_info_routes(server):
+    info = requests.get(server.url + "/get_model_info").json()
+    assert info["is_generation"] is True and info["weight_version"] == "default"
+    assert requests.get(server.url + "/get_weight_version").json() == {
+        "weight_version": "default"}
+    assert requests.get(server.url + "/health_generate", timeout=30).status_code == 200
+    assert requests.post(server.url + "/flush_cache").status_code == 200
+    assert requests.get(server.url + "/v1/models").json()["data"][0]["id"]

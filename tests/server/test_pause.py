@@ -1,0 +1,92 @@
+"""/pause_generation (abort, retract, in_place) and /continue_generation with requests in flight."""
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from tests.server.helpers import prompt_ids
+
+N_NEW = 300  # long enough that the requests are still running when the pause arrives
+PROMPTS = [prompt_ids(100 + i, 5) for i in range(4)]
+
+
+@pytest.fixture(scope="module")
+def server(varied_model_dir):
+    from areal.server.testing import start_server
+
+    handle = start_server(varied_model_dir, extra_args=["--dtype", "float32"])
+    yield handle
+    assert handle.stop() == 0, handle.log()
+
+
+def post(server, path, body, timeout=120):
+    return requests.post(server.url + path, json=body, timeout=timeout)
+
+
+def generate(server, prompt, n=N_NEW):
+    r = post(server, "/generate", {"input_ids": prompt, "sampling_params": {
+        "max_new_tokens": n, "temperature": 0, "ignore_eos": True}})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+@pytest.fixture(scope="module")
+def reference(server):
+    with ThreadPoolExecutor(4) as pool:
+        return [o["output_ids"] for o in pool.map(lambda p: generate(server, p), PROMPTS)]
+
+
+def stats(server):
+    info = requests.get(server.url + "/get_server_info").json()
+    return info["batching"], info["load"]
+
+
+def wait_until_running(server, n):
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        batching, load = stats(server)
+        if load["running"] == n and batching["generated_tokens"] > 0:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"never saw {n} running requests: {stats(server)}")
+
+
+@pytest.mark.parametrize("mode", ["in_place", "retract"])
+def test_pause_holds_requests_and_continue_resumes(server, reference, mode):
+    with ThreadPoolExecutor(5) as pool:
+        futures = [pool.submit(generate, server, p) for p in PROMPTS]
+        wait_until_running(server, len(PROMPTS))
+        r = post(server, "/pause_generation", {"mode": mode})
+        assert r.status_code == 200 and r.json()["status"] == "ok"
+        before = stats(server)[0]["generated_tokens"]
+        late = pool.submit(generate, server, PROMPTS[0], 5)  # arrives while paused
+        time.sleep(0.5)
+        assert stats(server)[0]["generated_tokens"] == before  # no new tokens while paused
+        assert not any(f.done() for f in futures) and not late.done()
+        assert post(server, "/continue_generation", {}).status_code == 200
+        outs = [f.result(timeout=120) for f in futures]
+        assert late.result(timeout=60)["output_ids"] == reference[0][:5]
+    assert [o["output_ids"] for o in outs] == reference
+    assert all(o["meta_info"]["finish_reason"]["type"] == "length" for o in outs)
+    retracted = [o["meta_info"]["total_retractions"] for o in outs]
+    assert retracted == ([1] * 4 if mode == "retract" else [0] * 4)
+
+
+def test_pause_abort_returns_partial_outputs_and_gates_new_requests(server, reference):
+    with ThreadPoolExecutor(5) as pool:
+        futures = [pool.submit(generate, server, p) for p in PROMPTS]
+        wait_until_running(server, len(PROMPTS))
+        assert post(server, "/pause_generation", {}).status_code == 200  # default mode: abort
+        outs = [f.result(timeout=10) for f in futures]  # returned right away
+        late = pool.submit(generate, server, PROMPTS[1], 5)
+        time.sleep(0.5)
+        assert not late.done()
+        assert post(server, "/continue_generation", {}).status_code == 200
+        assert late.result(timeout=60)["output_ids"] == reference[1][:5]
+    for out, ref in zip(outs, reference):
+        meta = out["meta_info"]
+        assert meta["finish_reason"]["type"] == "abort"
+        assert 0 < meta["completion_tokens"] == len(out["output_ids"]) < N_NEW
+        assert out["output_ids"] == ref[:len(out["output_ids"])]  # the prefix is kept

@@ -1,0 +1,118 @@
+"""Weight updates: from disk, and broadcast over gloo from this test process acting as the
+trainer's rank 0 (world size 2: trainer + server)."""
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from tests.server.helpers import hf_greedy, prompt_ids
+
+PROMPT = prompt_ids(5, 6)
+N_NEW = 16
+
+
+@pytest.fixture(scope="module")
+def server(varied_model_dir):
+    from areal.server.testing import start_server
+
+    handle = start_server(varied_model_dir, extra_args=["--dtype", "float32"])
+    yield handle
+    assert handle.stop() == 0, handle.log()
+
+
+@pytest.fixture(scope="module")
+def other_model_dir(tmp_path_factory):
+    from areal.server.testing import make_varied_model_dir
+
+    return str(make_varied_model_dir(tmp_path_factory.mktemp("other") / "model", seed=1))
+
+
+@pytest.fixture(scope="module")
+def other_model(other_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(other_model_dir, dtype="float32").eval()
+
+
+def post(server, path, body):
+    return requests.post(server.url + path, json=body, timeout=120)
+
+
+def greedy(server):
+    r = post(server, "/generate", {"input_ids": PROMPT, "sampling_params": {
+        "max_new_tokens": N_NEW, "temperature": 0}})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def version(server):
+    return requests.get(server.url + "/get_weight_version").json()["weight_version"]
+
+
+def test_update_from_disk_changes_outputs_and_version(server, ref_model, other_model,
+                                                      other_model_dir, varied_model_dir):
+    before = greedy(server)
+    assert before["output_ids"] == hf_greedy(ref_model, PROMPT, N_NEW)
+    r = post(server, "/update_weights_from_disk", {"model_path": other_model_dir,
+                                                   "weight_version": "v1", "load_format": None})
+    assert r.status_code == 200 and r.json()["success"], r.text
+    after = greedy(server)
+    assert after["output_ids"] == hf_greedy(other_model, PROMPT, N_NEW) != before["output_ids"]
+    assert after["meta_info"]["weight_version"] == "v1" == version(server)
+    # without weight_version the version stays; a bad path fails with success false
+    assert post(server, "/update_weights_from_disk",
+                {"model_path": varied_model_dir}).json()["success"]
+    assert version(server) == "v1" and greedy(server)["output_ids"] == before["output_ids"]
+    r = post(server, "/update_weights_from_disk", {"model_path": "/no/such/dir"})
+    assert r.status_code == 400 and r.json()["success"] is False
+    assert greedy(server)["output_ids"] == before["output_ids"]
+
+
+def test_update_weight_version(server):
+    r = post(server, "/update_weight_version", {"new_version": "manual-7"})
+    assert r.json() == {"success": True, "new_version": "manual-7",
+                        "message": "Weight version updated to manual-7"}
+    assert version(server) == "manual-7"
+
+
+def test_distributed_update_over_gloo(server, ref_model, other_model):
+    import torch
+    import torch.distributed as dist
+
+    from areal.server.testing import free_port
+    from areal.server.weights import init_custom_process_group
+
+    port, group = free_port(), "test_group"
+    with ThreadPoolExecutor(1) as pool:
+        reply = pool.submit(post, server, "/init_weights_update_group", {
+            "master_address": "127.0.0.1", "master_port": port, "rank_offset": 1,
+            "world_size": 2, "group_name": group, "backend": "gloo"})
+        pg = init_custom_process_group(backend="gloo", init_method=f"tcp://127.0.0.1:{port}",
+                                       world_size=2, rank=0, group_name=group)
+        assert reply.result().json()["success"], reply.result().text
+        try:
+            state = other_model.state_dict()
+            reply = pool.submit(post, server, "/update_weights_from_distributed", {
+                "names": list(state), "dtypes": ["float32"] * len(state),
+                "shapes": [list(t.shape) for t in state.values()], "group_name": group,
+                "flush_cache": True, "weight_version": "v2"})
+            for tensor in state.values():
+                dist.broadcast(tensor.contiguous(), src=0, group=pg)
+            assert reply.result().json()["success"], reply.result().text
+            out = greedy(server)
+            assert out["output_ids"] == hf_greedy(other_model, PROMPT, N_NEW)
+            assert out["meta_info"]["weight_version"] == "v2"
+            # an unknown name: all tensors are still received, then the update is refused
+            reply = pool.submit(post, server, "/update_weights_from_distributed", {
+                "names": ["no.such.weight"], "dtypes": ["float32"], "shapes": [[2]],
+                "group_name": group})
+            dist.broadcast(torch.zeros(2), src=0, group=pg)
+            assert reply.result().status_code == 400
+            assert "no.such.weight" in reply.result().json()["message"]
+            assert version(server) == "v2"
+        finally:
+            r = post(server, "/destroy_weights_update_group", {"group_name": group})
+            dist.destroy_process_group(pg)
+        assert r.json()["success"], r.text
+    assert greedy(server)["output_ids"] == hf_greedy(other_model, PROMPT, N_NEW)
