@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from .base import Section
+
+
+def _env_text(value):
+    """Environment values are text; `+launcher.trainer_env.X=1` arrives from Hydra as an int."""
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value) if isinstance(value, (int, float)) else value
+
+
+EnvVars = dict[str, Annotated[str, BeforeValidator(_env_text)]]
 
 
 class LauncherConfig(Section):
@@ -21,9 +31,9 @@ class LauncherConfig(Section):
         1, ge=0,
         description="Nodes for inference servers; 0 gives a trainer-only run against rollout.server_addrs "
         "or rollout.replay_path.")
-    server_env: dict[str, str] = Field(default_factory=dict, description="Extra environment for inference servers.")
-    trainer_env: dict[str, str] = Field(default_factory=dict, description="Extra environment for trainer workers.")
-    driver_env: dict[str, str] = Field(default_factory=dict, description="Extra environment for the rollout driver.")
+    server_env: EnvVars = Field(default_factory=dict, description="Extra environment for inference servers.")
+    trainer_env: EnvVars = Field(default_factory=dict, description="Extra environment for trainer workers.")
+    driver_env: EnvVars = Field(default_factory=dict, description="Extra environment for the rollout driver.")
     server_base_port: int = Field(
         30000, ge=1024, le=65000,
         description="First server port; server i uses base + i (the local backend moves past ports in use).")

@@ -33,6 +33,11 @@ def test_override_grammar(override, check):
     assert check(compose("gsm8k_grpo", [override]))
 
 
+def test_env_values_become_text():
+    cfg = validate_config(compose("gsm8k_grpo", ["+launcher.trainer_env.NCCL_DEBUG_SUBSYS=1", "cluster.device=cpu"]))
+    assert cfg.launcher.trainer_env == {"NCCL_DEBUG_SUBSYS": "1"}
+
+
 def test_deleted_key_falls_back_to_the_schema_default():
     cfg = validate_config(compose("gsm8k_grpo", ["~actor.c_clip", "cluster.device=cpu"]))
     assert cfg.actor.c_clip is None

@@ -1,0 +1,370 @@
+"""The local backend: run a LaunchPlan as subprocesses of this machine.
+
+Order: servers start first (each on its planned port, or the next free one), the launcher waits
+for their /health and records their addresses (the run's name record and AREAL_SERVER_ADDRS),
+then the trainer workers (or, inference-only, the rollout driver) start. Every process writes
+`{run_dir}/logs/<role>-<index>.log` and appears live in the console as `[role-index] line`.
+
+The run succeeds when every trainer (or the driver) exits 0. The first process to fail decides
+the exit code; then, as on Ctrl-C or SIGTERM, every process tree is stopped (SIGTERM, SIGKILL
+after launcher.shutdown_grace_s), so no orphan outlives the launcher.
+
+`Supervisor` holds that sequence and the failure handling; the Ray backend reuses it and only
+replaces how processes are started, watched and stopped.
+"""
+
+from __future__ import annotations
+
+import abc
+import signal
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from areal.config import ExperimentConfig
+from areal.engine.sglang.discovery import ENV_VAR, clear_server_addrs, record_root_of, write_server_addrs
+
+from .health import ServerStartupError, is_healthy, wait_healthy
+from .plan import TRAINER_HEAD, LaunchPlan, ProcessSpec
+from .procs import (
+    LaunchError,
+    ManagedProcess,
+    advertised_host,
+    child_env,
+    console_sink,
+    exit_code,
+    next_free_port,
+    stop_all,
+    tail_lines,
+    with_port,
+)
+
+POLL_S = 0.2
+TAIL_LINES = 30
+MAX_SERVER_RESTARTS = 3  # per server and run, with launcher.restart_failed_servers
+
+
+def run_local(plan: LaunchPlan, cfg: ExperimentConfig) -> int:
+    return LocalRun(plan, cfg).execute()
+
+
+class Stopped(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM reached the launcher; the run stops with 128 + signal.
+
+    A KeyboardInterrupt so that no `except Exception` on the way swallows it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def say(msg: str, stream=None) -> None:
+    """A line from the launcher itself, prefixed like the processes' lines."""
+    print(f"[launcher] {msg}", file=stream or sys.stdout, flush=True)
+
+
+@contextmanager
+def launcher_signals():
+    """SIGINT/SIGTERM raise Stopped until the caller calls the yielded `defer()`; after that they
+    only print a note, so a second Ctrl-C cannot abort the teardown half-way (leaving orphans).
+
+    Handlers can only be set in the main thread; elsewhere (embedding, some tests) this is a no-op.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None
+        return
+
+    def raise_stopped(signum, _frame):
+        raise Stopped(signum)
+
+    def note(_signum, _frame):
+        say("already stopping every process; please wait", sys.stderr)
+
+    def defer():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, note)
+
+    old = {s: signal.signal(s, raise_stopped) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield defer
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        return f"was killed by {signal.Signals(-returncode).name} (exit code {exit_code(returncode)})"
+    if returncode == 0:
+        return "exited with code 0 while the run still needed it"
+    return f"exited with code {returncode}"
+
+
+def failure_report(name: str, log_path: str | None, reason: str) -> str:
+    """The error the user sees: which process, why, its log and the log's last lines."""
+    lines = [f"error: {name} {reason}" + (f"; log: {log_path}" if log_path else "")]
+    tail = tail_lines(log_path, TAIL_LINES) if log_path else []
+    if tail:
+        lines += [f"--- last {len(tail)} lines of {log_path} ---", *tail, "---"]
+    return "\n".join(lines)
+
+
+def log_path(plan: LaunchPlan, spec: ProcessSpec) -> str:
+    return str(Path(plan.run_dir) / "logs" / f"{spec.name}.log")
+
+
+class Supervisor(abc.ABC):
+    """One run: start servers, publish them, start the main processes, watch, tear down.
+
+    Subclasses say how: `prepare`, `start`, `server_addrs`, `probe`, `refresh`, `teardown`.
+    `self.procs` maps process names, in start order, to handles with `poll()` (exit status or
+    None), `log_path` and `wait_output()`.
+    """
+
+    def __init__(self, plan: LaunchPlan, cfg: ExperimentConfig):
+        self.plan = plan
+        self.cfg = cfg
+        self.procs: dict = {}
+        self.holding = False  # keep_servers: servers stay up until Ctrl-C, which then is success
+        self.failed_code = 1
+        self.addrs: dict[str, str] = {}  # server name -> host:port, once started
+        self.restarts: dict[str, int] = {}
+
+    # -- hooks --------------------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Settle ports and placeholders before anything starts."""
+        return None
+
+    @abc.abstractmethod
+    def start(self, spec: ProcessSpec, extra: dict[str, str]):
+        """Start one process with extra environment; record its handle in self.procs."""
+
+    @abc.abstractmethod
+    def server_addrs(self, servers: list[ProcessSpec]) -> dict[str, str]:
+        """host:port by server name, as clients will reach them."""
+
+    def probe(self, name: str, addr: str) -> bool | None:
+        """Health check of one server; None means: use an HTTP GET from here."""
+        return None
+
+    def refresh(self) -> None:
+        """Update what poll() returns (the Ray backend fetches output and status here)."""
+        return None
+
+    def publish(self, addrs: list[str]) -> str:
+        return str(write_server_addrs(record_root_of(self.cfg), addrs))
+
+    @abc.abstractmethod
+    def teardown(self) -> None:
+        """Stop every process started (running or not: orphans of exited ones too)."""
+
+    # -- the sequence -------------------------------------------------------------------------
+
+    def execute(self) -> int:
+        code = 1
+        with launcher_signals() as defer:
+            try:
+                code = self.run()
+            except LaunchError as e:
+                print(f"error: {e}", file=sys.stderr, flush=True)
+                code = 1
+            except Stopped as s:
+                if self.holding:
+                    say("stopping the servers")
+                    code = 0
+                else:
+                    say(f"{s} received: stopping every process", sys.stderr)
+                    code = 128 + s.signum
+            finally:
+                defer()
+                self.teardown()
+        return code
+
+    def run(self) -> int:
+        self.prepare()
+        addrs = self.start_servers()
+        if addrs is None:
+            return self.failed_code
+        extra = {ENV_VAR: ",".join(addrs)} if addrs else {}
+        mains = [p for p in self.plan.processes if p.role != "server"]
+        for spec in mains:
+            self.start(spec, extra)
+        code = self.monitor([s.name for s in mains])
+        if code:
+            return code
+        say("the " + ("trainers" if mains[0].role == "trainer" else "driver") + " finished successfully")
+        if self.cfg.launcher.keep_servers and self.cfg.launcher.trainer_n_nodes == 0 and addrs:
+            return self.hold_servers(addrs)
+        return 0
+
+    def start_servers(self) -> list[str] | None:
+        """Start the servers, wait for /health and publish their addresses.
+
+        Returns the addresses ([] when the plan has no servers: then rollout.server_addrs, if
+        given, is passed on), or None when a server failed (self.failed_code says how).
+        """
+        servers = self.plan.by_role("server")
+        if not servers:
+            return list(self.cfg.rollout.server_addrs)
+        clear_server_addrs(record_root_of(self.cfg))
+        for s in servers:
+            self.start(s, {})
+        self.addrs = self.server_addrs(servers)
+        if not self.await_health(self.addrs):
+            return None
+        where = self.publish(list(self.addrs.values()))
+        say(f"servers ready: {', '.join(self.addrs.values())} (recorded in {where})")
+        return list(self.addrs.values())
+
+    def await_health(self, addrs: dict[str, str]) -> bool:
+        """Wait for /health of these servers; on failure report it (self.failed_code) and say False."""
+        timeout = self.cfg.launcher.server_startup_timeout_s
+        say(f"waiting up to {timeout:g} s for {', '.join(addrs)} to answer /health")
+        try:
+            wait_healthy(addrs, timeout, self._exit_status, check=self._check)
+        except ServerStartupError as e:
+            if e.returncode is None:  # still running, never healthy
+                self.fail(e.name, 1, str(e).removeprefix(e.name + " "))
+            else:
+                self.fail(e.name, exit_code(e.returncode) or 1, describe_exit(e.returncode) + " before it was healthy")
+            return False
+        return True
+
+    def restart_server(self, name: str, returncode: int) -> int | None:
+        """launcher.restart_failed_servers: start a dead server again at its address.
+
+        The server comes back with the model's initial weights; clients see its weight_version
+        and push the current weights (the launcher cannot). Returns None once it is healthy again,
+        else the run's exit code (the failure is reported).
+        """
+        n = self.restarts[name] = self.restarts.get(name, 0) + 1
+        if n > MAX_SERVER_RESTARTS:
+            return self.fail(name, exit_code(returncode) or 1,
+                             f"{describe_exit(returncode)} after {MAX_SERVER_RESTARTS} restarts")
+        say(f"{name} {describe_exit(returncode)}; restarting it at {self.addrs[name]} "
+            f"({n}/{MAX_SERVER_RESTARTS}, launcher.restart_failed_servers=true)", sys.stderr)
+        self.start(next(p for p in self.plan.processes if p.name == name), {})
+        if not self.await_health({name: self.addrs[name]}):
+            return self.failed_code
+        say(f"{name} is back at {self.addrs[name]}")
+        return None
+
+    def _exit_status(self, name: str) -> int | None:
+        self.refresh()
+        return self.procs[name].poll()
+
+    def _check(self, name: str, addr: str) -> bool:
+        result = self.probe(name, addr)
+        return is_healthy(addr) if result is None else result
+
+    def monitor(self, mains: list[str]) -> int:
+        """Wait until every main process exited 0 (returns 0) or any process failed (its code).
+
+        A server that exits while trainers still run is a failure even with status 0: the
+        trainers would hang waiting for it.
+        """
+        remaining = set(mains)
+        while remaining:
+            self.refresh()
+            for name, proc in self.procs.items():
+                code = proc.poll()
+                finished_before = code == 0 and name in mains and name not in remaining
+                if code is None or finished_before:
+                    continue
+                if code == 0 and name in remaining:
+                    remaining.discard(name)
+                    say(f"{name} finished")
+                    continue
+                if name in self.addrs and self.cfg.launcher.restart_failed_servers:
+                    failed = self.restart_server(name, code)
+                    if failed is not None:
+                        return failed
+                    break  # self.procs changed: poll again from the start
+                return self.fail(name, exit_code(code) or 1, describe_exit(code))
+            time.sleep(POLL_S)
+        return 0
+
+    def hold_servers(self, addrs: list[str]) -> int:
+        """launcher.keep_servers: leave the servers up for manual debugging until Ctrl-C."""
+        self.holding = True
+        say("launcher.keep_servers=true: servers stay up at " + ", ".join(f"http://{a}" for a in addrs)
+            + " ; press Ctrl-C to stop them")
+        servers = [s.name for s in self.plan.by_role("server")]
+        while True:
+            self.refresh()
+            for name in servers:
+                code = self.procs[name].poll()
+                if code is not None:
+                    self.holding = False
+                    return self.fail(name, exit_code(code) or 1, describe_exit(code))
+            time.sleep(POLL_S)
+
+    def fail(self, name: str, code: int, reason: str) -> int:
+        proc = self.procs.get(name)
+        if proc is not None:
+            proc.wait_output()
+        self.failed_code = code
+        print(failure_report(name, proc.log_path if proc is not None else None, reason),
+              file=sys.stderr, flush=True)
+        return code
+
+
+def assign_ports(plan: LaunchPlan, log=say) -> None:
+    """Move servers whose port is taken, and MASTER_PORT likewise, to the next free port."""
+    servers = plan.by_role("server")
+    planned = {s.port for s in servers if s.port}
+    taken: set[int] = set()
+    for s in servers:
+        if not s.port:
+            continue
+        port = next_free_port(s.port, avoid=taken | (planned - {s.port}))
+        if port != s.port:
+            log(f"{s.name}: port {s.port} is in use; using {port}")
+            s.port, s.command = port, with_port(s.command, port)
+        taken.add(port)
+    trainers = plan.by_role("trainer")
+    if trainers and "MASTER_PORT" in trainers[0].env:
+        want = int(trainers[0].env["MASTER_PORT"])
+        port = next_free_port(want, avoid=taken)
+        if port != want:
+            log(f"MASTER_PORT {want} is in use; using {port}")
+        for t in trainers:
+            t.env["MASTER_PORT"] = str(port)
+            if t.env.get("MASTER_ADDR") == TRAINER_HEAD:  # one machine: rank 0 is here
+                t.env["MASTER_ADDR"] = "127.0.0.1"
+
+
+class LocalRun(Supervisor):
+    """Every process is a child of this launcher."""
+
+    procs: dict[str, ManagedProcess]
+
+    def __init__(self, plan: LaunchPlan, cfg: ExperimentConfig):
+        super().__init__(plan, cfg)
+        self.retired: list[ManagedProcess] = []  # replaced by a restart; their orphans still count
+
+    def prepare(self) -> None:
+        assign_ports(self.plan)
+
+    def start(self, spec: ProcessSpec, extra: dict[str, str]) -> ManagedProcess:
+        env = child_env(spec.env, extra, cpu=self.plan.device == "cpu",
+                        procs_on_node=len(self.plan.processes))
+        proc = ManagedProcess(spec.name, spec.command, env, log_path=log_path(self.plan, spec),
+                              sink=console_sink(spec.name))
+        if spec.name in self.procs:
+            self.retired.append(self.procs[spec.name])
+        self.procs[spec.name] = proc
+        say(f"started {spec.name} (pid {proc.pid}); log: {proc.log_path}")
+        return proc
+
+    def server_addrs(self, servers: list[ProcessSpec]) -> dict[str, str]:
+        return {s.name: f"{advertised_host(s.command)}:{s.port}" for s in servers}
+
+    def teardown(self) -> None:
+        running = [p.name for p in self.procs.values() if p.poll() is None]
+        if running:
+            say(f"stopping {len(running)} process(es): " + ", ".join(running))
+        stop_all(list(self.procs.values()) + self.retired, self.cfg.launcher.shutdown_grace_s)

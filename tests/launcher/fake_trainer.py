@@ -1,0 +1,78 @@
+"""Stand-in for a trainer worker or rollout driver in launcher tests (no torch).
+
+    python -m tests.launcher.fake_trainer --config RUN_DIR/config.yaml
+
+Writes what it received (its torch.distributed env, devices, server addresses, whether each
+server answered /health) to `$AREAL_RUN_DIR/out/<role>-<rank>.json`, then behaves as the
+environment asks:
+  FAKE_FAIL_RANK=r, FAKE_EXIT=c   rank r exits with code c (after FAKE_FAIL_AFTER_S seconds)
+  FAKE_SLEEP_S=s                   sleep s seconds before exiting 0
+  FAKE_SPAWN_CHILD=1               start a grandchild that sleeps, pid in the JSON
+  FAKE_IGNORE_TERM=1               ignore SIGTERM (the launcher must SIGKILL it)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ENV_KEYS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+            "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "AREAL_SERVER_ADDRS", "AREAL_RUN_DIR",
+            "AREAL_CONFIG", "AREAL_RAY_NODE_ID", "AREAL_NODE_IP", "FAKE_NODE_TAG")
+
+
+def healthy(addr: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{addr}/health", timeout=5) as r:
+            return r.status == 200
+    except OSError:
+        return False
+
+
+def spawn_sleeper() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    return child.pid
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--config", required=True)
+    args = p.parse_args()
+    env = os.environ
+    rank = int(env.get("RANK", "0"))
+    role = "trainer" if "RANK" in env else "driver"
+    addrs = [a for a in env.get("AREAL_SERVER_ADDRS", "").split(",") if a]
+    record = Path(env["AREAL_RUN_DIR"]) / "name_resolve" / "servers.json"
+    info = {
+        "pid": os.getpid(),
+        "env": {k: env.get(k) for k in ENV_KEYS},
+        "config_exists": Path(args.config).is_file(),
+        "cwd": os.getcwd(),
+        "healthy": {a: healthy(a) for a in addrs},
+        "record": json.loads(record.read_text()) if record.exists() else None,
+        "grandchild": spawn_sleeper() if env.get("FAKE_SPAWN_CHILD") else None,
+    }
+    if env.get("FAKE_IGNORE_TERM"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    out = Path(env["AREAL_RUN_DIR"]) / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{role}-{rank}.json").write_text(json.dumps(info))
+    print(f"{role} {rank} of {env.get('WORLD_SIZE')} up; servers {addrs}", flush=True)
+    if env.get("FAKE_FAIL_RANK") == str(rank):
+        time.sleep(float(env.get("FAKE_FAIL_AFTER_S", "0")))
+        print(f"rank {rank} failing on purpose", flush=True)
+        return int(env.get("FAKE_EXIT", "3"))
+    time.sleep(float(env.get("FAKE_SLEEP_S", "0")))
+    print(f"{role} {rank} done", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

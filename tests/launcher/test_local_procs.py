@@ -1,0 +1,131 @@
+"""Process management and health helpers shared by both backends (real processes, no launcher)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+
+import psutil
+import pytest
+
+from launcher.health import ServerStartupError, is_healthy, wait_healthy
+from launcher.procs import (
+    ManagedProcess,
+    advertised_host,
+    child_env,
+    cpu_threads_per_process,
+    exit_code,
+    next_free_port,
+    port_is_free,
+    stop_all,
+    tail_lines,
+    with_port,
+)
+from tests.launcher.helpers import wait_gone
+
+PY = sys.executable
+# Parent that ignores SIGTERM, with a child that ignores it too and a grandchild in its own
+# session (it escapes the process group, so only the tree walk finds it).
+STUBBORN = r"""
+import os, signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+code = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
+a = subprocess.Popen([sys.executable, "-c", code])
+b = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+print("pids", a.pid, b.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _child_pids(proc: ManagedProcess, n: int, timeout: float = 20) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in list(proc.tail):
+            if line.startswith("pids"):
+                return [int(x) for x in line.split()[1:1 + n]]
+        time.sleep(0.05)
+    raise AssertionError(f"no pids line; output: {list(proc.tail)}")
+
+
+def test_stop_kills_tree_that_ignores_sigterm(tmp_path):
+    proc = ManagedProcess("stubborn", [PY, "-c", STUBBORN], dict(os.environ), log_path=str(tmp_path / "s.log"))
+    pids = [proc.pid, *_child_pids(proc, 2)]
+    t0 = time.monotonic()
+    proc.stop(grace_s=1.0)
+    assert time.monotonic() - t0 < 8
+    assert wait_gone(pids, timeout=5) == []
+    assert "pids" in (tmp_path / "s.log").read_text()
+
+
+def test_orphans_of_an_exited_leader_are_stopped():
+    """The leader exits at once; its child (now an orphan in the group) must still be found."""
+    code = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']);"
+            " print('pids', p.pid, flush=True)")
+    proc = ManagedProcess("leader", [PY, "-c", code], dict(os.environ))
+    orphan = _child_pids(proc, 1)[0]
+    proc.popen.wait(10)
+    assert psutil.pid_exists(orphan)
+    stop_all([proc], grace_s=1.0)
+    assert wait_gone([orphan], timeout=5) == []
+
+
+def test_output_goes_to_log_sink_and_tail(tmp_path):
+    seen = []
+    proc = ManagedProcess("echo", [PY, "-c", "print('a'); print('b'); raise SystemExit(3)"], dict(os.environ),
+                          log_path=str(tmp_path / "e.log"), sink=seen.append)
+    assert proc.popen.wait(10) == 3
+    proc.wait_output()
+    assert seen == ["a", "b"] and list(proc.tail) == ["a", "b"]
+    assert tail_lines(str(tmp_path / "e.log"), 1) == ["b"]
+    assert tail_lines(str(tmp_path / "missing.log")) == []
+
+
+def test_start_failure_names_the_process():
+    with pytest.raises(RuntimeError, match="server-3: cannot start"):
+        ManagedProcess("server-3", ["/nonexistent/binary"], dict(os.environ))
+
+
+def test_exit_code_of_signals():
+    assert exit_code(3) == 3 and exit_code(-9) == 137 and exit_code(-15) == 143
+
+
+def test_ports():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        busy = s.getsockname()[1]
+        assert not port_is_free(busy)
+        moved = next_free_port(busy)
+        assert moved > busy and port_is_free(moved)
+        assert next_free_port(busy, avoid={moved}) != moved
+
+
+def test_command_helpers():
+    cmd = ["python", "-m", "areal.server", "--host", "0.0.0.0", "--port", "30000", "--dtype", "float32"]
+    assert with_port(cmd, 30005)[6] == "30005" and with_port(cmd, 30005)[-2:] == ["--dtype", "float32"]
+    assert with_port(["x"], 1) == ["x", "--port", "1"]
+    assert advertised_host(cmd, "10.0.0.5") == "10.0.0.5"
+    assert advertised_host(["x", "--host", "127.0.0.1"], "10.0.0.5") == "127.0.0.1"
+    assert advertised_host(["x"]) == "127.0.0.1"
+
+
+def test_omp_threads_share_cores_unless_user_set():
+    assert cpu_threads_per_process(3, cores=8) == 2
+    assert cpu_threads_per_process(4, cores=2) == 1
+    env = child_env({"A": "1"}, {"B": "2"}, cpu=True, procs_on_node=2, base={})
+    assert env["A"] == "1" and env["B"] == "2" and int(env["OMP_NUM_THREADS"]) >= 1
+    assert child_env({}, {}, cpu=True, procs_on_node=2, base={"OMP_NUM_THREADS": "7"})["OMP_NUM_THREADS"] == "7"
+    assert child_env({"OMP_NUM_THREADS": "5"}, {}, cpu=True, procs_on_node=2, base={})["OMP_NUM_THREADS"] == "5"
+    assert "OMP_NUM_THREADS" not in child_env({}, {}, cpu=False, procs_on_node=2, base={})
+
+
+def test_wait_healthy_reports_dead_and_slow_servers():
+    with pytest.raises(ServerStartupError) as e:
+        wait_healthy({"server-0": "127.0.0.1:1"}, 5, lambda name: 7, interval=0.01)
+    assert e.value.name == "server-0" and e.value.returncode == 7
+    with pytest.raises(ServerStartupError, match="server-1 did not answer .*server_startup_timeout_s"):
+        wait_healthy({"server-1": "127.0.0.1:1"}, 0.2, lambda name: None, interval=0.05)
+    assert not is_healthy("127.0.0.1:1")
+    wait_healthy({"server-2": "x:1"}, 1, lambda name: None, check=lambda n, a: True)

@@ -1,0 +1,169 @@
+"""The local backend on real processes: stand-in servers and fake trainers, plans built directly."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+
+from launcher.cli import write_run_dir
+from launcher.local import run_local
+from tests.launcher.helpers import all_pids, free_ports, make_cfg, make_plan, outputs, wait_gone
+
+
+def run(tmp_path, *overrides):
+    """Run a CPU plan (1 stand-in server, 2 fake trainers unless overridden); (rc, cfg, seconds)."""
+    ports = [f"launcher.server_base_port={free_ports(2)}", f"launcher.trainer_master_port={free_ports(1)}"]
+    cfg = make_cfg(tmp_path, *ports, *overrides)
+    plan = make_plan(cfg)
+    write_run_dir(cfg, plan)
+    t0 = time.monotonic()
+    rc = run_local(plan, cfg)
+    return rc, cfg, time.monotonic() - t0
+
+
+def test_trainers_get_servers_and_distributed_env(tmp_path, capsys):
+    rc, cfg, _ = run(tmp_path)
+    assert rc == 0
+    out = outputs(cfg.run_dir)
+    addr = f"127.0.0.1:{cfg.launcher.server_base_port}"
+    for rank in (0, 1):
+        info = out[f"trainer-{rank}"]
+        env = info["env"]
+        assert env["AREAL_SERVER_ADDRS"] == addr and info["healthy"] == {addr: True}
+        assert info["record"] == {"addrs": [addr]}  # the name record was there before trainers started
+        assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == (str(rank), "2", str(rank))
+        assert env["MASTER_ADDR"] == "127.0.0.1" and env["MASTER_PORT"] == str(cfg.launcher.trainer_master_port)
+        assert env["CUDA_VISIBLE_DEVICES"] == ""
+        assert env["OMP_NUM_THREADS"] == str(max(1, len(os.sched_getaffinity(0)) // 3))
+        assert info["config_exists"]
+    logs = Path(cfg.run_dir) / "logs"
+    assert sorted(p.name for p in logs.iterdir()) == ["server-0.log", "trainer-0.log", "trainer-1.log"]
+    assert "trainer 1 done" in (logs / "trainer-1.log").read_text()
+    console = capsys.readouterr().out
+    assert "[trainer-0] trainer 0 done" in console and "[server-0] fake server ready" in console
+    assert wait_gone(all_pids(cfg.run_dir)) == []  # the server was stopped after the trainers
+
+
+def test_failure_stops_every_process_tree(tmp_path, capsys):
+    """Rank 1 fails; rank 0 ignores SIGTERM and has a grandchild; the server has one too."""
+    rc, cfg, seconds = run(
+        tmp_path, '+launcher.trainer_env.FAKE_FAIL_RANK="1"', '+launcher.trainer_env.FAKE_EXIT="3"',
+        '+launcher.trainer_env.FAKE_FAIL_AFTER_S="1"', '+launcher.trainer_env.FAKE_SLEEP_S="300"',
+        '+launcher.trainer_env.FAKE_SPAWN_CHILD="1"', '+launcher.trainer_env.FAKE_IGNORE_TERM="1"',
+        '+launcher.server_env.FAKE_SERVER_SPAWN_CHILD="1"')
+    assert rc == 3
+    assert seconds < 1 + cfg.launcher.shutdown_grace_s + 15
+    err = capsys.readouterr().err
+    log = Path(cfg.run_dir) / "logs" / "trainer-1.log"
+    assert f"error: trainer-1 exited with code 3; log: {log}" in err
+    assert "rank 1 failing on purpose" in err  # the log's last lines
+    pids = all_pids(cfg.run_dir)
+    assert len(pids) == 6  # server, 2 trainers, 3 grandchildren
+    assert wait_gone(pids) == []
+
+
+def test_server_that_dies_while_starting_fails_the_run(tmp_path, capsys):
+    rc, cfg, _ = run(tmp_path, '+launcher.server_env.FAKE_SERVER_EXIT="4"')
+    assert rc == 4
+    assert "error: server-0 exited with code 4 before it was healthy" in capsys.readouterr().err
+    assert not any(k.startswith("trainer") for k in outputs(cfg.run_dir))
+
+
+def test_server_health_timeout(tmp_path, capsys):
+    rc, cfg, seconds = run(tmp_path, '+launcher.server_env.FAKE_SERVER_DELAY_S="60"',
+                           "launcher.server_startup_timeout_s=1")
+    assert rc == 1 and seconds < 15
+    err = capsys.readouterr().err
+    assert "error: server-0 did not answer" in err and "server-0.log" in err
+
+
+def test_taken_ports_move_to_the_next_free_one(tmp_path, capsys):
+    base, master = free_ports(3), free_ports(2)
+    holders = []
+    for port in (base, master):
+        s = socket.socket()
+        s.bind(("127.0.0.1", port))
+        s.listen()
+        holders.append(s)
+    try:
+        cfg = make_cfg(tmp_path, f"launcher.server_base_port={base}", f"launcher.trainer_master_port={master}")
+        plan = make_plan(cfg)
+        write_run_dir(cfg, plan)
+        assert run_local(plan, cfg) == 0
+    finally:
+        for s in holders:
+            s.close()
+    console = capsys.readouterr().out
+    assert f"server-0: port {base} is in use; using {base + 1}" in console
+    assert f"MASTER_PORT {master} is in use; using {master + 1}" in console
+    env = outputs(cfg.run_dir)["trainer-0"]["env"]
+    assert env["AREAL_SERVER_ADDRS"] == f"127.0.0.1:{base + 1}" and env["MASTER_PORT"] == str(master + 1)
+
+
+def test_inference_only_runs_the_driver(tmp_path):
+    rc, cfg, _ = run(tmp_path, "launcher.trainer_n_nodes=0")
+    assert rc == 0
+    out = outputs(cfg.run_dir)
+    assert set(out) == {"driver-0", f"server-{cfg.launcher.server_base_port}"}
+    assert out["driver-0"]["env"]["AREAL_SERVER_ADDRS"] == f"127.0.0.1:{cfg.launcher.server_base_port}"
+    assert out["driver-0"]["env"]["RANK"] is None
+    assert (Path(cfg.run_dir) / "logs" / "driver-0.log").exists()
+
+
+def test_inference_only_driver_failure(tmp_path, capsys):
+    rc, _, _ = run(tmp_path, "launcher.trainer_n_nodes=0", '+launcher.driver_env.FAKE_FAIL_RANK="0"',
+                   '+launcher.driver_env.FAKE_EXIT="5"')
+    assert rc == 5 and "error: driver-0 exited with code 5" in capsys.readouterr().err
+
+
+def test_trainer_only_passes_configured_server_addrs(tmp_path):
+    rc, cfg, _ = run(tmp_path, "launcher.rollout_n_nodes=0", "rollout.server_addrs=[10.1.2.3:30000]")
+    assert rc == 0
+    assert outputs(cfg.run_dir)["trainer-1"]["env"]["AREAL_SERVER_ADDRS"] == "10.1.2.3:30000"
+
+
+def test_server_exit_during_training_is_a_failure(tmp_path, capsys):
+    """A server dying mid-run fails the run even with status 0 (the trainers would hang)."""
+    cfg = make_cfg(tmp_path, f"launcher.server_base_port={free_ports(2)}",
+                   f"launcher.trainer_master_port={free_ports(1)}", '+launcher.trainer_env.FAKE_SLEEP_S="300"')
+    plan = make_plan(cfg)
+    srv = plan.by_role("server")[0]
+    srv.command = [srv.command[0], "-c", _SERVE_THEN_EXIT, str(srv.port)]
+    write_run_dir(cfg, plan)
+    t0 = time.monotonic()
+    assert run_local(plan, cfg) == 1
+    assert time.monotonic() - t0 < 30
+    assert "error: server-0 exited with code 0 while the run still needed it" in capsys.readouterr().err
+    assert wait_gone(all_pids(cfg.run_dir)) == []
+
+
+_SERVE_THEN_EXIT = """
+import sys, threading, time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
+    def log_message(self, *a): pass
+srv = HTTPServer(("127.0.0.1", int(sys.argv[1])), H)
+threading.Thread(target=srv.serve_forever, daemon=True).start()
+time.sleep(3)
+"""
+
+
+def test_restart_failed_servers(tmp_path, capsys):
+    """With launcher.restart_failed_servers the dead server comes back at its address and the run
+    goes on; trainers keep the same server address."""
+    cfg = make_cfg(tmp_path, f"launcher.server_base_port={free_ports(2)}",
+                   f"launcher.trainer_master_port={free_ports(1)}", '+launcher.trainer_env.FAKE_SLEEP_S="6"',
+                   "launcher.restart_failed_servers=true")
+    plan = make_plan(cfg)
+    srv = plan.by_role("server")[0]
+    srv.command = [srv.command[0], "-c", _SERVE_THEN_EXIT, str(srv.port)]
+    write_run_dir(cfg, plan)
+    assert run_local(plan, cfg) == 0
+    captured = capsys.readouterr()
+    assert "server-0 exited with code 0 while the run still needed it; restarting it at" in captured.err
+    assert "server-0 is back at" in captured.out
+    assert (Path(cfg.run_dir) / "logs" / "server-0.log").read_text().count("=== server-0 started") >= 2

@@ -1,0 +1,156 @@
+"""The Ray backend on a real local multi-node Ray cluster (ray.cluster_utils.Cluster, CPU only).
+
+One cluster for the module: a head and two worker nodes, each tagged with a custom resource
+(node_a, node_b, node_c) so a test can say which Ray node a process ran on. Processes are the
+/health stand-in server and fake trainers; each writes its Ray node id, which the tests map back
+to a tag.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from launcher.cli import write_run_dir
+from tests.launcher.helpers import (
+    REPO,
+    all_pids,
+    free_ports,
+    make_cfg,
+    make_plan,
+    outputs,
+    repo_env,
+    run_dir_of,
+    wait_gone,
+    write_yaml,
+)
+
+ray_cluster_utils = pytest.importorskip("ray.cluster_utils")
+pytestmark = pytest.mark.slow
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = ray_cluster_utils.Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 2, "resources": {"node_a": 1}, "include_dashboard": False})
+    tags = {c.head_node.node_id: "a"}
+    for tag in "bc":
+        tags[c.add_node(num_cpus=2, resources={f"node_{tag}": 1}).node_id] = tag
+    c.wait_for_nodes()
+    c.tags = tags
+    yield c
+    c.shutdown()
+
+
+def ray_cfg(tmp_path, cluster, *overrides):
+    """Servers on one Ray node, trainers on two others (fsdp:d2: one rank per node)."""
+    return make_cfg(tmp_path, "launcher.backend=ray", f"launcher.ray_address={cluster.address}",
+                    "cluster.n_nodes=3", "cluster.n_gpus_per_node=1", "launcher.rollout_n_nodes=1",
+                    "launcher.trainer_n_nodes=2", f"launcher.server_base_port={free_ports(2)}",
+                    f"launcher.trainer_master_port={free_ports(1)}", *overrides)
+
+
+def run_ray_plan(cfg):
+    from launcher.ray import run_ray
+
+    plan = make_plan(cfg)
+    write_run_dir(cfg, plan)
+    return run_ray(plan, cfg), plan
+
+
+def node_tag(cluster, info: dict) -> str:
+    node_id = info.get("ray_node_id") or info["env"]["AREAL_RAY_NODE_ID"]
+    return cluster.tags[node_id]
+
+
+def test_plan_nodes_map_to_distinct_ray_nodes(tmp_path, cluster, capsys):
+    cfg = ray_cfg(tmp_path, cluster)
+    rc, plan = run_ray_plan(cfg)
+    console = capsys.readouterr().out
+    assert rc == 0, console
+    out = outputs(cfg.run_dir)
+    server = out[f"server-{cfg.launcher.server_base_port}"]
+    t0, t1 = out["trainer-0"], out["trainer-1"]
+    # Plan nodes 0 (server), 1 (trainer-0), 2 (trainer-1) each on their own Ray node.
+    assert sorted({node_tag(cluster, server), node_tag(cluster, t0), node_tag(cluster, t1)}) == ["a", "b", "c"]
+    assert [p.node for p in plan.processes] == [0, 1, 2]
+    # TRAINER_HEAD became the IP of trainer rank 0's node; the rendezvous env is complete.
+    assert t0["env"]["MASTER_ADDR"] == t1["env"]["MASTER_ADDR"] == t0["env"]["AREAL_NODE_IP"]
+    assert t1["env"]["MASTER_PORT"] == str(cfg.launcher.trainer_master_port)
+    assert (t1["env"]["RANK"], t1["env"]["WORLD_SIZE"], t1["env"]["LOCAL_RANK"]) == ("1", "2", "0")
+    addr = t0["env"]["AREAL_SERVER_ADDRS"]
+    assert addr.endswith(f":{cfg.launcher.server_base_port}") and t1["healthy"] == {addr: True}
+    assert t0["record"] == {"addrs": [addr]} and t0["cwd"] == os.getcwd()
+    assert server["omp"] == "2" and t0["env"]["CUDA_VISIBLE_DEVICES"] == ""  # 2 CPUs per node, 1 process
+    logs = Path(cfg.run_dir) / "logs"
+    assert "trainer 1 done" in (logs / "trainer-1.log").read_text()
+    assert "fake server ready" in (logs / "server-0.log").read_text()
+    assert "[trainer-1] trainer 1 done" in console and "plan node 2 -> Ray node" in console
+    assert wait_gone(all_pids(cfg.run_dir)) == []
+
+
+def test_failure_tears_down_every_node(tmp_path, cluster, capsys):
+    """Runs right after a successful run: it also shows that run released its placement group."""
+    cfg = ray_cfg(tmp_path, cluster, '+launcher.trainer_env.FAKE_FAIL_RANK="1"',
+                  '+launcher.trainer_env.FAKE_EXIT="3"', '+launcher.trainer_env.FAKE_FAIL_AFTER_S="1"',
+                  '+launcher.trainer_env.FAKE_SLEEP_S="300"', '+launcher.trainer_env.FAKE_SPAWN_CHILD="1"',
+                  '+launcher.trainer_env.FAKE_IGNORE_TERM="1"', '+launcher.server_env.FAKE_SERVER_SPAWN_CHILD="1"')
+    t0 = time.monotonic()
+    rc, _ = run_ray_plan(cfg)
+    assert rc == 3
+    assert time.monotonic() - t0 < 90
+    err = capsys.readouterr().err
+    assert f"error: trainer-1 exited with code 3; log: {Path(cfg.run_dir) / 'logs' / 'trainer-1.log'}" in err
+    assert "rank 1 failing on purpose" in err
+    pids = all_pids(cfg.run_dir)
+    assert len(pids) == 6 and wait_gone(pids) == []
+
+
+def test_cli_trainer_only_on_two_nodes(tmp_path, cluster):
+    """areal-launch end to end with launcher.backend=ray: trainers on two Ray nodes."""
+    fileroot = tmp_path / "runs"
+    yaml = write_yaml(tmp_path / "exp.yaml", fileroot=fileroot, rollout_nodes=0)
+    args = [sys.executable, "-m", "launcher.cli", "--config", yaml, "launcher.backend=ray",
+            f"launcher.ray_address={cluster.address}", "cluster.n_nodes=2", "cluster.n_gpus_per_node=1",
+            "launcher.trainer_n_nodes=2", "rollout.server_addrs=[127.0.0.1:1]"]
+    done = subprocess.run(args, cwd=REPO, env=repo_env(), capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = outputs(run_dir_of(fileroot))
+    assert node_tag(cluster, out["trainer-0"]) != node_tag(cluster, out["trainer-1"])
+    assert out["trainer-1"]["env"]["MASTER_ADDR"] == out["trainer-0"]["env"]["AREAL_NODE_IP"]
+    assert out["trainer-0"]["env"]["AREAL_SERVER_ADDRS"] == "127.0.0.1:1"
+
+
+def test_sigterm_stops_processes_on_every_node(tmp_path, cluster):
+    fileroot = tmp_path / "runs"
+    args = [sys.executable, "-m", "tests.launcher.run_plan", str(fileroot), "launcher.backend=ray",
+            f"launcher.ray_address={cluster.address}", "cluster.n_nodes=3", "cluster.n_gpus_per_node=1",
+            "launcher.rollout_n_nodes=1", "launcher.trainer_n_nodes=2",
+            f"launcher.server_base_port={free_ports(2)}", f"launcher.trainer_master_port={free_ports(1)}",
+            '+launcher.trainer_env.FAKE_SLEEP_S="300"', '+launcher.trainer_env.FAKE_SPAWN_CHILD="1"',
+            '+launcher.trainer_env.FAKE_IGNORE_TERM="1"']
+    proc = subprocess.Popen(args, cwd=REPO, env=repo_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+    out_dir = None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = list(fileroot.glob("*/*/out/trainer-*.json"))
+        if len(found) == 2:
+            out_dir = found[0].parent
+            break
+        time.sleep(0.2)
+    assert out_dir is not None, proc.communicate(timeout=30)[0]
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    output = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 143 and time.monotonic() - t0 < 30, output
+    pids = all_pids(out_dir.parent)
+    assert len(pids) == 5 and wait_gone(pids) == []
