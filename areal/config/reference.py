@@ -37,8 +37,10 @@ def _annotation_text(ann) -> str:
         return " | ".join(json.dumps(a) for a in args)
     if args and typing.get_origin(ann) in (types.UnionType, typing.Union):
         return " | ".join(_annotation_text(a) for a in args)
+    if typing.get_origin(ann) is typing.Annotated:
+        return _annotation_text(args[0])
     if args:
-        return str(ann).replace("typing.", "")
+        return f"{typing.get_origin(ann).__name__}[{', '.join(_annotation_text(a) for a in args)}]"
     return "null" if ann is type(None) else getattr(ann, "__name__", str(ann))
 
 
