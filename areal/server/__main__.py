@@ -89,6 +89,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # every weight update reloads the model: a progress bar per update would flood the run's log
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
     try:
         asyncio.run(serve(args))
     except OSError as exc:  # e.g. the port is taken

@@ -68,7 +68,8 @@ def _metrics(step, ctx, batch, train_stats, update, evaluation, phases, step_s) 
     for key, value in last.items():
         out[f"train/{key}"] = float(value)
     out["train/loss"] = sum(float(s.get("loss", 0.0)) for s in train_stats) / len(train_stats)
-    out.update({f"weight_update/{k}": float(v) for k, v in update.items() if isinstance(v, (int, float))})
+    out.update({f"weight_update/{k.removeprefix('weight_update/')}": float(v)
+                for k, v in update.items() if isinstance(v, (int, float))})
     out.update({f"timing/{k}_s": v for k, v in phases.seconds.items()})
     out.update(evaluation)
     return out
