@@ -32,11 +32,13 @@ def init_custom_process_group(*, backend: str, init_method: str, world_size: int
     (`tcp://host:port`), world_size and group_name.
     """
     import torch.distributed as dist
-    from torch.distributed.distributed_c10d import _new_process_group_helper, _world, rendezvous
+    from torch.distributed.distributed_c10d import PrefixStore, _new_process_group_helper, _world, rendezvous
 
     timeout = timedelta(seconds=timeout_s)
     store, rank, world_size = next(rendezvous(init_method, rank, world_size, timeout=timeout))
     store.set_timeout(timeout)
+    # SGLang namespaces the store by group name; trainers written for SGLang expect the same keys
+    store = PrefixStore(group_name, store)
     pg, _ = _new_process_group_helper(world_size, rank, [], dist.Backend(backend), store,
                                       group_name=group_name, timeout=timeout)
     _world.pg_group_ranks[pg] = {i: i for i in range(world_size)}

@@ -1,0 +1,1 @@
+"""FSDP2 training engine: see engine.py."""

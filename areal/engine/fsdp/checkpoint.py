@@ -1,0 +1,173 @@
+"""Recovery checkpoints: atomic, every N steps, resumable in a new process.
+
+Layout under the run directory:
+    checkpoints/step_00000012/         one complete checkpoint
+        train_state/                   sharded fp32 weights + optimizer + LR schedule (DCP)
+        rng/rank{r}.pt                 python, numpy, torch (and CUDA) RNG states of each rank
+        trainer_state.json             step, epoch, dataloader position, weight version, extra
+    checkpoints/latest                 name of the newest complete checkpoint
+
+Atomicity: every rank writes into `step_N.tmp/`; after a barrier rank 0 writes
+trainer_state.json last, fsyncs, renames the folder to `step_N` and then replaces `latest`
+(write + fsync + os.replace). A crash at any point leaves either the old `latest` pointing at a
+complete older checkpoint, or a `.tmp` folder that `load_latest` ignores (and the next save
+removes). Only folders holding trainer_state.json count as checkpoints.
+
+What the training loop must restore after `restore_checkpoint` (which already restores the
+engine's weights, optimizer, schedule, RNG and weight version):
+  * step and epoch: continue with step = state.step + 1;
+  * dataloader position: skip state.dataloader_position batches of state.epoch (or load the
+    sampler state you stored in state.extra), so no prompt is trained twice or skipped;
+  * weight version: servers restarted after the crash serve the initial weights, so push the
+    restored weights (engine.update_weights with version=state.weight_version) before rollouts
+    resume, and set the rollout client's version to it. Staleness is then counted from the
+    restored version exactly as before the crash; rollouts that were in flight are lost and
+    regenerated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+STATE_FILE = "trainer_state.json"
+LATEST = "latest"
+
+
+@dataclass
+class TrainerState:
+    """The training loop's position; everything else lives in the engine state."""
+
+    step: int
+    epoch: int = 0
+    dataloader_position: int = 0
+    weight_version: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def checkpoint_root(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def should_save(step: int, freq_steps: int | None) -> bool:
+    """recover.freq_steps semantics: after every freq_steps-th step (steps count from 1)."""
+    return bool(freq_steps) and step % freq_steps == 0
+
+
+def save_checkpoint(engine, run_dir: str | Path, state: TrainerState, *, keep_last: int = 1) -> Path:
+    """Write a complete checkpoint of engine + state (collective); returns its folder."""
+    import torch.distributed as dist
+
+    root = checkpoint_root(run_dir)
+    final = root / f"step_{state.step:08d}"
+    tmp = root / f"step_{state.step:08d}.tmp"
+    if engine.is_rank0:
+        if tmp.exists():
+            shutil.rmtree(tmp)  # debris of a crash during an earlier save
+        (tmp / "rng").mkdir(parents=True)
+    dist.barrier()
+    state.weight_version = engine.get_version()
+    engine.save_train_state(str(tmp / "train_state"))
+    torch.save(_rng_state(), tmp / "rng" / f"rank{dist.get_rank()}.pt")
+    _fsync_tree(tmp / "rng")
+    dist.barrier()
+    if engine.is_rank0:
+        _write_durably(tmp / STATE_FILE, json.dumps(asdict(state), indent=2))
+        _fsync_tree(tmp)
+        if final.exists():
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        _fsync_dir(root)
+        _write_durably(root / LATEST, final.name)
+        _prune(root, keep_last)
+    dist.barrier()
+    return final
+
+
+def load_latest(run_dir: str | Path) -> tuple[Path, TrainerState] | None:
+    """The newest complete checkpoint and its trainer state, or None when there is none."""
+    root = checkpoint_root(run_dir)
+    candidates = []
+    pointer = root / LATEST
+    if pointer.exists():
+        candidates.append(root / pointer.read_text().strip())
+    candidates += sorted(root.glob("step_*[0-9]"), reverse=True)
+    for folder in candidates:
+        if (folder / STATE_FILE).exists() and not folder.name.endswith(".tmp"):
+            return folder, TrainerState(**json.loads((folder / STATE_FILE).read_text()))
+    return None
+
+
+def restore_checkpoint(engine, folder: str | Path) -> TrainerState:
+    """Load engine weights/optimizer/schedule, this rank's RNG and the weight version."""
+    import torch.distributed as dist
+
+    folder = Path(folder)
+    state = TrainerState(**json.loads((folder / STATE_FILE).read_text()))
+    engine.load_train_state(str(folder / "train_state"))
+    engine.set_version(state.weight_version)
+    rng_file = folder / "rng" / f"rank{dist.get_rank()}.pt"
+    if not rng_file.exists():
+        raise FileNotFoundError(f"{rng_file} is missing: the checkpoint was written by "
+                                "fewer ranks; resume with the same actor.backend")
+    _set_rng_state(torch.load(rng_file, weights_only=False))
+    return state
+
+
+def _rng_state() -> dict[str, Any]:
+    import numpy as np
+
+    out = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        out["cuda"] = torch.cuda.get_rng_state_all()
+    return out
+
+
+def _set_rng_state(rng: dict[str, Any]) -> None:
+    import numpy as np
+
+    random.setstate(rng["python"])
+    np.random.set_state(rng["numpy"])
+    torch.set_rng_state(rng["torch"])
+    if "cuda" in rng and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+def _prune(root: Path, keep_last: int) -> None:
+    done = sorted(p for p in root.glob("step_*[0-9]") if (p / STATE_FILE).exists())
+    for old in done[:-keep_last]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _write_durably(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".partial")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _fsync_tree(folder: Path) -> None:
+    for p in sorted(folder.rglob("*")):
+        if p.is_file():
+            with open(p, "rb") as f:
+                os.fsync(f.fileno())
+    for d in sorted({folder, *(p for p in folder.rglob("*") if p.is_dir())}):
+        _fsync_dir(d)
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,595 @@
+"""FSDPEngine: a Hugging Face causal LM trained with FSDP2 (+ HSDP / tensor parallelism).
+
+One engine per trainer process; all processes of the trainer call every method (they are
+collective), with their own share of the batch (`dp_shard`); tensor-parallel peers get the same
+rows. Run under `torchrun --nproc-per-node N` (or any launcher that sets RANK/WORLD_SIZE); in a
+single process without those variables the engine makes a one-rank group itself.
+
+    engine = FSDPEngine.from_pretrained("/path/to/model", dp_size=1, dtype="float32")
+    logp = engine.forward(batch)                                   # [B, L] per-token logprobs
+    stats = engine.train_batch(batch, loss_fn, loss_weight_fn)     # one optimizer step
+
+Precision: parameters and optimizer state are fp32 (master copy); compute runs in actor.dtype
+and gradients are reduced in actor.grad_reduce_dtype (FSDP2 MixedPrecisionPolicy).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from areal.api.inference import InferenceEngine, WeightUpdateMeta
+from areal.api.train import Batch, LossFn, TrainEngine
+
+from . import packing, state, weight_sync
+from .optim import build_optimizer, build_scheduler, clip_grad_norm
+from .parallelize import apply_fsdp, apply_tp, build_mesh, check_tp_divisible, dp_mesh, flat_dp_mesh
+
+logger = logging.getLogger("areal.fsdp")
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+class FSDPEngine(TrainEngine):
+    """See the module docstring. `config` is an ActorConfig (areal.config.actor)."""
+
+    def __init__(self, config, *, experiment_name: str | None = None, trial_name: str | None = None,
+                 fileroot: str | None = None, trainable: bool = True, device: str | None = None,
+                 attn_implementation: str | None = None):
+        from areal.config.cluster import ClusterConfig
+        from areal.config.experiment import ExperimentConfig
+
+        if not config.path:
+            raise ValueError("actor.path is required: a Hugging Face model folder or hub id")
+        fields = ExperimentConfig.model_fields  # the schema's defaults, not a copy of them
+        self.config = config
+        self.experiment_name = experiment_name or fields["experiment_name"].default
+        self.trial_name = trial_name or fields["trial_name"].default
+        self.fileroot = fileroot or ClusterConfig.model_fields["fileroot"].default
+        self.trainable = trainable
+        self.device_type = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.attn_implementation = attn_implementation
+        self.model = self.optimizer = self.scheduler = self.tokenizer = self.mesh = None
+        self._version = 0
+        self._owns_process_group = False
+        self._server_urls: list[str] = []
+        self._sender: weight_sync.DistributedSender | None = None
+        self._http: weight_sync.ServerClient | None = None
+        self._ranks_per_server = 1
+
+    @classmethod
+    def from_pretrained(cls, model: str, **kwargs) -> "FSDPEngine":
+        """Build and initialize an engine in one call; see `factory.build_engine` for the arguments."""
+        from .factory import build_engine
+
+        return build_engine(cls, model, **kwargs)
+
+    # ---- setup --------------------------------------------------------------------------------
+    def initialize(self, total_train_steps: int | None = None) -> None:
+        """Process group, mesh, model (loaded, parallelised, sharded), optimizer and schedule.
+
+        total_train_steps is needed by linear/cosine schedules and warmup.
+        """
+        from areal.config.parallel import parse_parallel
+
+        cfg = self.config
+        self.strategy = parse_parallel(cfg.backend, allowed_backends=("fsdp",))
+        if cfg.use_lora and self.strategy.tp > 1:
+            raise ValueError(f"actor.use_lora with tensor parallelism ({cfg.backend}) is not supported; "
+                             "use a backend without t (e.g. fsdp:d2) for LoRA")
+        self._init_process_group()
+        try:
+            self._build(total_train_steps)
+        except BaseException:
+            self.destroy()  # leaves no half-made process group behind
+            raise
+
+    def _build(self, total_train_steps: int | None) -> None:
+        cfg = self.config
+        self.mesh = build_mesh(self.strategy, self.device_type)
+        self._dp_group = flat_dp_mesh(self.mesh).get_group()
+        self.param_dtype = DTYPES[cfg.dtype]
+        model = self._load_model()
+        if self.strategy.tp > 1:
+            check_tp_divisible(model.config, self.strategy.tp)
+            apply_tp(model, self.mesh["tp"])
+        apply_fsdp(model, dp_mesh(self.mesh), param_dtype=self.param_dtype,
+                   reduce_dtype=DTYPES[cfg.grad_reduce_dtype])
+        self.model = model
+        if self.trainable:
+            self.optimizer = build_optimizer(model.parameters(), cfg.optimizer)
+            self.scheduler = build_scheduler(self.optimizer, cfg.optimizer, total_train_steps)
+        from transformers import AutoTokenizer
+
+        self.tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer_path or cfg.path)
+
+    def _init_process_group(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            backend = dist.get_backend()
+            if self.device_type == "cuda" and "nccl" not in str(backend):
+                raise RuntimeError(f"the default process group uses {backend}; CUDA training needs nccl")
+        else:
+            backend = "cuda:nccl,cpu:gloo" if self.device_type == "cuda" else "gloo"
+            if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+                dist.init_process_group(backend)
+            else:  # a plain single process (notebook, script): a one-rank group of our own
+                dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+            self._owns_process_group = True
+        if self.device_type == "cuda":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+
+    @property
+    def device(self) -> torch.device:
+        if self.device_type == "cuda":
+            return torch.device("cuda", torch.cuda.current_device())
+        return torch.device("cpu")
+
+    def _load_model(self):
+        from transformers import AutoModelForCausalLM
+
+        cfg = self.config
+        attn = self.attn_implementation or _default_attention(self.device_type)
+        if attn == "areal_packed_sdpa":
+            from .attention import register
+
+            register()
+        self.attn_implementation = attn
+        model = AutoModelForCausalLM.from_pretrained(cfg.path, dtype=torch.float32, attn_implementation=attn)
+        self.hf_config = model.config
+        self.generation_config = getattr(model, "generation_config", None)
+        self.tied_lm_head = bool(getattr(model.config, "tie_word_embeddings", False))
+        if cfg.gradient_checkpointing:
+            _enable_checkpointing(model)
+        self.lora_scaling = None
+        if cfg.use_lora:
+            from peft import LoraConfig, get_peft_model
+
+            model = get_peft_model(model, LoraConfig(
+                r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                target_modules=list(cfg.target_modules), task_type="CAUSAL_LM"))
+            self.lora_scaling = cfg.lora_alpha / cfg.lora_rank
+        return model.to(self.device)
+
+    # ---- data-parallel layout --------------------------------------------------------------------
+    @property
+    def dp_size(self) -> int:
+        return self.strategy.dp
+
+    @property
+    def tp_size(self) -> int:
+        return self.strategy.tp
+
+    @property
+    def dp_rank(self) -> int:
+        return (self.mesh.get_local_rank("dp_replicate") * self.strategy.shard
+                + self.mesh.get_local_rank("dp_shard"))
+
+    @property
+    def is_rank0(self) -> bool:
+        return self.rank == 0
+
+    def dp_shard(self, batch: Batch) -> Batch:
+        """This data-parallel rank's contiguous share of a full batch (TP peers get the same rows)."""
+        n = batch["input_ids"].shape[0]
+        if n % self.dp_size:
+            raise ValueError(f"{n} sequences do not split over {self.dp_size} data-parallel ranks "
+                             f"(actor.backend={self.config.backend})")
+        size = n // self.dp_size
+        lo, hi = self.dp_rank * size, (self.dp_rank + 1) * size
+        return {k: v[lo:hi] if _per_sequence(v, n) else v for k, v in batch.items()}
+
+    # ---- micro-batches ---------------------------------------------------------------------------
+    def _microbatches(self, batch: Batch) -> list[packing.PackedMicroBatch]:
+        """Packed micro-batches; every rank gets the same count (FSDP collectives need it)."""
+        import torch.distributed as dist
+
+        lengths = packing.sequence_lengths(batch["attention_mask"])
+        budget = self.config.max_tokens_per_mb
+        bins = packing.allocate(lengths, budget)
+        count = torch.tensor(len(bins), device=self.device)
+        dist.all_reduce(count, op=dist.ReduceOp.MAX)
+        if int(count) > len(bins):
+            bins = packing.allocate(lengths, budget, min_count=int(count))
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        return [packing.pack(batch["input_ids"], lengths, b, pad) for b in bins]
+
+    def _logits(self, mb: packing.PackedMicroBatch) -> torch.Tensor:
+        """[T, V] logits of one packed row; attention never crosses sequence boundaries."""
+        ids = mb.input_ids.to(self.device)
+        pos = mb.position_ids.to(self.device)
+        seqlens = mb.seqlens or [1]
+        kwargs = {}
+        if self.attn_implementation == "sdpa":  # dense block-diagonal mask: O(T^2), for checks
+            kwargs["attention_mask"] = packing.block_causal_mask(seqlens, device=self.device)
+        elif self.attn_implementation == "eager":
+            kwargs["attention_mask"] = packing.block_causal_mask(seqlens, device=self.device,
+                                                                 dtype=self.param_dtype)
+        else:  # varlen: areal_packed_sdpa and flash-attention read the sequence boundaries
+            cu = torch.tensor([0, *seqlens], device=self.device).cumsum(0).to(torch.int32)
+            kwargs.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=max(seqlens),
+                          max_length_k=max(seqlens))
+        out = self.model(input_ids=ids, position_ids=pos, use_cache=False, **kwargs)
+        return out.logits[0]
+
+    @staticmethod
+    def _sub_batch(batch: Batch, mb: packing.PackedMicroBatch, device) -> Batch:
+        """The rows of one micro-batch, right-padded to its longest sequence, on device."""
+        n, width = batch["input_ids"].shape[0], max(mb.seqlens)
+        rows = torch.tensor(mb.indices)
+        out = {}
+        for key, value in batch.items():
+            if _per_sequence(value, n):
+                value = value[rows]
+                if value.dim() >= 2 and value.shape[1] == batch["input_ids"].shape[1]:
+                    value = value[:, :width]
+                value = value.to(device)
+            out[key] = value
+        return out
+
+    # ---- compute ---------------------------------------------------------------------------------
+    @torch.no_grad()
+    def forward(self, batch: Batch, *, temperature: float = 1.0, with_entropy: bool = False):
+        """Per-token logprobs [B, L] (fp32, on the batch's device); with_entropy adds entropy [B, L].
+
+        logprobs[i, j] = log p(input_ids[i, j] | input_ids[i, :j]) at the given sampling
+        temperature; 0 at j = 0 and on padding.
+        """
+        self._require_initialized()
+        self.model.eval()
+        shape, home = batch["input_ids"].shape, batch["input_ids"].device
+        logp = torch.zeros(shape, dtype=torch.float32)
+        ent = torch.zeros(shape, dtype=torch.float32) if with_entropy else None
+        for mb in self._microbatches(batch):
+            logits = self._logits(mb)
+            if mb.is_dummy:
+                continue
+            lp, e = packing.token_logprobs(logits, mb.input_ids[0].to(self.device), mb.seqlens,
+                                           temperature=temperature, with_entropy=with_entropy)
+            width = max(mb.seqlens)
+            logp[mb.indices, :width] = packing.unpack(lp, mb, width).cpu()
+            if with_entropy:
+                ent[mb.indices, :width] = packing.unpack(e, mb, width).cpu()
+        logp = logp.to(home)
+        return (logp, ent.to(home)) if with_entropy else logp
+
+    def train_batch(self, batch: Batch, loss_fn: LossFn, loss_weight_fn: Callable[[Batch], float], *,
+                    temperature: float = 1.0) -> dict[str, float]:
+        """One optimizer step over this rank's batch.
+
+        loss_fn(logprobs [b, l], entropy [b, l], mb) -> (loss, stats) sees one micro-batch as a
+        right-padded sub-batch (same keys as `batch`, on the device). Micro-batch losses are
+        combined with weights loss_weight_fn(mb) summed over all data-parallel ranks, so the
+        step's gradient is that of the weighted mean over the whole global batch (e.g. weight =
+        number of loss tokens gives a token mean). Returns global loss and grad norm, the lr,
+        and the loss_fn stats averaged with the same weights (over all ranks).
+        """
+        import torch.distributed as dist
+
+        self._require_initialized(train=True)
+        t0 = time.perf_counter()
+        self.model.train()
+        mbs = self._microbatches(batch)
+        subs = [None if mb.is_dummy else self._sub_batch(batch, mb, self.device) for mb in mbs]
+        weights = [0.0 if sub is None else float(loss_weight_fn(sub)) for sub in subs]
+        total = torch.tensor(sum(weights), dtype=torch.float64, device=self.device)
+        dist.all_reduce(total, group=self._dp_group)
+        total = float(total)
+        self.optimizer.zero_grad(set_to_none=True)
+        if total <= 0:
+            logger.warning("train_batch: the loss weights sum to 0 over all ranks (no loss tokens?); "
+                           "skipping the optimizer step")
+            return {"loss": 0.0, "grad_norm": 0.0, "lr": self.lr, "skipped": 1.0}
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        stat_sums: dict[str, float] = {}
+        n_tokens = 0
+        for k, (mb, sub, w) in enumerate(zip(mbs, subs, weights)):
+            self.model.set_requires_gradient_sync(k == len(mbs) - 1)
+            logits = self._logits(mb)
+            if sub is None:
+                (logits.sum() * 0.0).backward()  # keeps FSDP's collectives in step
+                continue
+            lp, ent = packing.token_logprobs(logits, mb.input_ids[0].to(self.device), mb.seqlens,
+                                             temperature=temperature)
+            width = max(mb.seqlens)
+            loss, stats = loss_fn(packing.unpack(lp, mb, width), packing.unpack(ent, mb, width), sub)
+            # FSDP averages gradients over the dp ranks; multiplying by dp_size turns that into a sum.
+            (loss * (w / total) * self.dp_size).backward()
+            loss_sum += loss.detach().double() * (w / total)
+            n_tokens += mb.n_tokens
+            for key, value in stats.items():
+                stat_sums[key] = stat_sums.get(key, 0.0) + float(value) * w / total
+        grad_norm = clip_grad_norm(self.model.parameters(), self.config.optimizer.gradient_clipping)
+        lr = self.lr
+        if torch.isfinite(torch.tensor(grad_norm)):
+            self.optimizer.step()
+            skipped = 0.0
+        else:
+            logger.warning("train_batch: non-finite grad norm %s; skipping the optimizer step", grad_norm)
+            skipped = 1.0
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scheduler.step()
+        dist.all_reduce(loss_sum, group=self._dp_group)
+        out = {"loss": float(loss_sum), "grad_norm": grad_norm, "lr": lr, "skipped": skipped,
+               "n_microbatches": float(len(mbs)), "n_tokens": float(n_tokens)}
+        out.update({f"loss_fn/{k}": v for k, v in self._sum_over_dp(stat_sums).items()})
+        out["step_s"] = time.perf_counter() - t0
+        return out
+
+    def _sum_over_dp(self, values: dict[str, float]) -> dict[str, float]:
+        """Sum per-rank weighted stats over data-parallel ranks (keys may differ between ranks)."""
+        import torch.distributed as dist
+
+        keys: list[list[str]] = [None] * dist.get_world_size(self._dp_group)  # type: ignore[list-item]
+        dist.all_gather_object(keys, sorted(values), group=self._dp_group)
+        names = sorted(set().union(*keys))
+        if not names:
+            return {}
+        vec = torch.tensor([values.get(n, 0.0) for n in names], dtype=torch.float64, device=self.device)
+        dist.all_reduce(vec, group=self._dp_group)
+        return dict(zip(names, vec.tolist()))
+
+    @property
+    def lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"]) if self.optimizer else 0.0
+
+    # ---- save / load -----------------------------------------------------------------------------
+    def save(self, path: str, *, with_optimizer: bool = False, dtype: str | None = None) -> int:
+        """HF folder (model.safetensors in actor.dtype unless dtype is given, config, tokenizer).
+
+        with_optimizer adds `train_state/` (fp32 weights, optimizer, scheduler) for exact
+        resumption. Collective; returns the bytes of weights written (on rank 0; 0 elsewhere).
+        """
+        import torch.distributed as dist
+        from safetensors.torch import save_file
+
+        self._require_initialized()
+        out = Path(path)
+        tensors = {}
+        for name, tensor in state.iter_full_state(
+                self.model, keep=self.is_rank0, dtype=DTYPES[dtype or self.config.dtype],
+                lora_scaling=self.lora_scaling, tied_lm_head=self.tied_lm_head):
+            if tensor is not None:
+                tensors[name] = tensor
+        nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
+        if self.is_rank0:
+            out.mkdir(parents=True, exist_ok=True)
+            save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
+            config = self.hf_config.to_dict()
+            config.pop("quantization_config", None)
+            config["dtype"] = dtype or self.config.dtype
+            type(self.hf_config).from_dict(config).save_pretrained(out)
+            if self.generation_config is not None:
+                self.generation_config.save_pretrained(out)
+            self.tokenizer.save_pretrained(out)
+        if with_optimizer:
+            self.save_train_state(str(out / "train_state"))
+        dist.barrier()
+        return nbytes
+
+    def load(self, path: str, *, with_optimizer: bool = False) -> None:
+        """Inverse of save: train_state/ when with_optimizer (exact), else the HF weights."""
+        import torch.distributed as dist
+
+        self._require_initialized()
+        if with_optimizer:
+            self.load_train_state(str(Path(path) / "train_state"))
+            return
+        if self.config.use_lora:
+            raise ValueError("a saved HF folder holds merged LoRA weights; loading it into a LoRA "
+                             "engine would apply the adapters twice. Use load(path, with_optimizer=True) "
+                             "or start a new engine with actor.path set to the folder")
+        from safetensors.torch import load_file
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+        hf = load_file(str(Path(path) / "model.safetensors"))
+        full = {k: v.float() for k, v in state.to_model_names(hf, self.model).items()}
+        if self.tied_lm_head:
+            full.pop("lm_head.weight", None)
+        result = set_model_state_dict(self.model, full, options=StateDictOptions(full_state_dict=True, strict=False))
+        missing = [k for k in result.missing_keys if not (self.tied_lm_head and k == "lm_head.weight")]
+        if missing:
+            raise ValueError(f"{path} lacks weights for {missing[:5]}; it is not a checkpoint of this model")
+        dist.barrier()
+
+    def save_train_state(self, path: str) -> None:
+        """Sharded fp32 weights + optimizer (torch.distributed.checkpoint) and the LR schedule."""
+        import torch.distributed as dist
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        self._require_initialized(train=True)
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=path)
+        if self.is_rank0:
+            torch.save({"scheduler": self.scheduler.state_dict(), "version": self._version},
+                       Path(path) / "engine.pt")
+        dist.barrier()
+
+    def load_train_state(self, path: str) -> None:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+        self._require_initialized(train=True)
+        if not (Path(path) / "engine.pt").exists():
+            raise FileNotFoundError(f"{path} is not a train state (no engine.pt); save it with "
+                                    "save(..., with_optimizer=True) or save_train_state")
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        sd = {"model": model_sd, "optim": optim_sd}
+        dcp.load(sd, checkpoint_id=path)
+        set_state_dict(self.model, self.optimizer, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
+        extra = torch.load(Path(path) / "engine.pt", weights_only=False)
+        self.scheduler.load_state_dict(extra["scheduler"])
+        self._version = int(extra["version"])
+
+    # ---- weight updates --------------------------------------------------------------------------
+    def connect_servers(self, urls: list[str], *, ranks_per_server: int = 1) -> None:
+        """Base URLs of the inference servers (http://host:port) for weight updates over HTTP.
+
+        ranks_per_server: each server's tensor-parallel size (sglang.tp_size); a server takes that
+        many ranks of the distributed weight-update group."""
+        self._server_urls = list(urls)
+        self._ranks_per_server = ranks_per_server
+
+    def weight_update_path(self, version: int) -> str:
+        return weight_sync.disk_update_path(self.fileroot, self.experiment_name, self.trial_name, version)
+
+    def update_weights(self, meta: WeightUpdateMeta, inference: InferenceEngine | None = None) -> dict[str, float]:
+        """Push the current weights to the servers and bump the version (collective).
+
+        disk: rank 0 saves the HF folder (meta.path or weight_update_path(version)); then
+        `inference.update_weights(meta)` when an InferenceEngine is given, else the servers from
+        connect_servers() load it over HTTP. distributed: pause, bucketed broadcast, resume
+        (pause/resume through `inference` when given). Returns seconds and bytes.
+        """
+        import torch.distributed as dist
+
+        self._require_initialized()
+        version = meta.version if meta.version is not None else self._version + 1
+        t0 = time.perf_counter()
+        if meta.type == "disk":
+            nbytes = self._update_from_disk(meta, version, inference)
+        elif meta.type == "distributed":
+            nbytes = self._update_distributed(meta, version, inference)
+        else:
+            raise ValueError(f"weight update type {meta.type!r} is not 'disk' or 'distributed' "
+                             "(actor.weight_update)")
+        dist.barrier()
+        self._version = version
+        stats = weight_sync.UpdateStats(time.perf_counter() - t0, nbytes, version, meta.type)
+        if self.is_rank0:
+            logger.info("weight update v%d (%s): %.2f s, %.1f MB", version, meta.type, stats.seconds,
+                        nbytes / 2**20)
+        return stats.as_dict()
+
+    def _update_from_disk(self, meta: WeightUpdateMeta, version: int, inference) -> int:
+        if self.config.use_lora and self.config.lora_push == "adapter":
+            return self._push_adapter(meta, version)
+        path = meta.path or self.weight_update_path(version)
+        nbytes = self.save(path)
+        if self.is_rank0:
+            meta.path, meta.version = path, version
+            if inference is not None:
+                inference.update_weights(meta)
+                inference.set_version(version)
+            else:
+                weight_sync.update_from_disk(self._client(), path, version)
+        return nbytes
+
+    def _push_adapter(self, meta: WeightUpdateMeta, version: int) -> int:
+        """lora_push=adapter: write a peft adapter folder; servers load it as LoRA `v{version}`
+        through SGLang's /load_lora_adapter route."""
+        import torch.distributed as dist
+        from safetensors.torch import save_file
+
+        path = meta.path or self.weight_update_path(version)
+        tensors = {k: v for k, v in state.iter_adapter_state(self.model, keep=self.is_rank0) if v is not None}
+        if self.is_rank0:
+            Path(path).mkdir(parents=True, exist_ok=True)
+            save_file(tensors, str(Path(path) / "adapter_model.safetensors"), metadata={"format": "pt"})
+            self.model.peft_config["default"].save_pretrained(path)
+            self._client().post_all("/load_lora_adapter", {"lora_name": f"v{version}", "lora_path": path})
+        dist.barrier()
+        return sum(t.numel() * t.element_size() for t in tensors.values())
+
+    def _update_distributed(self, meta: WeightUpdateMeta, version: int, inference) -> int:
+        if self.is_rank0:
+            if self._sender is None:
+                self._sender = weight_sync.DistributedSender(
+                    self._client(), backend=meta.backend, group_name=meta.group_name,
+                    master_address=meta.master_address, master_port=meta.master_port,
+                    ranks_per_server=self._ranks_per_server,
+                    device=str(self.device) if meta.backend == "nccl" else "cpu")
+            if inference is not None:
+                inference.pause()
+            else:
+                self._client().post_all("/pause_generation", {})
+        nbytes = 0
+        try:
+            bucket_bytes = self.config.weight_update_bucket_mb * 2**20
+            named = state.iter_full_state(self.model, keep=self.is_rank0, dtype=self.param_dtype,
+                                          lora_scaling=self.lora_scaling, tied_lm_head=self.tied_lm_head)
+            pending = None
+            for bucket in weight_sync.buckets(named, bucket_bytes):
+                if pending is not None and self.is_rank0:
+                    self._sender.send_bucket(pending, version, last=False)
+                pending = bucket
+                nbytes += sum(t.numel() * t.element_size() for _, t in bucket if t is not None)
+            if pending is not None and self.is_rank0:
+                self._sender.send_bucket(pending, version, last=True)
+        finally:
+            if self.is_rank0:
+                if inference is not None:
+                    inference.set_version(version)
+                    inference.resume()
+                else:
+                    self._client().post_all("/continue_generation", {})
+        return nbytes
+
+    def _client(self) -> weight_sync.ServerClient:
+        if self._http is None:
+            self._http = weight_sync.ServerClient(self._server_urls)
+        return self._http
+
+    def get_version(self) -> int:
+        return self._version
+
+    def set_version(self, version: int) -> None:
+        self._version = int(version)
+
+    # ---- teardown --------------------------------------------------------------------------------
+    def destroy(self) -> None:
+        """Free the model and optimizer; tear down groups this engine created (not the caller's)."""
+        import torch.distributed as dist
+
+        if self._sender is not None:
+            try:
+                self._sender.destroy()
+            except Exception as exc:  # the servers may already be gone at shutdown
+                logger.warning("destroying the weight update group failed: %s", exc)
+            self._sender = None
+        if self._http is not None:
+            self._http.close()
+            self._http = None
+        self.model = self.optimizer = self.scheduler = None
+        if self._owns_process_group and dist.is_initialized():
+            dist.destroy_process_group()
+            self._owns_process_group = False
+
+    def _require_initialized(self, train: bool = False) -> None:
+        if self.model is None:
+            raise RuntimeError("FSDPEngine is not initialized; call engine.initialize() first")
+        if train and self.optimizer is None:
+            raise RuntimeError("this FSDPEngine was built with trainable=False (a reference model); "
+                               "it cannot train")
+
+
+def _per_sequence(value: Any, n: int) -> bool:
+    return isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == n
+
+
+def _enable_checkpointing(model) -> None:
+    """Non-reentrant activation checkpointing of every decoder layer (the API was renamed in
+    transformers 5: activation_checkpointing_enable; older versions: gradient_checkpointing_enable)."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def _default_attention(device_type: str) -> str:
+    """flash-attention's varlen kernel when installed on GPU, else causal SDPA per packed sequence."""
+    if device_type == "cuda" and importlib.util.find_spec("flash_attn") is not None:
+        return "flash_attention_2"
+    from .attention import register
+
+    return register()

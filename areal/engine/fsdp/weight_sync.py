@@ -1,0 +1,215 @@
+"""Weight updates from the trainer to inference servers, over SGLang's HTTP routes.
+
+Two ways, chosen by actor.weight_update:
+
+disk         rank 0 writes a Hugging Face folder to
+             {fileroot}/{experiment}/{trial}/weight_update/v{version} and every server loads it
+             (POST /update_weights_from_disk {model_path, weight_version}).
+distributed  trainer rank 0 and the servers form one process group (trainer = rank 0, server i
+             takes ranks rank_offset .. rank_offset + tp - 1), joined through
+             POST /init_weights_update_group; then, bucket by bucket, the servers are told which
+             tensors come (POST /update_weights_from_distributed {names, dtypes, shapes, ...}) while
+             rank 0 broadcasts the full (unsharded) tensors in that order.
+
+This module only knows the routes and the process-group rendezvous; the engine decides what to
+send. The requests are plain `requests` calls against a list of base URLs, so the trainer does not
+depend on the rollout client (which has its own update path for disk updates).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Iterable, Iterator
+
+import torch
+
+logger = logging.getLogger("areal.weight_sync")
+
+# How long trainer rank 0 waits for every server to join the weight-update group.
+JOIN_TIMEOUT_S = 120.0
+
+
+def disk_update_path(fileroot: str, experiment: str, trial: str, version: int) -> str:
+    """Where disk weight updates of one version are written (servers read it from there)."""
+    return f"{fileroot}/{experiment}/{trial}/weight_update/v{version}"
+
+
+@dataclass
+class UpdateStats:
+    """What one weight update cost; logged and returned to the training loop."""
+
+    seconds: float
+    bytes: int
+    version: int
+    kind: str
+
+    def as_dict(self) -> dict[str, float]:
+        return {"weight_update/seconds": self.seconds, "weight_update/bytes": float(self.bytes),
+                "weight_update/version": float(self.version)}
+
+
+class ServerClient:
+    """POSTs to every server at once; any failure raises with the server's message."""
+
+    def __init__(self, urls: list[str], timeout_s: float = 600.0):
+        if not urls:
+            raise ValueError("no inference server URLs: pass server_urls (e.g. ['http://host:port']) "
+                             "or an InferenceEngine")
+        self.urls = [u.rstrip("/") for u in urls]
+        self.timeout_s = timeout_s
+        self._pool = ThreadPoolExecutor(max_workers=max(2, len(self.urls)))
+
+    def post_all(self, route: str, payloads: list[dict] | dict) -> list[dict]:
+        """Blocking: one request per server (payload per server or shared)."""
+        return [f.result() for f in self.post_all_async(route, payloads)]
+
+    def post_all_async(self, route: str, payloads: list[dict] | dict, timeout_s: float | None = None):
+        if isinstance(payloads, dict):
+            payloads = [payloads] * len(self.urls)
+        return [self._pool.submit(self._post, url + route, body, timeout_s or self.timeout_s)
+                for url, body in zip(self.urls, payloads)]
+
+    def _post(self, url: str, body: dict, timeout_s: float) -> dict:
+        import requests
+
+        resp = requests.post(url, json=body, timeout=timeout_s)
+        data = _json(resp)
+        if resp.status_code != 200 or data.get("success") is False:
+            raise RuntimeError(f"{url} answered {resp.status_code}: {data or resp.text[:500]}")
+        return data
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False)
+
+
+def _json(resp) -> dict:
+    try:
+        data = resp.json()
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def update_from_disk(client: ServerClient, path: str, version: int) -> None:
+    client.post_all("/update_weights_from_disk", {"model_path": path, "weight_version": str(version)})
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def init_custom_process_group(*, backend: str, master_address: str, master_port: int, world_size: int,
+                              rank: int, group_name: str, timeout_s: float = 600.0):
+    """A named process group outside the default one, wire-compatible with SGLang's servers.
+
+    SGLang's side: rendezvous(tcp://addr:port) -> TCPStore -> PrefixStore(group_name) ->
+    _new_process_group_helper. We build the same TCPStore directly instead of calling
+    rendezvous(): under torchrun, rendezvous() sees TORCHELASTIC_USE_AGENT_STORE and makes rank 0
+    a store *client* of a server that nobody starts, which hangs forever.
+    """
+    import torch.distributed as dist
+    from torch.distributed.distributed_c10d import PrefixStore, _new_process_group_helper, _world
+
+    timeout = timedelta(seconds=timeout_s)
+    store = dist.TCPStore(master_address, master_port, world_size, is_master=(rank == 0),
+                          timeout=timeout, multi_tenant=True)
+    store = PrefixStore(group_name, store)
+    pg, _ = _new_process_group_helper(world_size, rank, [], dist.Backend(backend), store,
+                                      group_name=group_name, timeout=timeout)
+    _world.pg_group_ranks[pg] = {i: i for i in range(world_size)}
+    return pg
+
+
+class DistributedSender:
+    """Trainer rank 0's side of the distributed update: the group and the bucketed broadcast."""
+
+    def __init__(self, client: ServerClient, *, backend: str, group_name: str, master_address: str,
+                 master_port: int, ranks_per_server: int = 1, device: str = "cpu"):
+        self.client, self.group_name, self.device = client, group_name, device
+        world_size = 1 + ranks_per_server * len(client.urls)
+        master_port = master_port or free_port(master_address)
+        payloads = [{"master_address": master_address, "master_port": master_port,
+                     "rank_offset": 1 + i * ranks_per_server, "world_size": world_size,
+                     "group_name": group_name, "backend": backend} for i in range(len(client.urls))]
+        # Servers block in the rendezvous until rank 0 joins, so their requests run meanwhile;
+        # rank 0 joins in a thread so that a server refusing the request fails fast instead of
+        # leaving us in the rendezvous until its timeout.
+        pending = client.post_all_async("/init_weights_update_group", payloads, timeout_s=JOIN_TIMEOUT_S + 5)
+        joined: Future = Future()
+
+        def join() -> None:
+            try:
+                joined.set_result(init_custom_process_group(
+                    backend=backend, master_address=master_address, master_port=master_port,
+                    world_size=world_size, rank=0, group_name=group_name))
+            except BaseException as exc:  # handed to the waiting thread below
+                joined.set_exception(exc)
+
+        threading.Thread(target=join, daemon=True, name="weight-update-join").start()
+        done, _ = wait([joined, *pending], timeout=JOIN_TIMEOUT_S, return_when=FIRST_EXCEPTION)
+        for f in done:
+            f.result()  # raises the first failure (e.g. a server refusing the request)
+        if not joined.done():
+            raise TimeoutError(
+                f"the servers {client.urls} did not join weight update group {group_name!r} at "
+                f"{master_address}:{master_port} within {JOIN_TIMEOUT_S:.0f} s; they must build the "
+                "group like SGLang (TCPStore wrapped in PrefixStore(group_name)) and reach that address")
+        self.group = joined.result()
+        for f in pending:
+            f.result()
+        logger.info("weight update group %r ready: %d servers, world %d", group_name,
+                    len(client.urls), world_size)
+
+    def send_bucket(self, bucket: list[tuple[str, torch.Tensor]], version: int, *, last: bool) -> None:
+        """Announce the bucket to every server, then broadcast its tensors in the same order."""
+        import torch.distributed as dist
+
+        body = {"names": [n for n, _ in bucket],
+                "dtypes": [str(t.dtype).removeprefix("torch.") for _, t in bucket],
+                "shapes": [list(t.shape) for _, t in bucket],
+                "group_name": self.group_name, "flush_cache": last, "weight_version": str(version)}
+        pending = self.client.post_all_async("/update_weights_from_distributed", body)
+        for _, tensor in bucket:
+            dist.broadcast(tensor.to(self.device).contiguous(), src=0, group=self.group)
+        for f in pending:
+            f.result()
+
+    def destroy(self, timeout_s: float = 60.0) -> None:
+        """Tear the group down on both sides at once (a side waiting for the other to finish its
+        destroy first could deadlock); server errors are logged, not raised."""
+        import torch.distributed as dist
+
+        pending = self.client.post_all_async("/destroy_weights_update_group",
+                                             {"group_name": self.group_name}, timeout_s=timeout_s)
+        dist.destroy_process_group(self.group)
+        for f in pending:
+            try:
+                f.result()
+            except Exception as exc:
+                logger.warning("a server did not destroy weight update group %r: %s", self.group_name, exc)
+
+
+def buckets(named_tensors: Iterable[tuple[str, torch.Tensor | None]], bucket_bytes: int
+            ) -> Iterator[list[tuple[str, torch.Tensor | None]]]:
+    """Group (name, tensor) pairs into lists of about bucket_bytes (a big tensor is its own bucket).
+
+    Non-zero ranks pass tensor=None (they only take part in the gathers), so they count 0 bytes;
+    the bucket boundaries only matter on rank 0.
+    """
+    bucket, size = [], 0
+    for name, tensor in named_tensors:
+        nbytes = tensor.numel() * tensor.element_size() if tensor is not None else 0
+        if bucket and size + nbytes > bucket_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((name, tensor))
+        size += nbytes
+    if bucket:
+        yield bucket

@@ -1,0 +1,250 @@
+"""Trainer throughput: tokens/s and MFU of FSDPEngine (packed micro-batches) against a bare FSDP2
+loop (padded micro-batches, same model, same precision, same batch).
+
+The model is a random-weight Qwen2.5 shape built from its public config (no download), so the
+numbers measure the training step itself. Lengths vary (uniform in [min_len, max_len]) as
+rollouts do, which is where packing pays: the bare loop computes on padding, the engine does not.
+
+    # GPU (one process per GPU; dp = number of processes)
+    torchrun --nproc-per-node 1 scripts/bench_train.py --shape qwen2.5-0.5b --out bench_0.5b.json
+    torchrun --nproc-per-node 1 scripts/bench_train.py --shape qwen2.5-1.5b --out bench_1.5b.json
+    # CPU smoke run (tiny model, a few seconds)
+    python scripts/bench_train.py --shape tiny --device cpu --steps 2 --warmup 1 --seqs 8 \
+        --min-len 8 --max-len 32 --max-tokens-per-mb 64 --out /tmp/bench_train.json
+
+MFU = achieved model FLOP/s / peak bf16 dense FLOP/s of one device (--peak-tflops; 989 for
+H100/H200 SXM). Training FLOPs per token = 6 x (matmul parameters, lm_head included) +
+6 x layers x hidden x (average sequence length) for causal attention (forward + backward).
+Writes one JSON object: per-run tokens/s (real tokens only), step seconds, MFU, peak memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# Public config values of the Qwen2.5 base models (config.json on the hub).
+SHAPES = {
+    "qwen2.5-0.5b": dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
+                         num_key_value_heads=2, intermediate_size=4864, vocab_size=151936,
+                         tie_word_embeddings=True),
+    "qwen2.5-1.5b": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12,
+                         num_key_value_heads=2, intermediate_size=8960, vocab_size=151936,
+                         tie_word_embeddings=True),
+    "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 intermediate_size=256, vocab_size=512, tie_word_embeddings=True),
+}
+
+
+def build_model_dir(shape: str, root: Path, dtype: str = "bfloat16") -> tuple[str, str]:
+    """Random-weight Qwen2 folder of the given shape, and a tokenizer folder for it.
+
+    The tokenizer is the project's character tokenizer (the engine needs one for padding and
+    saving); token ids in the batch are random over the model's vocabulary anyway.
+    """
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    from areal.models.tiny import make_tiny_model_dir
+
+    tok_dir = make_tiny_model_dir(root / "tokenizer")
+    model_dir = root / shape
+    if not (model_dir / "config.json").exists():
+        config = Qwen2Config(max_position_embeddings=32768, rope_theta=1e6, rms_norm_eps=1e-6,
+                             **SHAPES[shape])
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+        model.save_pretrained(model_dir)
+    return str(model_dir), str(tok_dir)
+
+
+def make_batch(n: int, min_len: int, max_len: int, vocab: int, seed: int = 0) -> dict:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(min_len, max_len + 1, (n,), generator=g)
+    pos = torch.arange(max_len)[None]
+    attn = (pos < lengths[:, None]).long()
+    ids = torch.randint(3, vocab, (n, max_len), generator=g) * attn
+    return {"input_ids": ids, "attention_mask": attn, "loss_mask": attn * (pos >= 1).long()}
+
+
+def nll(logprobs, entropy, mb):
+    mask = mb["loss_mask"].bool()
+    return -(logprobs * mask).sum() / mask.sum().clamp(min=1), {}
+
+
+def matmul_params(cfg) -> int:
+    h, i, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+    kv = cfg.num_key_value_heads * (h // cfg.num_attention_heads)
+    per_layer = 2 * h * h + 2 * h * kv + 3 * h * i
+    return layers * per_layer + h * cfg.vocab_size
+
+
+def flops_per_token(cfg, avg_len: float) -> float:
+    return 6 * matmul_params(cfg) + 6 * cfg.num_hidden_layers * cfg.hidden_size * avg_len
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _timed(step, n_warmup: int, n_steps: int, device: str) -> list[float]:
+    times = []
+    for k in range(n_warmup + n_steps):
+        _sync(device)
+        t0 = time.perf_counter()
+        step()
+        _sync(device)
+        if k >= n_warmup:
+            times.append(time.perf_counter() - t0)
+    return times
+
+
+def bench_engine(args, model_dir: str, tok_dir: str, batch: dict) -> dict:
+    from areal.engine.fsdp.engine import FSDPEngine
+
+    engine = FSDPEngine.from_pretrained(
+        model_dir, tokenizer_path=tok_dir, dtype=args.dtype, learning_rate=1e-5,
+        max_tokens_per_mb=args.max_tokens_per_mb, gradient_checkpointing=args.gradient_checkpointing,
+        device=args.device)
+    local = engine.dp_shard(batch)
+    stats = {}
+
+    def step():
+        stats.update(engine.train_batch(local, nll, lambda mb: float(mb["loss_mask"].sum())))
+
+    times = _timed(step, args.warmup, args.steps, args.device)
+    out = {"step_s": times, "n_microbatches": stats.get("n_microbatches"), "loss": stats.get("loss")}
+    engine.destroy()
+    return out
+
+
+def bench_bare(args, model_dir: str, batch: dict) -> dict:
+    """A plain FSDP2 loop: padded rows, micro-batches of as many rows as fit the same token budget."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from transformers import AutoModelForCausalLM
+
+    device = torch.device("cuda", torch.cuda.current_device()) if args.device == "cuda" else torch.device("cpu")
+    mesh = init_device_mesh(args.device, (dist.get_world_size(),))
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")
+    if args.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.to(device)
+    mp = MixedPrecisionPolicy(param_dtype=getattr(torch, args.dtype), reduce_dtype=torch.float32)
+    for layer in model.model.layers:
+        fully_shard(layer, mesh=mesh, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    n, width = batch["input_ids"].shape
+    per_rank = n // dist.get_world_size()
+    lo = dist.get_rank() * per_rank
+    rows = max(1, args.max_tokens_per_mb // width)
+    chunks = [slice(s, min(s + rows, lo + per_rank)) for s in range(lo, lo + per_rank, rows)]
+    total = float(batch["loss_mask"][lo:lo + per_rank].sum())
+
+    def step():
+        for c in chunks:
+            ids = batch["input_ids"][c].to(device)
+            attn = batch["attention_mask"][c].to(device)
+            mask = batch["loss_mask"][c].to(device)[:, 1:].bool()
+            logits = model(input_ids=ids, attention_mask=attn, use_cache=False).logits
+            lp = torch.log_softmax(logits[:, :-1].float(), -1).gather(-1, ids[:, 1:, None])[..., 0]
+            (-(lp * mask).sum() / total).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    times = _timed(step, args.warmup, args.steps, args.device)
+    del model, opt
+    return {"step_s": times, "n_microbatches": len(chunks)}
+
+
+def summarise(run: dict, real_tokens: int, padded_tokens: int, cfg, avg_len: float, args, world: int) -> dict:
+    step = statistics.median(run["step_s"])
+    tokens_s = real_tokens / step
+    flops = flops_per_token(cfg, avg_len) * tokens_s / world
+    out = dict(run, median_step_s=step, tokens_per_s=tokens_s, tokens_per_s_per_device=tokens_s / world,
+               model_tflops_per_device=flops / 1e12, real_tokens=real_tokens, padded_tokens=padded_tokens)
+    if args.device == "cuda":
+        out["mfu"] = flops / (args.peak_tflops * 1e12)
+        out["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        torch.cuda.reset_peak_memory_stats()
+    return out
+
+
+def main(argv=None) -> None:
+    import torch.distributed as dist
+    from transformers import AutoConfig
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-0.5b")
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", default="bfloat16")
+    p.add_argument("--seqs", type=int, default=64, help="sequences per step (global)")
+    p.add_argument("--min-len", type=int, default=256)
+    p.add_argument("--max-len", type=int, default=2048)
+    p.add_argument("--max-tokens-per-mb", type=int, default=16384)
+    p.add_argument("--gradient-checkpointing", action="store_true")
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--peak-tflops", type=float, default=989.0, help="bf16 dense peak of one device")
+    p.add_argument("--skip-bare", action="store_true")
+    p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "areal-bench-train"))
+    p.add_argument("--out", required=True)
+    args = p.parse_args(argv)
+
+    backend = "cuda:nccl,cpu:gloo" if args.device == "cuda" else "gloo"
+    if "RANK" in os.environ:
+        dist.init_process_group(backend)
+    else:
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    if args.device == "cuda":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    root = Path(args.workdir)
+    if rank == 0:
+        build_model_dir(args.shape, root)
+    dist.barrier()
+    model_dir, tok_dir = build_model_dir(args.shape, root)
+    cfg = AutoConfig.from_pretrained(model_dir)
+    batch = make_batch(args.seqs, args.min_len, args.max_len, cfg.vocab_size)
+    real = int(batch["attention_mask"].sum())
+    padded = batch["input_ids"].numel()
+    avg_len = real / args.seqs
+    result = {"shape": args.shape, "device": args.device, "world_size": world, "dtype": args.dtype,
+              "seqs": args.seqs, "len_range": [args.min_len, args.max_len],
+              "max_tokens_per_mb": args.max_tokens_per_mb, "gradient_checkpointing": args.gradient_checkpointing,
+              "matmul_params": matmul_params(cfg), "flops_per_token": flops_per_token(cfg, avg_len),
+              "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None}
+    result["engine"] = summarise(bench_engine(args, model_dir, tok_dir, batch), real, padded, cfg, avg_len, args, world)
+    gc.collect()
+    if args.device == "cuda":
+        torch.cuda.empty_cache()
+    if not args.skip_bare:
+        result["bare_fsdp2"] = summarise(bench_bare(args, model_dir, batch), real, padded, cfg, avg_len, args, world)
+        result["engine_speedup_vs_bare"] = result["bare_fsdp2"]["median_step_s"] / result["engine"]["median_step_s"]
+    if rank == 0:
+        Path(args.out).write_text(json.dumps(result, indent=1))
+        print(json.dumps({k: v for k, v in result.items() if k not in ("engine", "bare_fsdp2")}))
+        for name in ("engine", "bare_fsdp2"):
+            if name in result:
+                r = result[name]
+                print(f"{name}: {r['tokens_per_s']:.0f} tok/s, step {r['median_step_s']:.3f} s"
+                      + (f", MFU {r['mfu']:.3f}, peak {r['peak_memory_gib']:.1f} GiB" if "mfu" in r else ""))
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,86 @@
+"""Shared pieces of the FSDP engine tests (no tests here): batches, a simple loss, a plain
+single-process reference step, and a torchrun launcher for the two-process scenarios."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def make_batch(seed: int, n: int = 8, max_len: int = 16, prompt_len: int = 3, vocab=(3, 40)):
+    """Right-padded batch with varied lengths; loss on every token after the prompt."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(prompt_len + 2, max_len + 1, (n,), generator=g)
+    ids = torch.randint(vocab[0], vocab[1], (n, max_len), generator=g)
+    pos = torch.arange(max_len)[None]
+    attn = (pos < lengths[:, None]).long()
+    ids = ids * attn
+    loss_mask = attn * (pos >= prompt_len).long()
+    return {"input_ids": ids, "attention_mask": attn, "loss_mask": loss_mask,
+            "rewards": torch.arange(n, dtype=torch.float32)}
+
+
+def nll_loss(logprobs, entropy, mb):
+    """Token-mean negative log-likelihood of the loss tokens (an SFT loss: easy to check)."""
+    mask = mb["loss_mask"].bool()
+    loss = -(logprobs * mask).sum() / mask.sum().clamp(min=1)
+    return loss, {"nll": loss.detach()}
+
+
+def token_weight(mb) -> float:
+    return float(mb["loss_mask"].sum())
+
+
+def padded_logprobs(model, batch):
+    """Per-token logprobs of a plain HF model on the right-padded batch (no packing)."""
+    out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+    lp = torch.log_softmax(out[:, :-1].float(), -1).gather(-1, batch["input_ids"][:, 1:, None])[..., 0]
+    lp = torch.cat([torch.zeros_like(lp[:, :1]), lp], 1)
+    return lp * batch["attention_mask"]
+
+
+def reference_step(model_dir: str, batch, *, lr: float, clip: float = 1.0):
+    """One AdamW step of a plain, unsharded fp32 model on the whole batch: the ground truth."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0)
+    loss, _ = nll_loss(padded_logprobs(model, batch), None, batch)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+    opt.step()
+    return float(loss), float(norm), {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def run_torchrun(args: list[str], out_dir: Path, nproc: int = 2, timeout: int = 300, env=None) -> dict:
+    """Run tests/engine/test_fsdp_distributed.py's scenario main under torchrun; returns rank 0's JSON."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log = out_dir / "torchrun.log"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
+           "--master-port", str(_free_port()), "-m", "tests.engine.test_fsdp_distributed",
+           "--out", str(out_dir), *args]
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+                "PYTHONPATH": str(REPO), **(env or {})}
+    with open(log, "w") as f:
+        proc = subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, env=full_env, timeout=timeout)
+    if proc.returncode != 0:
+        text = log.read_text()
+        errors = [line for line in text.splitlines() if line.startswith("[rank0]: ") and "Error" in line]
+        raise RuntimeError(f"torchrun {' '.join(args)} failed ({proc.returncode}); rank 0: {errors[-1:]}\n"
+                           f"{text[-6000:]}")
+    return json.loads((out_dir / "result.json").read_text())
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

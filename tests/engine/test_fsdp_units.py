@@ -1,0 +1,147 @@
+"""Pure pieces of the FSDP engine: packing, LR schedules, bucketing, from_pretrained's config."""
+
+import math
+
+import pytest
+import torch
+
+from areal.engine.fsdp import packing
+from areal.engine.fsdp.factory import build_configs
+from areal.engine.fsdp.optim import lr_multiplier
+from areal.engine.fsdp.weight_sync import buckets, disk_update_path
+
+
+# ---- packing ------------------------------------------------------------------------------------
+def test_allocate_first_fit_decreasing_respects_budget():
+    bins = packing.allocate([5, 3, 4, 2, 9], max_tokens=9)
+    assert sorted(map(sorted, bins)) == [[0, 2], [1, 3], [4]]  # 9 | 5+4 | 3+2
+    for b in bins:
+        assert sum([5, 3, 4, 2, 9][i] for i in b) <= 9
+
+
+def test_allocate_oversized_sequence_gets_own_bin():
+    assert packing.allocate([20, 1], max_tokens=8) == [[0], [1]]
+
+
+def test_allocate_min_count_splits_then_adds_dummies():
+    bins = packing.allocate([1, 1, 1, 1], max_tokens=100, min_count=3)
+    assert len(bins) == 3 and sorted(i for b in bins for i in b) == [0, 1, 2, 3]
+    bins = packing.allocate([1], max_tokens=100, min_count=3)
+    assert bins == [[0], [], []]
+
+
+def test_pack_and_unpack_round_trip():
+    ids = torch.tensor([[5, 6, 7, 0], [8, 9, 0, 0], [1, 2, 3, 4]])
+    lengths = packing.sequence_lengths((ids > 0).long())
+    assert lengths == [3, 2, 4]
+    mb = packing.pack(ids, lengths, [0, 1])
+    assert mb.input_ids.tolist() == [[5, 6, 7, 8, 9]]
+    assert mb.position_ids.tolist() == [[0, 1, 2, 0, 1]]
+    assert packing.unpack(mb.input_ids[0], mb, 4).tolist() == [[5, 6, 7, 0], [8, 9, 0, 0]]
+    assert packing.pack(ids, lengths, []).is_dummy
+
+
+def test_left_padding_rejected():
+    with pytest.raises(ValueError, match="right-padded"):
+        packing.sequence_lengths(torch.tensor([[0, 1, 1]]))
+
+
+def test_block_causal_mask():
+    m = packing.block_causal_mask([2, 1], device="cpu")[0, 0]
+    assert m.tolist() == [[True, False, False], [True, True, False], [False, False, True]]
+    f = packing.block_causal_mask([2, 1], device="cpu", dtype=torch.float32)[0, 0]
+    assert f[0, 0] == 0 and f[2, 0] == torch.finfo(torch.float32).min
+
+
+def test_token_logprobs_by_hand():
+    # two packed sequences [a, b] and [c, d]; vocab 2; logits chosen so log-softmax is simple
+    logits = torch.tensor([[0.0, 0.0], [math.log(3), 0.0], [5.0, 5.0], [0.0, math.log(3)]])
+    ids = torch.tensor([0, 1, 1, 0])
+    lp, ent = packing.token_logprobs(logits, ids, [2, 2])
+    # position 1 predicted by uniform logits[0]: log .5; position 3 by logits[2] (uniform): log .5
+    assert torch.allclose(lp, torch.tensor([0.0, math.log(0.5), 0.0, math.log(0.5)]))
+    assert torch.allclose(ent, torch.tensor([0.0, math.log(2), 0.0, math.log(2)]))
+    lp2, _ = packing.token_logprobs(logits, ids, [4], temperature=2.0)
+    # position 2 (token 1) predicted by logits[1] / 2 = [log 3 / 2, 0] -> p(1) = 1 / (1 + sqrt 3)
+    assert lp2[2].item() == pytest.approx(math.log(1 / (1 + math.sqrt(3))))
+
+
+# ---- schedules ----------------------------------------------------------------------------------
+def _opt(**kw):
+    from areal.config.actor import OptimizerConfig
+
+    return OptimizerConfig(**kw)
+
+
+def test_constant_with_warmup():
+    f = lr_multiplier(_opt(warmup_steps_proportion=0.5), 4)  # 2 warmup steps
+    assert [f(s) for s in range(4)] == [0.5, 1.0, 1.0, 1.0]
+
+
+def test_linear_and_cosine_decay_to_min():
+    lin = lr_multiplier(_opt(lr_scheduler_type="linear", min_lr_ratio=0.1), 4)
+    assert [round(lin(s), 6) for s in range(5)] == [1.0, 0.775, 0.55, 0.325, 0.1]
+    cos = lr_multiplier(_opt(lr_scheduler_type="cosine"), 4)
+    assert [round(cos(s), 6) for s in range(5)] == [1.0, round(0.5 * (1 + math.cos(math.pi / 4)), 6), 0.5,
+                                                    round(0.5 * (1 + math.cos(3 * math.pi / 4)), 6), 0.0]
+
+
+def test_schedule_needs_total_steps():
+    with pytest.raises(ValueError, match="total_train_steps"):
+        lr_multiplier(_opt(lr_scheduler_type="cosine"), None)
+    assert lr_multiplier(_opt(), None)(10) == 1.0
+
+
+# ---- weight sync helpers ------------------------------------------------------------------------
+def test_buckets_group_by_bytes():
+    t = [("a", torch.zeros(2)), ("b", torch.zeros(2)), ("c", torch.zeros(8)), ("d", torch.zeros(1))]
+    names = [[n for n, _ in b] for b in buckets(iter(t), bucket_bytes=16)]  # float32: 8, 8, 32, 4 bytes
+    assert names == [["a", "b"], ["c"], ["d"]]
+
+
+def test_disk_update_path():
+    assert disk_update_path("/r", "exp", "t1", 3) == "/r/exp/t1/weight_update/v3"
+
+
+# ---- from_pretrained's config -------------------------------------------------------------------
+def test_from_pretrained_config_equals_yaml_path():
+    from areal.config.validate import validate_config
+
+    yaml_cfg = validate_config({
+        "experiment_name": "e", "trial_name": "t", "train_dataset": {"path": "synthetic:arith"},
+        "actor": {"path": "/m", "backend": "fsdp:d2t2", "dtype": "float32", "use_lora": True,
+                  "lora_rank": 8, "lora_alpha": 16, "max_tokens_per_mb": 4096, "c_clip": 3.0,
+                  "optimizer": {"lr": 1e-4, "lr_scheduler_type": "cosine"}}})
+    py_cfg = build_configs("/m", dp_size=2, tp_size=2, dtype="float32", learning_rate=1e-4, use_lora=True,
+                           lora_rank=8, lora_alpha=16, experiment_name="e", trial_name="t",
+                           max_tokens_per_mb=4096, c_clip=3.0, lr_scheduler_type="cosine")
+    assert py_cfg.actor == yaml_cfg.actor
+    assert (py_cfg.experiment_name, py_cfg.trial_name) == ("e", "t")
+
+
+def test_from_pretrained_defaults_names_for_disk_updates():
+    cfg = build_configs("/m")
+    assert cfg.experiment_name and cfg.trial_name and cfg.cluster.fileroot
+    assert cfg.actor.backend == "fsdp:d1" and cfg.actor.dtype == "bfloat16"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(learning_rate=1e-4, lr=1e-5), "learning rate is given twice"),
+    (dict(learning_rate=1e-4, optimizer={"lr": 1e-5}), "'lr' is given twice"),
+    (dict(dp_size=2, backend="fsdp:d4"), "parallelism given twice"),
+    (dict(dtype="float32", **{"dtype_": 1}), "did you mean 'dtype'"),
+    (dict(lerning_rate=1e-4), "unknown config override 'lerning_rate'"),
+])
+def test_from_pretrained_conflicts_are_clear(kwargs, message):
+    with pytest.raises(TypeError, match=message):
+        build_configs("/m", **kwargs)
+
+
+def test_from_pretrained_overrides_go_through_rules():
+    from areal.config.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="actor.c_clip"):
+        build_configs("/m", c_clip=0.5)
+    cfg = build_configs("/m", backend="fsdp:d4r2", weight_decay=0.1, optimizer={"beta2": 0.95})
+    assert cfg.actor.backend == "fsdp:d4r2"
+    assert (cfg.actor.optimizer.weight_decay, cfg.actor.optimizer.beta2) == (0.1, 0.95)
