@@ -45,7 +45,8 @@ class LiveRollouts:
         self.engine, self.workflow, self.loader = rank0_engine, workflow, loader
         self._meta: WeightUpdateMeta | None = None
         if self.engine is not None:
-            actor.connect_servers([f"http://{a}" for a in self.engine.addrs])
+            actor.connect_servers([f"http://{a}" for a in self.engine.addrs],
+                                  ranks_per_server=cfg.sglang.tp_size or 1)
 
     def next_batch(self) -> dict[str, Any]:
         batch = self.engine.prepare_batch(self.loader, self.workflow) if self.engine is not None else None
@@ -86,7 +87,8 @@ class ReplayRollouts:
         self.position = 0
         if self.push:
             if external is not None:
-                actor.connect_servers([f"http://{a}" for a in external.addrs])
+                actor.connect_servers([f"http://{a}" for a in external.addrs],
+                                      ranks_per_server=cfg.sglang.tp_size or 1)
             logger.info("replaying %s; weight updates go to external servers %s", self.folder,
                         cfg.rollout.server_addrs)
         else:
