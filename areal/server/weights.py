@@ -17,32 +17,11 @@ Backends: nccl on GPU, gloo on CPU.
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
 
 from areal.server.engine import torch_dtype
+from areal.utils.dist_group import init_custom_process_group
 
 logger = logging.getLogger("areal.server")
-
-
-def init_custom_process_group(*, backend: str, init_method: str, world_size: int, rank: int,
-                              group_name: str, timeout_s: float = 300.0):
-    """A named process group from a TCPStore rendezvous, independent of the default group.
-
-    Both sides (trainer rank 0 and each server) call this with the same init_method
-    (`tcp://host:port`), world_size and group_name.
-    """
-    import torch.distributed as dist
-    from torch.distributed.distributed_c10d import PrefixStore, _new_process_group_helper, _world, rendezvous
-
-    timeout = timedelta(seconds=timeout_s)
-    store, rank, world_size = next(rendezvous(init_method, rank, world_size, timeout=timeout))
-    store.set_timeout(timeout)
-    # SGLang namespaces the store by group name; trainers written for SGLang expect the same keys
-    store = PrefixStore(group_name, store)
-    pg, _ = _new_process_group_helper(world_size, rank, [], dist.Backend(backend), store,
-                                      group_name=group_name, timeout=timeout)
-    _world.pg_group_ranks[pg] = {i: i for i in range(world_size)}
-    return pg
 
 
 class WeightUpdater:
@@ -87,7 +66,7 @@ class WeightUpdater:
                              "first (/destroy_weights_update_group).")
         rank = rank_offset  # one rank per server (tp 1)
         self.groups[group_name] = init_custom_process_group(
-            backend=backend, init_method=f"tcp://{master_address}:{master_port}",
+            backend=backend, master_address=master_address, master_port=master_port,
             world_size=world_size, rank=rank, group_name=group_name)
         return f"Succeeded to initialize custom process group {group_name!r} (rank {rank})."
 

@@ -117,7 +117,7 @@ def test_distributed_weight_update(engine, models):
     import torch.distributed as dist
     from transformers import AutoModelForCausalLM
 
-    from areal.server.weights import init_custom_process_group
+    from areal.utils.dist_group import init_custom_process_group
 
     engine.update_weights(WeightUpdateMeta("disk", path=models[0], version=3))
     expected = run(engine, greedy(1))[0].output_tokens
@@ -128,7 +128,7 @@ def test_distributed_weight_update(engine, models):
                             group_name="test_group", names=list(state),
                             dtypes=["float32"] * len(state), shapes=[list(t.shape) for t in state.values()])
     joined = engine.init_weights_update_group(meta)
-    group = init_custom_process_group(backend="gloo", init_method=f"tcp://127.0.0.1:{meta.master_port}",
+    group = init_custom_process_group(backend="gloo", master_address="127.0.0.1", master_port=meta.master_port,
                                       world_size=3, rank=0, group_name="test_group")
     joined.result(timeout=60)
     loaded = engine.update_weights_from_distributed(meta)

@@ -81,14 +81,14 @@ def test_distributed_update_over_gloo(server, ref_model, other_model):
     import torch.distributed as dist
 
     from areal.server.testing import free_port
-    from areal.server.weights import init_custom_process_group
+    from areal.utils.dist_group import init_custom_process_group
 
     port, group = free_port(), "test_group"
     with ThreadPoolExecutor(1) as pool:
         reply = pool.submit(post, server, "/init_weights_update_group", {
             "master_address": "127.0.0.1", "master_port": port, "rank_offset": 1,
             "world_size": 2, "group_name": group, "backend": "gloo"})
-        pg = init_custom_process_group(backend="gloo", init_method=f"tcp://127.0.0.1:{port}",
+        pg = init_custom_process_group(backend="gloo", master_address="127.0.0.1", master_port=port,
                                        world_size=2, rank=0, group_name=group)
         assert reply.result().json()["success"], reply.result().text
         try:

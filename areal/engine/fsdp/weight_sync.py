@@ -23,10 +23,11 @@ import socket
 import threading
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Iterable, Iterator
 
 import torch
+
+from areal.utils.dist_group import init_custom_process_group
 
 logger = logging.getLogger("areal.weight_sync")
 
@@ -104,27 +105,6 @@ def free_port(host: str = "127.0.0.1") -> int:
         sock.bind((host, 0))
         return sock.getsockname()[1]
 
-
-def init_custom_process_group(*, backend: str, master_address: str, master_port: int, world_size: int,
-                              rank: int, group_name: str, timeout_s: float = 600.0):
-    """A named process group outside the default one, wire-compatible with SGLang's servers.
-
-    SGLang's side: rendezvous(tcp://addr:port) -> TCPStore -> PrefixStore(group_name) ->
-    _new_process_group_helper. We build the same TCPStore directly instead of calling
-    rendezvous(): under torchrun, rendezvous() sees TORCHELASTIC_USE_AGENT_STORE and makes rank 0
-    a store *client* of a server that nobody starts, which hangs forever.
-    """
-    import torch.distributed as dist
-    from torch.distributed.distributed_c10d import PrefixStore, _new_process_group_helper, _world
-
-    timeout = timedelta(seconds=timeout_s)
-    store = dist.TCPStore(master_address, master_port, world_size, is_master=(rank == 0),
-                          timeout=timeout, multi_tenant=True)
-    store = PrefixStore(group_name, store)
-    pg, _ = _new_process_group_helper(world_size, rank, [], dist.Backend(backend), store,
-                                      group_name=group_name, timeout=timeout)
-    _world.pg_group_ranks[pg] = {i: i for i in range(world_size)}
-    return pg
 
 
 class DistributedSender:
