@@ -44,9 +44,8 @@ def build_context(cfg):
 
     names = dict(experiment_name=cfg.experiment_name, trial_name=cfg.trial_name, fileroot=cfg.cluster.fileroot)
     actor = FSDPEngine(cfg.actor, **names)
-    source, steps_per_epoch = None, 0
     seed_everything(cfg.seed, 0)
-    # the loader is built before the engine so total steps (LR schedule) are known
+    # the data comes before engine initialisation: the LR schedule needs the total step count
     source_parts = _source_parts(cfg)
     steps_per_epoch = source_parts["steps_per_epoch"]
     total = cfg.total_train_epochs * steps_per_epoch
