@@ -144,7 +144,10 @@ def run(cfg) -> None:
         ctx.maybe_recover()
         if ctx.eval_records is not None or cfg.evaluator.freq_steps:
             if ctx.start_step == 1:
-                ctx.log(0, {"step": 0, "weight_version": ctx.actor.get_version(), **ctx.run_eval()})
+                # the evaluation before any training, as step 0 (no rollout or loss yet: null)
+                ctx.log(0, {"step": 0, "epoch": 0, "weight_version": ctx.actor.get_version(),
+                            "rollout/reward_mean": None, "train/loss": None, "timing/step_s": 0.0,
+                            **ctx.run_eval()})
         train(ctx)
     finally:
         ctx.close()
