@@ -138,7 +138,11 @@ class RolloutExecutor:
         if self._data_source is not dataloader:
             self._data_source, self._data_iter = dataloader, _cycle(dataloader)
         while True:
-            while self._backlog() < self.max_concurrent:
+            # one consumer batch queued beyond what may run: when this call returns, those episodes
+            # start as soon as the staleness bound allows (during training in async RL), without
+            # waiting for the next call; episodes that all finish together would otherwise leave
+            # nothing running while the trainer trains
+            while self._backlog() < self.max_concurrent + self.consumer_batch_size:
                 for record in _records(next(self._data_iter)):
                     self.submit(record, workflow, should_accept)
             try:

@@ -181,3 +181,34 @@ def test_destroy_cancels_and_rejects_new_work():
     assert time.monotonic() - t < 5
     with pytest.raises(RuntimeError, match="destroyed"):
         ex.submit({}, Forever())
+
+
+class Counting(RolloutWorkflow):
+    """Every episode takes the same time (fixed-length generation) and counts its start."""
+
+    def __init__(self):
+        self.started = 0
+
+    async def arun_episode(self, engine, data):
+        self.started += 1
+        await asyncio.sleep(0.05)
+        return {"input_ids": torch.zeros(1, 1, dtype=torch.long), "rewards": torch.tensor([1.0])}
+
+
+@pytest.mark.parametrize("offpolicyness", [0, 1])
+def test_prepare_batch_keeps_the_next_batch_generating_while_the_trainer_trains(offpolicyness):
+    """Episodes that all finish together must not leave the servers idle until the next call:
+    in async RL the next batch runs during training; in sync RL it waits for the new version."""
+    cfg = RolloutConfig(consumer_batch_size=4, max_concurrent_rollouts=4, max_head_offpolicyness=offpolicyness)
+    engine, ex = make(cfg)
+    wf = Counting()
+    loader = [[{"i": i}] * 4 for i in range(10)]
+    try:
+        ex.prepare_batch(loader, wf)
+        time.sleep(0.5)  # "training": ten episode durations, and no prepare_batch call
+        assert wf.started == (8 if offpolicyness else 4)
+        engine.version += 1
+        ex.prepare_batch(loader, wf)
+        assert ex.stats()["peak_running"] <= 4
+    finally:
+        ex.destroy()
