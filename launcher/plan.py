@@ -18,7 +18,7 @@ from areal.config import ExperimentConfig
 from areal.config.parallel import parse_parallel
 
 from .host import HostFacts
-from .servers import server_command
+from .servers import run_weight_dirs, server_command
 
 # Placeholder in a multi-node trainer's MASTER_ADDR: the backend substitutes the address of the
 # node that runs trainer rank 0 (only known once the nodes are).
@@ -137,8 +137,11 @@ def _servers(cfg, facts, plan, slots, base_env) -> list[ProcessSpec]:
     for i in range(st.dp):
         node, devices = slots.take("rollout", i, st.tp, st.world_size)
         port = cfg.launcher.server_base_port + i
-        # each server its own sampling seed: identical seeds give identical samples inside a GRPO group
-        server_cfg = cfg.sglang.model_copy(update={"random_seed": cfg.sglang.random_seed + i})
+        # each server its own sampling seed: identical seeds give identical samples inside a GRPO group;
+        # disk weight loads limited to the run's folders (built-in server; see servers.py)
+        server_cfg = cfg.sglang.model_copy(update={
+            "random_seed": cfg.sglang.random_seed + i,
+            "weight_dirs": [*run_weight_dirs(cfg.run_dir), *cfg.sglang.weight_dirs]})
         command = server_command(server_cfg, port=port, kind=plan.server_kind, python=facts.python,
                                  sglang_version=facts.sglang_version, sglang_flags=facts.sglang_flags,
                                  warnings=plan.warnings if i == 0 else None)

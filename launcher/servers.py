@@ -17,7 +17,17 @@ SERVER_MODULES = {"sglang": "sglang.launch_server", "builtin": "areal.server"}
 # Fields of SGLangConfig the built-in server understands; the others are SGLang tuning knobs.
 BUILTIN_FLAGS = {"model_path", "tokenizer_path", "dtype", "tp_size", "context_length",
                  "mem_fraction_static", "random_seed", "host", "api_key", "log_level",
-                 "max_running_requests", "skip_tokenizer_init"}
+                 "max_running_requests", "max_queued_requests", "skip_tokenizer_init",
+                 "weight_dirs"}
+BUILTIN_ONLY = {"weight_dirs"}  # SGLang has no such flag
+# Run-directory folders that hold weights a server may be told to load: disk weight updates
+# (weight_sync.disk_update_path), recovery checkpoints (checkpoint.checkpoint_root) and saved
+# models (TrainContext.save). The launcher allows exactly these (plus sglang.weight_dirs).
+RUN_WEIGHT_SUBDIRS = ("weight_update", "checkpoints", "models")
+
+
+def run_weight_dirs(run_dir: str) -> list[str]:
+    return [f"{run_dir}/{sub}" for sub in RUN_WEIGHT_SUBDIRS]
 
 
 def server_flags(cfg: SGLangConfig, *, port: int, kind: str) -> list[str]:
@@ -27,10 +37,15 @@ def server_flags(cfg: SGLangConfig, *, port: int, kind: str) -> list[str]:
     for name, value in values.items():
         if value is None or value is False:
             continue
-        if kind == "builtin" and name not in BUILTIN_FLAGS:
+        if (kind == "builtin" and name not in BUILTIN_FLAGS) or (kind != "builtin" and name in BUILTIN_ONLY):
+            continue
+        if value == []:
             continue
         flag = "--" + name.replace("_", "-")
-        args += [flag] if value is True else [flag, str(value)]
+        if isinstance(value, list):
+            args += [flag, *map(str, value)]
+        else:
+            args += [flag] if value is True else [flag, str(value)]
     return args + ["--port", str(port)]
 
 

@@ -27,8 +27,16 @@ class SGLangConfig(Section):
     api_key: str | None = Field(None, description="Require this bearer key on server routes; the client sends it.")
     log_level: Literal["debug", "info", "warning", "error"] = Field("warning", description="Server log level.")
     max_running_requests: int | None = Field(None, ge=1, description="Batch bound per server.")
+    max_queued_requests: int | None = Field(
+        None, ge=0, description="Requests a server holds beyond its running batch; more are answered 503 "
+        "(the client retries them). Null: the server's default (built-in 1024, SGLang unbounded).")
     chunked_prefill_size: int | None = Field(None, description="SGLang chunked prefill size.")
     attention_backend: str | None = Field(None, description="SGLang attention backend (e.g. fa3, flashinfer).")
     disable_cuda_graph: bool = Field(False, description="Turn off SGLang CUDA graphs (faster start-up).")
     enable_metrics: bool = Field(False, description="SGLang Prometheus metrics.")
     skip_tokenizer_init: bool = Field(False, description="Serve token ids only (the client sends input_ids).")
+    weight_dirs: list[str] = Field(
+        default_factory=list,
+        description="Built-in server: extra folders /update_weights_from_disk may load from. The run's "
+        "weight_update/, checkpoints/ and models/ folders and the model's folder are always allowed; "
+        "['/'] allows any path. SGLang servers load any path.")

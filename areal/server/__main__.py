@@ -25,7 +25,7 @@ def build_state(args: ServerArgs):
     from areal.server.app import ServerState
     from areal.server.engine import ModelRunner
     from areal.server.scheduler import Scheduler
-    from areal.server.weights import WeightUpdater
+    from areal.server.weights import WeightUpdater, weight_roots
 
     from areal.models.resolve import resolve_model_path
 
@@ -45,9 +45,13 @@ def build_state(args: ServerArgs):
     scheduler = Scheduler(runner, max_running=args.max_running_requests,
                           max_prefill_tokens=args.max_prefill_tokens, decode=decode)
     context = args.context_length or _model_context_length(runner.config)
+    roots = weight_roots(args.model_path, args.weight_dirs)
+    logger.info("/update_weights_from_disk may load from %s%s", roots,
+                "" if args.weight_dirs else " (no --weight-dirs: the model's folder and the "
+                "default run root)")
     return ServerState(args=args, runner=runner, tokenizer=tokenizer, scheduler=scheduler,
                        updater=WeightUpdater(runner), context_length=context,
-                       weight_version=args.weight_version, eos_ids=eos_ids)
+                       weight_version=args.weight_version, eos_ids=eos_ids, weight_roots=roots)
 
 
 def _model_context_length(config) -> int:

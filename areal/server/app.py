@@ -5,7 +5,11 @@ scheduler's worker thread, and handlers await its futures, so the event loop sta
 (health checks, aborts and pauses are answered while a batch is decoding).
 
 Error bodies follow SGLang: `{"error": {"message": ...}}` with HTTP 400 for client errors,
-404/405 for unknown routes/methods, 401 without the API key, 500 for internal failures.
+404/405 for unknown routes/methods, 401 without the API key, 500 for internal failures. Beyond
+SGLang: 413 for a body larger than any valid request (`max_body_bytes`), 415 for a body sent with
+a non-JSON Content-Type, 503 when --max-running-requests + --max-queued-requests /generate
+requests are already in the server, and 403 (weights shape `{"success": false, "message"}`) for
+a disk weight load from outside the allowed folders (--weight-dirs).
 """
 
 from __future__ import annotations
@@ -21,13 +25,24 @@ from aiohttp import web
 
 from areal.server.sampling import SamplingParams
 from areal.server.scheduler import Scheduler, Sequence
-from areal.server.validation import BadRequest, check_keys, get_typed, parse_generate, \
-    require_object
-from areal.server.weights import WeightUpdater
+from areal.server.validation import BadRequest, UnsupportedMediaType, check_keys, get_typed, \
+    parse_generate, require_object
+from areal.server.weights import WeightUpdater, check_weight_path
 
 logger = logging.getLogger("areal.server")
 PAUSE_MODES = ("abort", "retract", "in_place")
 HEALTH_GENERATE_TIMEOUT_S = 20.0
+MIN_BODY_BYTES = 4 * 2**20
+BODY_BYTES_PER_TOKEN = 64  # generous: a token id or a token's text, JSON-escaped, is far smaller
+
+
+def max_body_bytes(context_length: int) -> int:
+    """Largest request body read: room for a prompt of the whole context, at least 4 MiB."""
+    return max(MIN_BODY_BYTES, BODY_BYTES_PER_TOKEN * context_length)
+
+
+class PayloadTooLarge(BadRequest):
+    status = 413
 
 
 @dataclass
@@ -42,6 +57,8 @@ class ServerState:
     context_length: int
     weight_version: str
     eos_ids: set[int]
+    weight_roots: list[str] = field(default_factory=list)  # see weights.weight_roots
+    accepted: int = 0  # /generate requests inside the server (held, queued or running)
     gate: asyncio.Event = field(default_factory=asyncio.Event)  # set = not paused
     inflight: dict[str, Sequence] = field(default_factory=dict)
     started: float = field(default_factory=time.time)
@@ -49,28 +66,55 @@ class ServerState:
     def __post_init__(self):
         self.gate.set()
 
+    @property
+    def capacity(self) -> int:
+        return self.args.max_running_requests + self.args.max_queued_requests
+
 
 def error(status: int, message: str) -> web.Response:
     return web.json_response({"error": {"message": message}}, status=status)
 
 
 async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict:
-    """The JSON object body; invalid JSON or a non-object is a BadRequest."""
-    raw = await request.text()
+    """The JSON object body; a non-JSON Content-Type, an oversized body, invalid JSON (bad
+    UTF-8, nesting too deep, a huge integer literal) or a non-object is a BadRequest."""
+    ctype = request.headers.get("Content-Type")
+    if ctype is not None and not _is_json_type(request.content_type):
+        raise UnsupportedMediaType(
+            f"{request.path}: Content-Type {ctype!r} is not JSON; send the body as "
+            "application/json (curl: -H 'Content-Type: application/json').")
+    limit = max_body_bytes(request.app["state"].context_length)
+    if request.content_length is not None and request.content_length > limit:
+        raise PayloadTooLarge(_too_large(request.path, request.content_length, limit))
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise PayloadTooLarge(_too_large(request.path, None, limit)) from None
     if not raw.strip():
         if allow_empty:
             return {}
         raise BadRequest(f"{request.path}: the request needs a JSON body.")
     try:
         body = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise BadRequest(f"{request.path}: invalid JSON body: {exc}.") from exc
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, digits
+        raise BadRequest(f"{request.path}: invalid JSON body: {str(exc)[:200]}.") from None
     return require_object(body, request.path)
+
+
+def _is_json_type(content_type: str) -> bool:
+    return content_type == "application/json" or content_type.endswith("+json")
+
+
+def _too_large(path: str, size: int | None, limit: int) -> str:
+    what = f"{size} bytes" if size is not None else "the body"
+    return (f"{path}: {what} exceeds this server's request size limit of {limit} bytes "
+            f"({BODY_BYTES_PER_TOKEN} bytes per token of the context length, at least "
+            f"{MIN_BODY_BYTES}): no valid request is that large; send a shorter prompt.")
 
 
 def build_app(state: ServerState) -> web.Application:
     app = web.Application(middlewares=[_error_middleware, _auth_middleware(state.args.api_key)],
-                          client_max_size=64 * 1024 * 1024)
+                          client_max_size=max_body_bytes(state.context_length))
     app["state"] = state
     h = Handlers(state)
     add = app.router.add_route
@@ -99,14 +143,16 @@ async def _error_middleware(request, handler):
     try:
         return await handler(request)
     except BadRequest as exc:
-        return error(400, str(exc))
+        return error(exc.status, str(exc))
     except web.HTTPNotFound:
         return error(404, f"No route {request.path}. See SGLang's native API for the routes "
                           "this server answers.")
     except web.HTTPMethodNotAllowed as exc:
         return error(405, f"{request.method} is not allowed on {request.path}; use "
                           f"{sorted(exc.allowed_methods)}.")
-    except web.HTTPException:
+    except web.HTTPException as exc:
+        if exc.status >= 400:  # SGLang's JSON error shape, not aiohttp's plain text
+            return error(exc.status, f"{request.method} {request.path}: {exc.text or exc.reason}")
         raise
     except asyncio.CancelledError:
         raise
@@ -143,12 +189,26 @@ class Handlers:
         rid = inp.rid or uuid.uuid4().hex
         if rid in self.s.inflight:
             raise BadRequest(f"/generate: rid {rid!r} is already in flight; rids must be unique.")
-        await self.s.gate.wait()  # SGLang holds new requests while generation is paused
-        seq = await self._run(rid, inp.input_ids, inp.sampling, inp.return_logprob)
+        if self.s.accepted >= self.s.capacity:
+            return error(503, self._full_message())
+        self.s.accepted += 1
+        try:
+            await self.s.gate.wait()  # SGLang holds new requests while generation is paused
+            seq = await self._run(rid, inp.input_ids, inp.sampling, inp.return_logprob)
+        finally:
+            self.s.accepted -= 1
         reason = seq.finish_reason
         if reason["type"] == "abort" and reason.get("status_code") == 500:
             return error(500, reason["message"])
         return web.json_response(self._output(seq, inp.return_text_in_logprobs))
+
+    def _full_message(self) -> str:
+        a = self.s.args
+        return (f"/generate: the server is full: {self.s.accepted} requests are already in it "
+                f"(--max-running-requests {a.max_running_requests} running + "
+                f"--max-queued-requests {a.max_queued_requests} waiting). Retry later, spread "
+                "the load over more servers, or raise --max-queued-requests "
+                "(sglang.max_queued_requests).")
 
     def _tokenize(self):
         tok = self.s.tokenizer
@@ -241,7 +301,9 @@ class Handlers:
                      "weight_version": self.s.weight_version,
                      "resolved_device": str(self.s.runner.device),
                      "resolved_dtype": str(self.s.runner.dtype).removeprefix("torch."),
-                     "batching": stats, "load": self.s.scheduler.load(),
+                     "batching": stats,
+                     "load": {**self.s.scheduler.load(), "accepted": self.s.accepted,
+                              "capacity": self.s.capacity},
                      "internal_states": [{"batching": stats}],
                      "uptime_s": time.time() - self.s.started,
                      "version": "areal-builtin"})
@@ -318,6 +380,10 @@ class Handlers:
         path = get_typed(body, "model_path", str, None, where)
         if not path:
             raise BadRequest(f"{where}: 'model_path' (string) is required.")
+        try:
+            check_weight_path(path, self.s.weight_roots, where)
+        except BadRequest as exc:
+            return self._weights_reply(False, str(exc), None, status=exc.status)
         get_typed(body, "load_format", str, None, where)  # checked, then ignored
         version = get_typed(body, "weight_version", str, None, where)
         if get_typed(body, "abort_all_requests", bool, False, where):
@@ -395,12 +461,12 @@ class Handlers:
             return False, str(exc)
 
     def _weights_reply(self, ok: bool, message: str, version: str | None,
-                       extra: dict | None = None) -> web.Response:
+                       extra: dict | None = None, status: int = 400) -> web.Response:
         if ok and version is not None:
             self.s.weight_version = version
             message += f" Weight version updated to {version}."
         return web.json_response({"success": ok, "message": message, **(extra or {})},
-                                 status=200 if ok else 400)
+                                 status=200 if ok else status)
 
 
 def _str_list(value, key: str, where: str) -> list[str]:

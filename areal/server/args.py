@@ -13,6 +13,14 @@ from dataclasses import dataclass
 
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
+DEFAULT_MAX_QUEUED = 1024
+
+
+def default_run_root() -> str:
+    """cluster.fileroot's default: where runs with default settings write disk weight updates."""
+    from areal.config.cluster import ClusterConfig
+
+    return ClusterConfig.model_fields["fileroot"].default
 
 
 @dataclass(frozen=True)
@@ -32,9 +40,11 @@ class ServerArgs:
     api_key: str | None
     log_level: str
     max_running_requests: int
+    max_queued_requests: int
     max_prefill_tokens: int
     skip_tokenizer_init: bool
     weight_version: str
+    weight_dirs: list[str] | None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,12 +74,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     p.add_argument("--max-running-requests", type=int, default=64,
                    help="Most sequences decoded together in one batch.")
+    p.add_argument("--max-queued-requests", type=int, default=DEFAULT_MAX_QUEUED,
+                   help="Most /generate requests waiting beyond the running batch (queued, or "
+                        "held while generation is paused); more are answered 503 at once, with a "
+                        "message, instead of piling up in memory (default: %(default)s).")
     p.add_argument("--max-prefill-tokens", type=int, default=16384,
                    help="Most (padded) prompt tokens prefilled in one forward pass.")
     p.add_argument("--skip-tokenizer-init", action="store_true",
                    help="Accept token ids only and return no text (as SGLang does).")
     p.add_argument("--weight-version", default="default",
                    help="Initial weight version reported in meta_info.")
+    p.add_argument("--weight-dirs", nargs="+", default=None, metavar="DIR",
+                   help="Folders /update_weights_from_disk may load from (after resolving '..' "
+                        "and symlinks), besides the model's own folder. Default: the default run "
+                        "root " + default_run_root() + ". '/' allows any path. The launcher passes "
+                        "the run's weight_update/, checkpoints/ and models/ folders.")
     return p
 
 
@@ -81,6 +100,7 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         parser.error(f"--tp-size {ns.tp_size} is not supported by the built-in server: it runs "
                      "the model on one device. Use --tp-size 1, or SGLang for tensor parallelism.")
     for flag, value, low in (("--max-running-requests", ns.max_running_requests, 1),
+                             ("--max-queued-requests", ns.max_queued_requests, 0),
                              ("--max-prefill-tokens", ns.max_prefill_tokens, 1),
                              ("--context-length", ns.context_length, 2)):
         if value is not None and value < low:

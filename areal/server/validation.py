@@ -17,7 +17,19 @@ from areal.server.sampling import SamplingParams
 
 
 class BadRequest(ValueError):
-    """A client error; its message goes back in the HTTP 400 body."""
+    """A client error; its message goes back in the body, with HTTP status `status`."""
+
+    status = 400
+
+
+class Forbidden(BadRequest):
+    """The request is well formed but asks for something this server may not do."""
+
+    status = 403
+
+
+class UnsupportedMediaType(BadRequest):
+    status = 415
 
 
 # SGLang sampling keys that are accepted only at the value that disables them.
@@ -137,6 +149,7 @@ def parse_sampling(raw: Any, vocab_size: int) -> SamplingParams:
     stop_ids = raw.get("stop_token_ids")
     stop_ids = [] if stop_ids is None else _int_list(stop_ids, "stop_token_ids", vocab_size,
                                                      where)
+    top_k = min(top_k, vocab_size)  # the same distribution; a huge k would overflow torch
     if temperature < 1e-6:  # SGLang: temperature 0 means greedy = (T=1, top_k=1)
         temperature, top_k = 1.0, 1
     return SamplingParams(

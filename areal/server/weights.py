@@ -12,16 +12,45 @@ Distributed protocol (SGLang's, which the trainer side follows):
      copies them into the model's parameters (names are Hugging Face state-dict names).
   3. POST /destroy_weights_update_group {group_name}.
 Backends: nccl on GPU, gloo on CPU.
+
+Disk loads are limited to allowed folders (`weight_roots`): the model's own folder plus
+--weight-dirs (the launcher passes the run's weight_update/, checkpoints/ and models/ folders), or,
+without --weight-dirs, the default run root. A path is checked after resolving '..' and symlinks,
+so a link inside an allowed folder that points elsewhere is refused too.
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from areal.server.engine import torch_dtype
+from areal.server.validation import Forbidden
 from areal.utils.dist_group import init_custom_process_group
 
 logger = logging.getLogger("areal.server")
+
+
+def weight_roots(model_path: str, weight_dirs: list[str] | None) -> list[str]:
+    """Folders disk weight loads may come from (see the module docstring)."""
+    from areal.server.args import default_run_root
+
+    roots = list(weight_dirs) if weight_dirs else [default_run_root()]
+    if Path(model_path).is_dir():  # a hub id has no folder of its own
+        roots.insert(0, str(model_path))
+    return roots
+
+
+def check_weight_path(path: str, roots: list[str], where: str) -> None:
+    """Raise Forbidden unless `path`, resolved, lies inside one of `roots` (resolved now)."""
+    resolved = Path(path).expanduser().resolve()
+    if any(resolved.is_relative_to(Path(r).expanduser().resolve()) for r in roots):
+        return
+    shown = f"{path!r}" + ("" if str(resolved) == path else f" (resolves to {resolved})")
+    raise Forbidden(f"{where}: model_path {shown} is outside the folders this server may load "
+                    f"weights from: {roots}. Save the weights under one of them, or start the "
+                    "server with --weight-dirs covering that folder (launcher config: "
+                    "sglang.weight_dirs; '/' allows any path).")
 
 
 class WeightUpdater:

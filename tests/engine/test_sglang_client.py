@@ -7,6 +7,7 @@ servers (with an API key, so every call here also checks the bearer header).
 import asyncio
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -28,7 +29,9 @@ def models(tmp_path_factory):
 @pytest.fixture(scope="module")
 def engine(models, tmp_path_factory):
     eng = RemoteSGLangEngine.from_pretrained(
-        models[0], dp_size=2, sglang={"api_key": KEY, "dtype": "float32"},
+        models[0], dp_size=2,
+        # weight_dirs: model b lies outside the run's folders, where disk loads are limited to
+        sglang={"api_key": KEY, "dtype": "float32", "weight_dirs": [str(Path(models[1]).parent)]},
         cluster={"fileroot": str(tmp_path_factory.mktemp("runs"))},
         launcher={"server_env": {"OMP_NUM_THREADS": "1"}},
         rollout={"request_timeout_s": 120, "setup_timeout_s": 180})

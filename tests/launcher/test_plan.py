@@ -120,3 +120,37 @@ def test_role_env_reaches_only_its_role():
     assert plan.by_role("trainer")[0].env["NCCL_DEBUG"] == "INFO"
     assert "NCCL_DEBUG" not in plan.by_role("server")[0].env
     assert plan.by_role("server")[0].env["X"] == "1"
+
+
+def flag_values(cmd, flag):
+    """The values after `flag` up to the next flag."""
+    i = cmd.index(flag) + 1
+    out = []
+    while i < len(cmd) and not cmd[i].startswith("--"):
+        out.append(cmd[i])
+        i += 1
+    return out
+
+
+def test_local_servers_bind_loopback_and_load_weights_only_from_the_run():
+    from areal.engine.fsdp.checkpoint import checkpoint_root
+    from areal.engine.fsdp.weight_sync import disk_update_path
+
+    c = cfg(cluster__device="cpu", sglang__weight_dirs=["/data/extra"], sglang__max_queued_requests=8)
+    plan = make_plan(c, CPU)
+    assert plan.server_kind == "builtin"
+    for server in plan.by_role("server"):
+        assert flag_values(server.command, "--host") == ["127.0.0.1"]
+        assert flag_values(server.command, "--max-queued-requests") == ["8"]
+        dirs = flag_values(server.command, "--weight-dirs")
+        assert dirs == [f"{c.run_dir}/weight_update", f"{c.run_dir}/checkpoints", f"{c.run_dir}/models",
+                        "/data/extra"]
+    # the folders the trainer writes weights to are inside the allowed ones
+    written = [disk_update_path(c.cluster.fileroot, c.experiment_name, c.trial_name, 3),
+               str(checkpoint_root(c.run_dir) / "step_00000001"), f"{c.run_dir}/models/final"]
+    assert all(any(w.startswith(d + "/") for d in dirs) for w in written)
+    # SGLang has no such flag: not passed to it
+    facts = HostFacts(cuda_available=True, sglang_version="0.5.2", python="python")
+    (sglang, *_) = make_plan(cfg(sglang__weight_dirs=["/data/extra"]), facts).by_role("server")
+    assert "--weight-dirs" not in sglang.command and "/data/extra" not in sglang.command
+    assert flag_values(sglang.command, "--host") == ["127.0.0.1"]

@@ -14,6 +14,8 @@ KEY = "s3cret"
     (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
     (["--dtype", "int8"], "--dtype"),
     (["--max-running-requests", "0"], "--max-running-requests 0"),
+    (["--max-queued-requests", "-1"], "--max-queued-requests -1"),
+    (["--weight-dirs"], "--weight-dirs: expected at least one argument"),
 ])
 def test_flag_errors_exit_2(flags, needle):
     proc = subprocess.run([sys.executable, "-m", "areal.server", "--model-path", "x", *flags],
@@ -27,7 +29,8 @@ def server(tiny_model_dir):
 
     handle = start_server(tiny_model_dir, extra_args=[
         "--api-key", KEY, "--skip-tokenizer-init", "--mem-fraction-static", "0.8",
-        "--random-seed", "3", "--log-level", "warning"])
+        "--random-seed", "3", "--log-level", "warning",
+        "--max-running-requests", "1", "--max-queued-requests", "1"])
     yield handle
     assert handle.stop() == 0, handle.log()  # SIGTERM: clean exit
 
@@ -47,3 +50,57 @@ def test_api_key_required_except_health(server):
     assert r.status_code == 400 and "--skip-tokenizer-init" in r.json()["error"]["message"]
     info = requests.get(server.url + "/get_server_info", headers=good).json()
     assert "api_key" not in info
+
+
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
+def test_full_server_answers_503_with_a_message(server):
+    """Held (paused), queued and running /generate requests count against
+    --max-running-requests + --max-queued-requests (1 + 1 here); one more is refused at once."""
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    body = {"input_ids": [1, 5, 6], "sampling_params": {"max_new_tokens": 3}}
+
+    def gen():
+        return requests.post(server.url + "/generate", json=body, headers=AUTH, timeout=60)
+
+    def load():
+        return requests.get(server.url + "/get_server_info", headers=AUTH).json()["load"]
+
+    assert requests.post(server.url + "/pause_generation", json={"mode": "in_place"},
+                         headers=AUTH).status_code == 200
+    with ThreadPoolExecutor(2) as pool:
+        held = [pool.submit(gen) for _ in range(2)]
+        deadline = time.monotonic() + 30
+        while load()["accepted"] < 2:
+            assert time.monotonic() < deadline, load()
+            time.sleep(0.05)
+        assert load()["capacity"] == 2
+        r = gen()
+        assert r.status_code == 503, r.text
+        message = r.json()["error"]["message"]
+        assert "full" in message and "--max-queued-requests 1" in message
+        assert requests.post(server.url + "/continue_generation", json={},
+                             headers=AUTH).status_code == 200
+        assert [f.result().status_code for f in held] == [200, 200]
+    assert gen().status_code == 200 and load()["accepted"] == 0
+
+
+def test_without_weight_dirs_the_model_folder_and_default_run_root_are_allowed(
+        server, tiny_model_dir, tmp_path):
+    import shutil
+
+    from areal.server.args import default_run_root
+
+    def load(path):
+        return requests.post(server.url + "/update_weights_from_disk", json={"model_path": path},
+                             headers=AUTH, timeout=60)
+
+    r = load(tiny_model_dir)
+    assert r.status_code == 200 and r.json()["success"], r.text
+    copy = shutil.copytree(tiny_model_dir, tmp_path / "copy")
+    r = load(str(copy))
+    assert r.status_code == 403, r.text
+    assert str(copy) in r.json()["message"] and default_run_root() in r.json()["message"]

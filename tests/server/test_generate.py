@@ -178,3 +178,65 @@ def test_info_routes(server):
     assert requests.get(server.url + "/health_generate", timeout=30).status_code == 200
     assert requests.post(server.url + "/flush_cache").status_code == 200
     assert requests.get(server.url + "/v1/models").json()["data"][0]["id"]
+
+
+JSON = {"Content-Type": "application/json"}
+OK_BODY = {"input_ids": [1, 5], "sampling_params": {"max_new_tokens": 2}}
+# (method, path, raw body or JSON-able value, headers, expected status, text in the message)
+MALFORMED = [
+    ("POST", "/generate", b"{not json", JSON, 400, "invalid JSON"),
+    ("POST", "/generate", b"", JSON, 400, "needs a JSON body"),
+    ("POST", "/generate", b"[" * 100_000, JSON, 400, "invalid JSON"),  # nesting too deep
+    ("POST", "/generate", b'{"input_ids": [' + b"9" * 5000 + b"]}", JSON, 400, "invalid JSON"),
+    ("POST", "/generate", b'{"text": "\xff\xfe"}', JSON, 400, "invalid JSON"),  # not UTF-8
+    ("POST", "/generate", b'{"input_ids": [1], "sampling_params": {"temperature": NaN}}', JSON,
+     400, "temperature"),
+    ("POST", "/generate", None, JSON, 400, "JSON object"),
+    ("POST", "/generate", "a prompt", JSON, 400, "JSON object"),
+    ("POST", "/generate", 42, JSON, 400, "JSON object"),
+    ("POST", "/generate", {"input_ids": {"0": 1}}, JSON, 400, "input_ids"),
+    ("POST", "/generate", {"input_ids": [[1, 5]]}, JSON, 400, "input_ids"),
+    ("POST", "/generate", {"input_ids": [1, 5], "sampling_params": [2]}, JSON, 400,
+     "sampling_params"),
+    ("POST", "/generate", {"input_ids": [1, 5], "sampling_params": {"temperature": "hot"}}, JSON,
+     400, "temperature"),
+    ("POST", "/generate", {"input_ids": [1, 5], "rid": 7}, JSON, 400, "rid"),
+    ("POST", "/generate", {"input_ids": [1, 5], "sampling_params": {"n": 10**9}}, JSON, 400,
+     "'n'"),
+    ("POST", "/generate", {"input_ids": [1, 5], "sampling_params": {"max_new_tokens": 10**12}},
+     JSON, 400, "context length"),
+    ("POST", "/generate", {"input_ids": [1] * 100_000}, JSON, 400, "context length"),
+    ("POST", "/generate", {"input_ids": [1, 10**30]}, JSON, 400, "input_ids"),
+    ("POST", "/generate", b'{"input_ids": [1, 5]}', {"Content-Type": "text/plain"}, 415,
+     "Content-Type"),
+    ("POST", "/generate", b'{"input_ids": [1, 5]}',
+     {"Content-Type": "application/x-www-form-urlencoded"}, 415, "application/json"),
+    ("POST", "/generate", b" " * (5 * 2**20), JSON, 413, "size limit"),
+    ("POST", "/abort_request", b"", JSON, 400, "needs a JSON body"),
+    ("POST", "/update_weights_from_disk", {"model_path": ["a"]}, JSON, 400, "model_path"),
+    ("POST", "/init_weights_update_group", {"master_port": "x"}, JSON, 400, "master_port"),
+    ("GET", "/no_such_route", None, {}, 404, "No route"),
+    ("POST", "/v1/chat/completions", {}, JSON, 404, "No route"),
+    ("GET", "/generate", None, {}, 405, "not allowed"),
+    ("DELETE", "/health", None, {}, 405, "not allowed"),
+]
+
+
+def test_malformed_requests_get_4xx_with_a_message_and_the_server_keeps_serving(server):
+    import json
+
+    for method, path, body, headers, status, needle in MALFORMED:
+        data = body if isinstance(body, bytes) or (body is None and method != "POST") \
+            else json.dumps(body).encode()
+        r = requests.request(method, server.url + path, data=data, headers=headers, timeout=30)
+        what = f"{method} {path} {str(body)[:60]!r}"
+        assert r.status_code == status, f"{what}: {r.status_code} {r.text[:300]}"
+        reply = r.json()
+        message = reply["error"]["message"] if "error" in reply else reply["message"]
+        assert needle in message, f"{what}: {message}"
+    # extreme but valid: a top_k beyond the vocabulary means "no top-k" (it used to overflow
+    # torch and fail the whole running batch)
+    assert generate(server, input_ids=[1, 5], sampling_params={"max_new_tokens": 2,
+                                                               "top_k": 10**20})
+    assert requests.get(server.url + "/health", timeout=10).status_code == 200
+    assert generate(server, **OK_BODY)["meta_info"]["completion_tokens"] == 2

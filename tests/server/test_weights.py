@@ -13,19 +13,25 @@ N_NEW = 16
 
 
 @pytest.fixture(scope="module")
-def server(varied_model_dir):
+def allowed_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("allowed")
+
+
+@pytest.fixture(scope="module")
+def server(varied_model_dir, allowed_dir):
     from areal.server.testing import start_server
 
-    handle = start_server(varied_model_dir, extra_args=["--dtype", "float32"])
+    handle = start_server(varied_model_dir, extra_args=["--dtype", "float32",
+                                                        "--weight-dirs", allowed_dir])
     yield handle
     assert handle.stop() == 0, handle.log()
 
 
 @pytest.fixture(scope="module")
-def other_model_dir(tmp_path_factory):
+def other_model_dir(allowed_dir):
     from areal.server.testing import make_varied_model_dir
 
-    return str(make_varied_model_dir(tmp_path_factory.mktemp("other") / "model", seed=1))
+    return str(make_varied_model_dir(allowed_dir / "model", seed=1))
 
 
 @pytest.fixture(scope="module")
@@ -64,9 +70,30 @@ def test_update_from_disk_changes_outputs_and_version(server, ref_model, other_m
     assert post(server, "/update_weights_from_disk",
                 {"model_path": varied_model_dir}).json()["success"]
     assert version(server) == "v1" and greedy(server)["output_ids"] == before["output_ids"]
-    r = post(server, "/update_weights_from_disk", {"model_path": "/no/such/dir"})
+    r = post(server, "/update_weights_from_disk", {"model_path": other_model_dir + "/no/such"})
     assert r.status_code == 400 and r.json()["success"] is False
     assert greedy(server)["output_ids"] == before["output_ids"]
+
+
+def test_disk_loads_outside_the_weight_dirs_are_refused(server, allowed_dir, other_model_dir,
+                                                        tmp_path):
+    """--weight-dirs limits disk loads, checked on the resolved path: '..' and a symlink inside
+    an allowed folder that points outside are refused too; the message names the path and the
+    option."""
+    import shutil
+
+    outside = tmp_path / "outside"
+    shutil.copytree(other_model_dir, outside)
+    link = allowed_dir / "link"
+    link.symlink_to(outside, target_is_directory=True)
+    before = version(server)
+    for path in (str(outside), f"{allowed_dir}/../{outside.parent.name}/outside", str(link),
+                 "/no/such/dir"):
+        r = post(server, "/update_weights_from_disk", {"model_path": path, "weight_version": "x"})
+        assert r.status_code == 403 and r.json()["success"] is False, r.text
+        message = r.json()["message"]
+        assert path in message and "--weight-dirs" in message and "sglang.weight_dirs" in message
+    assert version(server) == before
 
 
 def test_update_weight_version(server):
