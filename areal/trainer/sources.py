@@ -46,7 +46,7 @@ class LiveRollouts:
         self._meta: WeightUpdateMeta | None = None
         if self.engine is not None:
             actor.connect_servers([f"http://{a}" for a in self.engine.addrs],
-                                  ranks_per_server=cfg.sglang.tp_size or 1)
+                                  ranks_per_server=cfg.sglang.tp_size or 1, api_key=cfg.sglang.api_key)
 
     def next_batch(self) -> dict[str, Any]:
         batch = self.engine.prepare_batch(self.loader, self.workflow) if self.engine is not None else None
@@ -88,7 +88,7 @@ class ReplayRollouts:
         if self.push:
             if external is not None:
                 actor.connect_servers([f"http://{a}" for a in external.addrs],
-                                      ranks_per_server=cfg.sglang.tp_size or 1)
+                                      ranks_per_server=cfg.sglang.tp_size or 1, api_key=cfg.sglang.api_key)
             logger.info("replaying %s; weight updates go to external servers %s", self.folder,
                         cfg.rollout.server_addrs)
         else:

@@ -100,11 +100,13 @@ def test_recovery_matches_uninterrupted_run(tiny_model_dir, tmp_path_factory):
 def test_weight_update_to_running_server(tmp_path_factory):
     server_testing = pytest.importorskip("areal.server.testing")
     model_dir = server_testing.make_varied_model_dir(tmp_path_factory.mktemp("varied") / "m", scale=4.0)
-    server = server_testing.start_server(str(model_dir), extra_args=["--device", "cpu", "--dtype", "float32"])
+    fileroot = str(tmp_path_factory.mktemp("fileroot"))
+    # with an API key (the trainer's weight-sync client must send it) and disk loads limited to the fileroot
+    server = server_testing.start_server(str(model_dir), extra_args=[
+        "--device", "cpu", "--dtype", "float32", "--api-key", SERVER_KEY, "--weight-dirs", fileroot])
     try:
         r = run_torchrun(["--scenario", "update", "--model", str(model_dir), "--server", server.url,
-                          "--fileroot", str(tmp_path_factory.mktemp("fileroot"))],
-                         tmp_path_factory.mktemp("update"))
+                          "--fileroot", fileroot], tmp_path_factory.mktemp("update"))
     finally:
         server.stop()
     assert r["before_max_diff"] > 1e-3  # training moved the trainer away from the server
@@ -248,6 +250,10 @@ def scenario_recover_b(args) -> dict:
     return out
 
 
+SERVER_KEY = "trainer-key"
+AUTH = {"Authorization": f"Bearer {SERVER_KEY}"}
+
+
 def _server_vs_trainer(engine, url: str) -> tuple[float, str]:
     """Max |server logprob - trainer logprob| over sampled tokens, and the server's version."""
     import requests
@@ -258,9 +264,10 @@ def _server_vs_trainer(engine, url: str) -> tuple[float, str]:
     if engine.is_rank0:
         resp = requests.post(url + "/generate", json={
             "input_ids": prompt, "return_logprob": True,
-            "sampling_params": {"temperature": 1.0, "max_new_tokens": 6, "ignore_eos": True}}, timeout=60).json()
+            "sampling_params": {"temperature": 1.0, "max_new_tokens": 6, "ignore_eos": True}}, headers=AUTH,
+            timeout=60).json()
         out = resp["meta_info"]["output_token_logprobs"]
-        version = requests.get(url + "/get_weight_version", timeout=10).json()
+        version = requests.get(url + "/get_weight_version", headers=AUTH, timeout=10).json()
         payload = [[tid for _, tid, _ in out] + [], [lp for lp, _, _ in out]]
         payload.append(str(version.get("weight_version", version)))
     else:
@@ -278,7 +285,7 @@ def scenario_update(args) -> dict:
 
     weight_sync.JOIN_TIMEOUT_S = 30.0  # fail fast against a server speaking another rendezvous
     e = _engine(args.model, dp_size=2, lr=3e-2, experiment_name="upd", trial_name="t", fileroot=args.fileroot)
-    e.connect_servers([args.server])
+    e.connect_servers([args.server], api_key=SERVER_KEY)
     batch = make_batch(3)
     for _ in range(3):
         e.train_batch(e.dp_shard(batch), nll_loss, token_weight)

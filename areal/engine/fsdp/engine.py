@@ -59,6 +59,7 @@ class FSDPEngine(TrainEngine):
         self._version = 0
         self._owns_process_group = False
         self._server_urls: list[str] = []
+        self._api_key: str | None = None
         self._sender: weight_sync.DistributedSender | None = None
         self._http: weight_sync.ServerClient | None = None
         self._ranks_per_server = 1
@@ -431,13 +432,16 @@ class FSDPEngine(TrainEngine):
         self._version = int(extra["version"])
 
     # ---- weight updates --------------------------------------------------------------------------
-    def connect_servers(self, urls: list[str], *, ranks_per_server: int = 1) -> None:
+    def connect_servers(self, urls: list[str], *, ranks_per_server: int = 1,
+                        api_key: str | None = None) -> None:
         """Base URLs of the inference servers (http://host:port) for weight updates over HTTP.
 
         ranks_per_server: each server's tensor-parallel size (sglang.tp_size); a server takes that
-        many ranks of the distributed weight-update group."""
+        many ranks of the distributed weight-update group. api_key: the servers' bearer key
+        (sglang.api_key), sent with every request."""
         self._server_urls = list(urls)
         self._ranks_per_server = ranks_per_server
+        self._api_key = api_key
 
     def weight_update_path(self, version: int) -> str:
         return weight_sync.disk_update_path(self.fileroot, self.experiment_name, self.trial_name, version)
@@ -536,7 +540,7 @@ class FSDPEngine(TrainEngine):
 
     def _client(self) -> weight_sync.ServerClient:
         if self._http is None:
-            self._http = weight_sync.ServerClient(self._server_urls)
+            self._http = weight_sync.ServerClient(self._server_urls, api_key=self._api_key)
         return self._http
 
     def get_version(self) -> int:

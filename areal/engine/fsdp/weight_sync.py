@@ -27,6 +27,7 @@ from typing import Iterable, Iterator
 
 import torch
 
+from areal.engine.sglang.http import auth_headers
 from areal.utils.dist_group import init_custom_process_group
 
 logger = logging.getLogger("areal.weight_sync")
@@ -57,12 +58,13 @@ class UpdateStats:
 class ServerClient:
     """POSTs to every server at once; any failure raises with the server's message."""
 
-    def __init__(self, urls: list[str], timeout_s: float = 600.0):
+    def __init__(self, urls: list[str], timeout_s: float = 600.0, api_key: str | None = None):
         if not urls:
             raise ValueError("no inference server URLs: pass server_urls (e.g. ['http://host:port']) "
                              "or an InferenceEngine")
         self.urls = [u.rstrip("/") for u in urls]
         self.timeout_s = timeout_s
+        self.headers = auth_headers(api_key)
         self._pool = ThreadPoolExecutor(max_workers=max(2, len(self.urls)))
 
     def post_all(self, route: str, payloads: list[dict] | dict) -> list[dict]:
@@ -78,7 +80,7 @@ class ServerClient:
     def _post(self, url: str, body: dict, timeout_s: float) -> dict:
         import requests
 
-        resp = requests.post(url, json=body, timeout=timeout_s)
+        resp = requests.post(url, json=body, headers=self.headers, timeout=timeout_s)
         data = _json(resp)
         if resp.status_code != 200 or data.get("success") is False:
             raise RuntimeError(f"{url} answered {resp.status_code}: {data or resp.text[:500]}")
