@@ -388,8 +388,9 @@ class Handlers:
         version = get_typed(body, "weight_version", str, None, where)
         if get_typed(body, "abort_all_requests", bool, False, where):
             await asyncio.wrap_future(self.s.scheduler.abort(None, "Aborted by " + where))
-        ok, message = await self._on_worker(lambda: self.s.updater.load_from_disk(path))
-        return self._weights_reply(ok, message, version, extra={"num_paused_requests": 0})
+        timings: dict[str, float] = {}  # load_s: read + copy, reported for benchmarks
+        ok, message = await self._on_worker(lambda: self.s.updater.load_from_disk(path, timings))
+        return self._weights_reply(ok, message, version, extra={"num_paused_requests": 0, **timings})
 
     async def init_group(self, request: web.Request) -> web.Response:
         body = await read_json(request)
@@ -439,9 +440,10 @@ class Handlers:
         version = get_typed(body, "weight_version", str, None, where)
         if get_typed(body, "abort_all_requests", bool, False, where):
             await asyncio.wrap_future(self.s.scheduler.abort(None, "Aborted by " + where))
+        timings: dict[str, float] = {}  # recv_s, load_s: reported for benchmarks
         ok, message = await self._on_worker(lambda: self.s.updater.update_from_distributed(
-            names=names, dtypes=dtypes, shapes=shapes, group_name=group))
-        return self._weights_reply(ok, message, version)
+            names=names, dtypes=dtypes, shapes=shapes, group_name=group, timings=timings))
+        return self._weights_reply(ok, message, version, extra=timings)
 
     async def destroy_group(self, request: web.Request) -> web.Response:
         body = await read_json(request, allow_empty=True)

@@ -22,6 +22,7 @@ so a link inside an allowed folder that points elsewhere is refused too.
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 from areal.server.engine import torch_dtype
@@ -67,10 +68,13 @@ class WeightUpdater:
         named.update(dict(model.named_buffers(remove_duplicate=False)))
         return named
 
-    def load_from_disk(self, model_path: str) -> str:
-        """Load a checkpoint folder into the running model; raises ValueError if incompatible."""
+    def load_from_disk(self, model_path: str, timings: dict | None = None) -> str:
+        """Load a checkpoint folder into the running model; raises ValueError if incompatible.
+
+        timings (optional) gets load_s: seconds to read the folder and copy it into the model."""
         from transformers import AutoModelForCausalLM
 
+        t0 = time.perf_counter()
         try:
             new = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.runner.dtype)
         except Exception as exc:
@@ -86,6 +90,8 @@ class WeightUpdater:
         if unknown:
             raise ValueError(f"Checkpoint {model_path!r} has unknown parameters {unknown[:5]}.")
         _copy_all(params, list(state.items()))
+        if timings is not None:
+            timings["load_s"] = time.perf_counter() - t0
         return f"Succeeded to update model weights from {model_path}."
 
     def init_group(self, *, master_address: str, master_port: int, rank_offset: int,
@@ -100,8 +106,12 @@ class WeightUpdater:
         return f"Succeeded to initialize custom process group {group_name!r} (rank {rank})."
 
     def update_from_distributed(self, *, names: list[str], dtypes: list[str],
-                                shapes: list[list[int]], group_name: str) -> str:
-        """Receive every broadcast first (keeps the collective in step), then check and copy."""
+                                shapes: list[list[int]], group_name: str,
+                                timings: dict | None = None) -> str:
+        """Receive every broadcast first (keeps the collective in step), then check and copy.
+
+        timings (optional) gets recv_s (until every tensor arrived) and load_s (the copy into
+        the model)."""
         import torch
         import torch.distributed as dist
 
@@ -109,17 +119,22 @@ class WeightUpdater:
         if group is None:
             raise ValueError(f"No weight update group {group_name!r}; call "
                              "/init_weights_update_group first.")
+        t0 = time.perf_counter()
         received = []
         for name, dtype, shape in zip(names, dtypes, shapes):
             tensor = torch.empty(shape, dtype=torch_dtype(dtype), device=self.runner.device)
             dist.broadcast(tensor, src=0, group=group)
             received.append((name, tensor))
+        _sync(self.runner.device)
+        t1 = time.perf_counter()
         params = self.parameters()
         unknown = [n for n, _ in received if n not in params]
         if unknown:
             raise ValueError(f"Unknown parameter name(s) {unknown[:5]}; names must be the "
                              "served model's Hugging Face state-dict names.")
         _copy_all(params, received)
+        if timings is not None:
+            timings.update(recv_s=t1 - t0, load_s=time.perf_counter() - t1)
         return f"Succeeded to update {len(received)} parameter(s) from distributed."
 
     def destroy_group(self, group_name: str) -> str:
@@ -138,8 +153,17 @@ def _is_tied_alias(name: str, params: dict, state: dict) -> bool:
     return any(params[other].data_ptr() == ptr for other in state if other in params)
 
 
+def _sync(device) -> None:
+    """Wait for the device's queued work (so timings and "done" replies are true on GPU)."""
+    import torch
+
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def _copy_all(params: dict, pairs: list) -> None:
-    """Check every shape first so a bad update leaves the model untouched, then copy."""
+    """Check every shape first so a bad update leaves the model untouched, then copy (and wait
+    for the copies, so the update is complete when the reply is sent)."""
     import torch
 
     for name, source in pairs:
@@ -151,3 +175,6 @@ def _copy_all(params: dict, pairs: list) -> None:
         for name, source in pairs:
             target = params[name]
             target.copy_(source.to(device=target.device, dtype=target.dtype))
+    devices = {t.device for t in params.values()}
+    for device in devices:
+        _sync(device)

@@ -343,24 +343,36 @@ class FSDPEngine(TrainEngine):
         return float(self.optimizer.param_groups[0]["lr"]) if self.optimizer else 0.0
 
     # ---- save / load -----------------------------------------------------------------------------
-    def save(self, path: str, *, with_optimizer: bool = False, dtype: str | None = None) -> int:
+    def save(self, path: str, *, with_optimizer: bool = False, dtype: str | None = None,
+             timer: weight_sync.PhaseTimer | None = None) -> int:
         """HF folder (model.safetensors in actor.dtype unless dtype is given, config, tokenizer).
 
         with_optimizer adds `train_state/` (fp32 weights, optimizer, scheduler) for exact
         resumption. Collective; returns the bytes of weights written (on rank 0; 0 elsewhere).
+        timer, when given, gets the seconds of "gather" (full tensors) and "transfer" (writing).
         """
         import torch.distributed as dist
-        from safetensors.torch import save_file
 
         self._require_initialized()
         out = Path(path)
+        timer = timer or weight_sync.PhaseTimer()
         tensors = {}
-        for name, tensor in state.iter_full_state(
+        for name, tensor in timer.iterate("gather", state.iter_full_state(
                 self.model, keep=self.is_rank0, dtype=DTYPES[dtype or self.config.dtype],
-                lora_scaling=self.lora_scaling, tied_lm_head=self.tied_lm_head):
+                lora_scaling=self.lora_scaling, tied_lm_head=self.tied_lm_head)):
             if tensor is not None:
                 tensors[name] = tensor
         nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
+        with timer.phase("transfer"):
+            self._write_hf_folder(out, tensors, dtype)
+        if with_optimizer:
+            self.save_train_state(str(out / "train_state"))
+        dist.barrier()
+        return nbytes
+
+    def _write_hf_folder(self, out: Path, tensors: dict[str, torch.Tensor], dtype: str | None) -> None:
+        from safetensors.torch import save_file
+
         if self.is_rank0:
             out.mkdir(parents=True, exist_ok=True)
             save_file(tensors, str(out / "model.safetensors"), metadata={"format": "pt"})
@@ -371,10 +383,6 @@ class FSDPEngine(TrainEngine):
             if self.generation_config is not None:
                 self.generation_config.save_pretrained(out)
             self.tokenizer.save_pretrained(out)
-        if with_optimizer:
-            self.save_train_state(str(out / "train_state"))
-        dist.barrier()
-        return nbytes
 
     def load(self, path: str, *, with_optimizer: bool = False) -> None:
         """Inverse of save: train_state/ when with_optimizer (exact), else the HF weights."""
@@ -452,40 +460,45 @@ class FSDPEngine(TrainEngine):
         disk: rank 0 saves the HF folder (meta.path or weight_update_path(version)); then
         `inference.update_weights(meta)` when an InferenceEngine is given, else the servers from
         connect_servers() load it over HTTP. distributed: pause, bucketed broadcast, resume
-        (pause/resume through `inference` when given). Returns seconds and bytes.
+        (pause/resume through `inference` when given). Returns seconds and bytes, and the
+        seconds of its phases (weight_update/gather_s, transfer_s, ...: see UpdateStats).
         """
         import torch.distributed as dist
 
         self._require_initialized()
         version = meta.version if meta.version is not None else self._version + 1
         t0 = time.perf_counter()
+        timer = weight_sync.PhaseTimer(sync=torch.cuda.synchronize if self.device_type == "cuda" else None)
         if meta.type == "disk":
-            nbytes = self._update_from_disk(meta, version, inference)
+            nbytes = self._update_from_disk(meta, version, inference, timer)
         elif meta.type == "distributed":
-            nbytes = self._update_distributed(meta, version, inference)
+            nbytes = self._update_distributed(meta, version, inference, timer)
         else:
             raise ValueError(f"weight update type {meta.type!r} is not 'disk' or 'distributed' "
                              "(actor.weight_update)")
         dist.barrier()
         self._version = version
-        stats = weight_sync.UpdateStats(time.perf_counter() - t0, nbytes, version, meta.type)
+        stats = weight_sync.UpdateStats(time.perf_counter() - t0, nbytes, version, meta.type, timer.seconds)
         if self.is_rank0:
             logger.info("weight update v%d (%s): %.2f s, %.1f MB", version, meta.type, stats.seconds,
                         nbytes / 2**20)
         return stats.as_dict()
 
-    def _update_from_disk(self, meta: WeightUpdateMeta, version: int, inference) -> int:
+    def _update_from_disk(self, meta: WeightUpdateMeta, version: int, inference,
+                          timer: weight_sync.PhaseTimer) -> int:
         if self.config.use_lora and self.config.lora_push == "adapter":
             return self._push_adapter(meta, version)
         path = meta.path or self.weight_update_path(version)
-        nbytes = self.save(path)
+        nbytes = self.save(path, timer=timer)
         if self.is_rank0:
             meta.path, meta.version = path, version
-            if inference is not None:
-                inference.update_weights(meta)
-                inference.set_version(version)
-            else:
-                weight_sync.update_from_disk(self._client(), path, version)
+            with timer.phase("load"):
+                if inference is not None:
+                    inference.update_weights(meta)
+                    inference.set_version(version)
+                else:
+                    replies = weight_sync.update_from_disk(self._client(), path, version)
+                    timer.add_server_seconds("server_load", replies)
         return nbytes
 
     def _push_adapter(self, meta: WeightUpdateMeta, version: int) -> int:
@@ -504,7 +517,8 @@ class FSDPEngine(TrainEngine):
         dist.barrier()
         return sum(t.numel() * t.element_size() for t in tensors.values())
 
-    def _update_distributed(self, meta: WeightUpdateMeta, version: int, inference) -> int:
+    def _update_distributed(self, meta: WeightUpdateMeta, version: int, inference,
+                            timer: weight_sync.PhaseTimer) -> int:
         if self.is_rank0:
             if self._sender is None:
                 self._sender = weight_sync.DistributedSender(
@@ -519,16 +533,22 @@ class FSDPEngine(TrainEngine):
         nbytes = 0
         try:
             bucket_bytes = self.config.weight_update_bucket_mb * 2**20
+            # NCCL broadcasts from the GPU: full tensors stay there (no round trip through host memory)
             named = state.iter_full_state(self.model, keep=self.is_rank0, dtype=self.param_dtype,
-                                          lora_scaling=self.lora_scaling, tied_lm_head=self.tied_lm_head)
+                                          lora_scaling=self.lora_scaling, tied_lm_head=self.tied_lm_head,
+                                          to_cpu=meta.backend != "nccl")
             pending = None
-            for bucket in weight_sync.buckets(named, bucket_bytes):
+            for bucket in timer.iterate("gather", weight_sync.buckets(named, bucket_bytes)):
                 if pending is not None and self.is_rank0:
-                    self._sender.send_bucket(pending, version, last=False)
+                    with timer.phase("transfer"):
+                        replies = self._sender.send_bucket(pending, version, last=False)
+                    timer.add_server_seconds("server_load", replies)
                 pending = bucket
                 nbytes += sum(t.numel() * t.element_size() for _, t in bucket if t is not None)
             if pending is not None and self.is_rank0:
-                self._sender.send_bucket(pending, version, last=True)
+                with timer.phase("transfer"):
+                    replies = self._sender.send_bucket(pending, version, last=True)
+                timer.add_server_seconds("server_load", replies)
         finally:
             if self.is_rank0:
                 if inference is not None:

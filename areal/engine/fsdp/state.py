@@ -30,9 +30,11 @@ def hf_name(name: str) -> str:
 
 
 def iter_full_state(model: nn.Module, *, keep: bool, dtype: torch.dtype | None = None,
-                    lora_scaling: float | None = None, tied_lm_head: bool = False
+                    lora_scaling: float | None = None, tied_lm_head: bool = False, to_cpu: bool = True
                     ) -> Iterator[tuple[str, torch.Tensor | None]]:
-    """Yield (HF name, full tensor on CPU) in state-dict order; tensor is None where keep=False.
+    """Yield (HF name, full tensor) in state-dict order; tensor is None where keep=False.
+
+    Tensors are copied to CPU unless to_cpu=False (they then stay on the model's device).
 
     lm_head.weight is skipped when tied to the embeddings (HF convention; loaders re-tie it).
     """
@@ -50,7 +52,8 @@ def iter_full_state(model: nn.Module, *, keep: bool, dtype: torch.dtype | None =
             b = _full(_adapter(state, prefix, "lora_B"))
             full = full + (b.float() @ a.float()).to(full.dtype) * lora_scaling
         if keep:
-            full = full.detach().to(dtype or full.dtype).cpu()
+            full = full.detach().to(dtype or full.dtype)
+            full = full.cpu() if to_cpu else full.contiguous()
         yield out_name, full if keep else None
 
 

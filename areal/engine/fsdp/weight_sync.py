@@ -21,9 +21,11 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
-from typing import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Iterator, TypeVar
 
 import torch
 
@@ -43,16 +45,70 @@ def disk_update_path(fileroot: str, experiment: str, trial: str, version: int) -
 
 @dataclass
 class UpdateStats:
-    """What one weight update cost; logged and returned to the training loop."""
+    """What one weight update cost; logged and returned to the training loop.
+
+    phases: seconds per phase on trainer rank 0 (see PhaseTimer), e.g. gather (full tensors
+    out of the shards, cast), transfer (disk: writing the folder; distributed: the broadcasts and
+    per-bucket notices, up to the servers' answers), load (disk: waiting for the servers to load
+    the folder), server_load (what the slowest server reported for applying the weights).
+    """
 
     seconds: float
     bytes: int
     version: int
     kind: str
+    phases: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, float]:
-        return {"weight_update/seconds": self.seconds, "weight_update/bytes": float(self.bytes),
-                "weight_update/version": float(self.version)}
+        out = {"weight_update/seconds": self.seconds, "weight_update/bytes": float(self.bytes),
+               "weight_update/version": float(self.version)}
+        out.update({f"weight_update/{name}_s": s for name, s in self.phases.items()})
+        return out
+
+
+T = TypeVar("T")
+
+
+class PhaseTimer:
+    """Seconds per named phase of one weight update, summed over its buckets.
+
+    sync (torch.cuda.synchronize on GPU) runs at the end of each phase, so asynchronous kernels
+    are charged to the phase that launched them; it runs once per bucket or file, not per tensor.
+    """
+
+    def __init__(self, sync: Callable[[], None] | None = None):
+        self.seconds: dict[str, float] = {}
+        self._sync = sync
+
+    def add(self, name: str, seconds: float) -> None:
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+
+    @contextmanager
+    def phase(self, name: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self._sync is not None:
+                self._sync()
+            self.add(name, time.perf_counter() - t0)
+
+    def iterate(self, name: str, items: Iterable[T]) -> Iterator[T]:
+        """Yield from items, charging the time spent producing each item to `name`."""
+        it = iter(items)
+        while True:
+            with self.phase(name):
+                try:
+                    item = next(it)
+                except StopIteration:
+                    return
+            yield item
+
+    def add_server_seconds(self, name: str, replies: list[dict], key: str = "load_s") -> None:
+        """Add the slowest server's reported seconds (servers that report none count 0)."""
+        values = [float(r[key]) for r in replies if isinstance(r.get(key), (int, float))]
+        if values:
+            self.add(name, max(values))
 
 
 class ServerClient:
@@ -98,8 +154,9 @@ def _json(resp) -> dict:
     return data if isinstance(data, dict) else {}
 
 
-def update_from_disk(client: ServerClient, path: str, version: int) -> None:
-    client.post_all("/update_weights_from_disk", {"model_path": path, "weight_version": str(version)})
+def update_from_disk(client: ServerClient, path: str, version: int) -> list[dict]:
+    """Every server loads the folder; returns their replies."""
+    return client.post_all("/update_weights_from_disk", {"model_path": path, "weight_version": str(version)})
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -149,8 +206,9 @@ class DistributedSender:
         logger.info("weight update group %r ready: %d servers, world %d", group_name,
                     len(client.urls), world_size)
 
-    def send_bucket(self, bucket: list[tuple[str, torch.Tensor]], version: int, *, last: bool) -> None:
-        """Announce the bucket to every server, then broadcast its tensors in the same order."""
+    def send_bucket(self, bucket: list[tuple[str, torch.Tensor]], version: int, *, last: bool) -> list[dict]:
+        """Announce the bucket to every server, then broadcast its tensors in the same order;
+        returns the servers' replies (after they applied the bucket)."""
         import torch.distributed as dist
 
         body = {"names": [n for n, _ in bucket],
@@ -160,8 +218,7 @@ class DistributedSender:
         pending = self.client.post_all_async("/update_weights_from_distributed", body)
         for _, tensor in bucket:
             dist.broadcast(tensor.to(self.device).contiguous(), src=0, group=self.group)
-        for f in pending:
-            f.result()
+        return [f.result() for f in pending]
 
     def destroy(self, timeout_s: float = 60.0) -> None:
         """Tear the group down on both sides at once (a side waiting for the other to finish its
