@@ -11,7 +11,9 @@ Atomicity: every rank writes into `step_N.tmp/`; after a barrier rank 0 writes
 trainer_state.json last, fsyncs, renames the folder to `step_N` and then replaces `latest`
 (write + fsync + os.replace). A crash at any point leaves either the old `latest` pointing at a
 complete older checkpoint, or a `.tmp` folder that `load_latest` ignores (and the next save
-removes). Only folders holding trainer_state.json count as checkpoints.
+removes). Only folders holding trainer_state.json count as checkpoints. A save that fails
+(disk full, permissions) raises CheckpointWriteError naming the folder, the cause, the previous
+checkpoint that stays usable, and the fix.
 
 What the training loop must restore after `restore_checkpoint` (which already restores the
 engine's weights, optimizer, schedule, RNG and weight version):
@@ -27,10 +29,12 @@ engine's weights, optimizer, schedule, RNG and weight version):
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
 import shutil
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +43,10 @@ import torch
 
 STATE_FILE = "trainer_state.json"
 LATEST = "latest"
+
+
+class CheckpointWriteError(RuntimeError):
+    """A recovery checkpoint could not be written; the message names the folder and the fix."""
 
 
 @dataclass
@@ -69,26 +77,77 @@ def save_checkpoint(engine, run_dir: str | Path, state: TrainerState, *, keep_la
     final = root / f"step_{state.step:08d}"
     tmp = root / f"step_{state.step:08d}.tmp"
     if engine.is_rank0:
-        if tmp.exists():
-            shutil.rmtree(tmp)  # debris of a crash during an earlier save
-        (tmp / "rng").mkdir(parents=True)
+        with _writing(tmp, run_dir):
+            if tmp.exists():
+                shutil.rmtree(tmp)  # debris of a crash during an earlier save
+            (tmp / "rng").mkdir(parents=True)
     dist.barrier()
     state.weight_version = engine.get_version()
-    engine.save_train_state(str(tmp / "train_state"))
-    torch.save(_rng_state(), tmp / "rng" / f"rank{dist.get_rank()}.pt")
-    _fsync_tree(tmp / "rng")
+    with _writing(tmp, run_dir):
+        engine.save_train_state(str(tmp / "train_state"))
+        torch.save(_rng_state(), tmp / "rng" / f"rank{dist.get_rank()}.pt")
+        _fsync_tree(tmp / "rng")
     dist.barrier()
     if engine.is_rank0:
-        _write_durably(tmp / STATE_FILE, json.dumps(asdict(state), indent=2))
-        _fsync_tree(tmp)
-        if final.exists():
-            shutil.rmtree(final)
-        os.rename(tmp, final)
-        _fsync_dir(root)
-        _write_durably(root / LATEST, final.name)
+        with _writing(tmp, run_dir):
+            _write_durably(tmp / STATE_FILE, json.dumps(asdict(state), indent=2))
+            _fsync_tree(tmp)
+            if final.exists():
+                shutil.rmtree(final)
+            os.rename(tmp, final)
+            _fsync_dir(root)
+            _write_durably(root / LATEST, final.name)
         _prune(root, keep_last)
     dist.barrier()
     return final
+
+
+@contextmanager
+def _writing(folder: Path, run_dir: str | Path):
+    """Turn a failed write into CheckpointWriteError (DCP wraps the writer's OSError in its own
+    CheckpointException, a BaseException)."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    try:
+        yield
+    except (Exception, CheckpointException) as e:
+        raise CheckpointWriteError(_write_failure(folder, run_dir, e)) from e
+
+
+def _write_failure(folder: Path, run_dir: str | Path, error: BaseException) -> str:
+    cause = _os_error_in(error)
+    root = checkpoint_root(run_dir)
+    try:
+        found = load_latest(run_dir)
+        previous = f"{found[0]} (step {found[1].step})" if found else "none (no checkpoint yet)"
+    except Exception as e:  # a damaged older checkpoint must not hide this error
+        previous = f"unknown ({e})"
+    if cause is not None and cause.errno in (errno.ENOSPC, errno.EDQUOT):
+        reason = f"{cause.strerror or cause} ({cause.filename or folder})"
+        fix = (f"free disk space where {root} lives (or point cluster.fileroot at a larger disk, or "
+               "lower recover.keep_last)")
+    else:
+        reason = str(cause) if cause is not None else f"{type(error).__name__}: {str(error)[:2000]}"
+        fix = f"make sure {root} is writable"
+    return (f"cannot write recovery checkpoint {folder}: {reason}. The previous checkpoint is intact: "
+            f"{previous}. To go on, {fix}, then run again with recover.mode=auto to resume from it")
+
+
+def _os_error_in(error: BaseException) -> OSError | None:
+    """The OSError behind an error: itself, a cause or context, or a DCP rank failure."""
+    pending, seen = [error], set()
+    while pending:
+        e = pending.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, OSError):
+            return e
+        failures = getattr(e, "failures", None)
+        if isinstance(failures, dict):
+            pending += [f[0] if isinstance(f, tuple) else f for f in failures.values()]
+        pending += [e.__cause__, e.__context__]
+    return None
 
 
 def load_latest(run_dir: str | Path) -> tuple[Path, TrainerState] | None:
