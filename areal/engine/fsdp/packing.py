@@ -114,30 +114,22 @@ def block_causal_mask(seqlens: list[int], *, device, dtype: torch.dtype | None =
     return mask[None, None]
 
 
-ENTROPY_CHUNK = 2048
-
-
 def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, seqlens: list[int], *,
                    temperature: float = 1.0, with_entropy: bool = True):
     """Per-token log p(token_t | tokens_<t) of a packed row, and the entropy of that distribution.
 
     logits [T, V], input_ids [T]. Position t is predicted by logits[t - 1]; the first token of
     every packed sequence has no prediction and gets 0 (as position 0 of a padded row does).
-    Entropy is computed without gradient: it is a statistic for the loss function.
+    Entropy is computed without gradient: it is a statistic for the loss function. Computed in
+    row chunks (see logprobs.py): no fp32 [T, V] copy of the logits is made or kept.
     """
-    scaled = logits.float()
-    if temperature != 1.0:
-        scaled = scaled / temperature
-    logp_all = torch.log_softmax(scaled[:-1], dim=-1)
-    lp = logp_all.gather(-1, input_ids[1:, None]).squeeze(-1)
-    lp = torch.cat([lp.new_zeros(1), lp])
+    from .logprobs import token_logprobs_and_entropy
+
+    lp, e = token_logprobs_and_entropy(logits[:-1], input_ids[1:], temperature=temperature,
+                                       with_entropy=with_entropy)
     starts = _starts(seqlens, lp.device)
-    lp = lp.masked_fill(starts, 0.0)
-    ent = None
-    if with_entropy:
-        with torch.no_grad():  # in row chunks: a [T, V] temporary would double the peak memory
-            e = torch.cat([-(c.exp() * c).sum(-1) for c in logp_all.split(ENTROPY_CHUNK)])
-            ent = torch.cat([e.new_zeros(1), e]).masked_fill(starts, 0.0)
+    lp = torch.cat([lp.new_zeros(1), lp]).masked_fill(starts, 0.0)
+    ent = None if e is None else torch.cat([e.new_zeros(1), e]).masked_fill(starts, 0.0)
     return lp, ent
 
 
