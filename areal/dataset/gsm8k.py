@@ -25,8 +25,12 @@ from areal.reward.gsm8k import extract_hash_answer
 HUB_ID = "openai/gsm8k"
 
 
-def load_gsm8k(path: str, split: str = "train", *, config: str = "main") -> list[dict]:
-    """GSM8K records of `split` from a local folder, a single file, or a hub id."""
+def load_gsm8k(path: str, split: str = "train", *, config: str = "main", shortest: int | None = None) -> list[dict]:
+    """GSM8K records of `split` from a local folder, a single file, or a hub id.
+
+    shortest=N keeps the N records with the shortest questions (in their original order): the
+    easy end of GSM8K, where a small model scores above zero and RL has a signal to follow.
+    """
     local = Path(path).expanduser()
     if local.is_file():
         rows, source = read_records(local), str(local)
@@ -34,7 +38,13 @@ def load_gsm8k(path: str, split: str = "train", *, config: str = "main") -> list
         rows, source = _read_local_split(local, split, config), f"{local} (split {split!r})"
     else:
         rows, source = _read_hub(path, split, config), f"{path} (hub, split {split!r})"
-    return [_to_record(row, source, i) for i, row in enumerate(rows)]
+    records = [_to_record(row, source, i) for i, row in enumerate(rows)]
+    if shortest is not None:
+        if shortest < 1:
+            raise ValueError(f"gsm8k kwargs.shortest={shortest}: must be a positive number of records")
+        keep = sorted(range(len(records)), key=lambda i: (len(records[i]["question"]), i))[:shortest]
+        records = [records[i] for i in sorted(keep)]
+    return records
 
 
 def _read_local_split(folder: Path, split: str, config: str) -> list[dict]:

