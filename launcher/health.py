@@ -2,10 +2,13 @@
 
 Torch-free (urllib only). Waiting watches the server processes too: a server that exits while
 starting is reported at once with its exit code instead of after the whole startup timeout.
+Once the run is going, `HealthWatch` keeps probing in a background thread and names any server
+that stopped answering (hung, or stopped with SIGSTOP) for launcher.server_health_timeout_s.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -57,3 +60,52 @@ def wait_healthy(servers: dict[str, str], timeout_s: float,
                 name, f"{name} did not answer http://{addr}/health within {timeout_s:g} s "
                 "(raise launcher.server_startup_timeout_s if the model is slow to load)")
         time.sleep(interval)
+
+
+class HealthWatch:
+    """Probes every server's /health in a background thread while the run goes on.
+
+    servers maps a process name to its host:port; probe(name, addr) -> bool is the check (an
+    exception counts as no answer). `silent()` names the first server whose last answer is older
+    than timeout_s, with the seconds since; `reset(name)` restarts its clock (after a restart).
+    """
+
+    def __init__(self, servers: dict[str, str], timeout_s: float, probe: Callable[[str, str], bool],
+                 interval_s: float | None = None):
+        self.servers = dict(servers)
+        self.timeout_s = timeout_s
+        self.interval_s = interval_s or max(0.5, min(5.0, timeout_s / 4))
+        self._probe = probe
+        self._lock = threading.Lock()
+        self._last_ok = {name: time.monotonic() for name in servers}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="health-watch", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            for name, addr in self.servers.items():
+                try:
+                    ok = self._probe(name, addr)
+                except Exception:  # a probe that fails to run is no answer either
+                    ok = False
+                if ok:
+                    with self._lock:
+                        self._last_ok[name] = time.monotonic()
+
+    def silent(self) -> tuple[str, float] | None:
+        """(name, seconds without an answer) of a server silent for longer than timeout_s."""
+        now = time.monotonic()
+        with self._lock:
+            for name, last in self._last_ok.items():
+                if now - last > self.timeout_s:
+                    return name, now - last
+        return None
+
+    def reset(self, name: str) -> None:
+        with self._lock:
+            self._last_ok[name] = time.monotonic()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)

@@ -7,7 +7,10 @@ then the trainer workers (or, inference-only, the rollout driver) start. Every p
 
 The run succeeds when every trainer (or the driver) exits 0. The first process to fail decides
 the exit code; then, as on Ctrl-C or SIGTERM, every process tree is stopped (SIGTERM, SIGKILL
-after launcher.shutdown_grace_s), so no orphan outlives the launcher.
+after launcher.shutdown_grace_s), so no orphan outlives the launcher. A server that stops
+answering /health for launcher.server_health_timeout_s counts as failed too. With
+launcher.restart_failed_servers a failed server is restarted instead, with the trainer's current
+weights (see `Supervisor.restart_server`).
 
 `Supervisor` holds that sequence and the failure handling; the Ray backend reuses it and only
 replaces how processes are started, watched and stopped.
@@ -16,6 +19,7 @@ replaces how processes are started, watched and stopped.
 from __future__ import annotations
 
 import abc
+import dataclasses
 import signal
 import sys
 import threading
@@ -24,9 +28,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from areal.config import ExperimentConfig
-from areal.engine.sglang.discovery import ENV_VAR, clear_server_addrs, record_root_of, write_server_addrs
+from areal.engine.sglang.discovery import (ENV_VAR, clear_served_weights, clear_server_addrs,
+                                           read_served_weights, record_root_of, write_server_addrs)
 
-from .health import ServerStartupError, is_healthy, wait_healthy
+from .health import HealthWatch, ServerStartupError, is_healthy, wait_healthy
 from .plan import TRAINER_HEAD, LaunchPlan, ProcessSpec
 from .procs import (
     LaunchError,
@@ -38,6 +43,7 @@ from .procs import (
     next_free_port,
     stop_all,
     tail_lines,
+    with_flag,
     with_port,
 )
 
@@ -210,6 +216,7 @@ class Supervisor(abc.ABC):
         if not servers:
             return list(self.cfg.rollout.server_addrs)
         clear_server_addrs(record_root_of(self.cfg))
+        clear_served_weights(record_root_of(self.cfg))
         for s in servers:
             self.start(s, {})
         self.addrs = self.server_addrs(servers)
@@ -233,24 +240,43 @@ class Supervisor(abc.ABC):
             return False
         return True
 
-    def restart_server(self, name: str, returncode: int) -> int | None:
-        """launcher.restart_failed_servers: start a dead server again at its address.
+    def restart_server(self, name: str, reason: str, code: int) -> int | None:
+        """launcher.restart_failed_servers: start a dead (or hung: the backend stops it first)
+        server again at its address, with the trainer's current weights.
 
-        The server comes back with the model's initial weights; clients see its weight_version
-        and push the current weights (the launcher cannot). Returns None once it is healthy again,
-        else the run's exit code (the failure is reported).
+        Those are the folder of the last disk weight update, which trainer rank 0 names in the
+        served-weights record (discovery.py); before the first update, the initial model. Clients
+        retry their requests meanwhile, and a weight update that comes while the server is down
+        reaches it once it is back. Returns None once it is healthy again, else the run's exit
+        code (the failure is reported).
         """
         n = self.restarts[name] = self.restarts.get(name, 0) + 1
         if n > MAX_SERVER_RESTARTS:
-            return self.fail(name, exit_code(returncode) or 1,
-                             f"{describe_exit(returncode)} after {MAX_SERVER_RESTARTS} restarts")
-        say(f"{name} {describe_exit(returncode)}; restarting it at {self.addrs[name]} "
+            return self.fail(name, code, f"{reason} after {MAX_SERVER_RESTARTS} restarts")
+        spec, weights = self.restart_spec(name)
+        say(f"{name} {reason}; restarting it at {self.addrs[name]} with {weights} "
             f"({n}/{MAX_SERVER_RESTARTS}, launcher.restart_failed_servers=true)", sys.stderr)
-        self.start(next(p for p in self.plan.processes if p.name == name), {})
+        self.start(spec, {})
         if not self.await_health({name: self.addrs[name]}):
             return self.failed_code
         say(f"{name} is back at {self.addrs[name]}")
         return None
+
+    def restart_spec(self, name: str) -> tuple[ProcessSpec, str]:
+        """The server's plan entry loading the recorded current weights, and those in words."""
+        spec = next(p for p in self.plan.processes if p.name == name)
+        try:
+            served = read_served_weights(record_root_of(self.cfg))
+        except ValueError as e:
+            say(f"warning: {e}", sys.stderr)
+            served = None
+        if served is None:
+            return spec, "the initial model (no disk weight update recorded yet)"
+        path, version = served
+        command = with_flag(spec.command, "--model-path", path)
+        if self.plan.server_kind == "builtin":  # SGLang before 0.5 has no --weight-version
+            command = with_flag(command, "--weight-version", str(version))
+        return dataclasses.replace(spec, command=command), f"weight version {version} ({path})"
 
     def _exit_status(self, name: str) -> int | None:
         self.refresh()
@@ -267,25 +293,55 @@ class Supervisor(abc.ABC):
         trainers would hang waiting for it.
         """
         remaining = set(mains)
-        while remaining:
-            self.refresh()
-            for name, proc in self.procs.items():
-                code = proc.poll()
-                finished_before = code == 0 and name in mains and name not in remaining
-                if code is None or finished_before:
-                    continue
-                if code == 0 and name in remaining:
-                    remaining.discard(name)
-                    say(f"{name} finished")
-                    continue
-                if name in self.addrs and self.cfg.launcher.restart_failed_servers:
-                    failed = self.restart_server(name, code)
-                    if failed is not None:
-                        return failed
-                    break  # self.procs changed: poll again from the start
-                return self.fail(name, exit_code(code) or 1, describe_exit(code))
-            time.sleep(POLL_S)
+        watch = self.health_watch()
+        try:
+            while remaining:
+                self.refresh()
+                for name, proc in self.procs.items():
+                    code = proc.poll()
+                    finished_before = code == 0 and name in mains and name not in remaining
+                    if code is None or finished_before:
+                        continue
+                    if code == 0 and name in remaining:
+                        remaining.discard(name)
+                        say(f"{name} finished")
+                        continue
+                    if name in self.addrs and self.cfg.launcher.restart_failed_servers:
+                        failed = self.restart_server(name, describe_exit(code), exit_code(code) or 1)
+                        if failed is not None:
+                            return failed
+                        if watch:
+                            watch.reset(name)
+                        break  # self.procs changed: poll again from the start
+                    return self.fail(name, exit_code(code) or 1, describe_exit(code))
+                failed = self.check_silent(watch)
+                if failed is not None:
+                    return failed
+                time.sleep(POLL_S)
+        finally:
+            if watch:
+                watch.close()
         return 0
+
+    def health_watch(self) -> HealthWatch | None:
+        """Probe the run's servers while it goes on (launcher.server_health_timeout_s)."""
+        timeout = self.cfg.launcher.server_health_timeout_s
+        return HealthWatch(self.addrs, timeout, self._check) if self.addrs and timeout else None
+
+    def check_silent(self, watch: HealthWatch | None) -> int | None:
+        """A server that stopped answering /health: restart it or fail (the run's exit code)."""
+        silent = watch.silent() if watch else None
+        if silent is None:
+            return None
+        name, seconds = silent
+        reason = (f"did not answer http://{self.addrs[name]}/health for {seconds:.0f} s "
+                  f"(launcher.server_health_timeout_s={watch.timeout_s:g}): it is hung or stopped")
+        if self.cfg.launcher.restart_failed_servers:
+            failed = self.restart_server(name, reason, 1)
+            watch.reset(name)
+            return failed
+        return self.fail(name, 1, reason + "; if it is only slow (e.g. loading weights), raise "
+                         "launcher.server_health_timeout_s")
 
     def hold_servers(self, addrs: list[str]) -> int:
         """launcher.keep_servers: leave the servers up for manual debugging until Ctrl-C."""
@@ -352,10 +408,13 @@ class LocalRun(Supervisor):
     def start(self, spec: ProcessSpec, extra: dict[str, str]) -> ManagedProcess:
         env = child_env(spec.env, extra, cpu=self.plan.device == "cpu",
                         procs_on_node=len(self.plan.processes))
+        old = self.procs.get(spec.name)
+        if old is not None:  # a restart; a hung one still holds its port: stop it first
+            if old.poll() is None:
+                old.stop(self.cfg.launcher.shutdown_grace_s)
+            self.retired.append(old)
         proc = ManagedProcess(spec.name, spec.command, env, log_path=log_path(self.plan, spec),
                               sink=console_sink(spec.name))
-        if spec.name in self.procs:
-            self.retired.append(self.procs[spec.name])
         self.procs[spec.name] = proc
         say(f"started {spec.name} (pid {proc.pid}); log: {proc.log_path}")
         return proc

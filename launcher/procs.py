@@ -218,6 +218,7 @@ def kill_trees(pids: list[int], grace_s: float, exited: list[int] = ()) -> None:
     if not procs:
         return
     _signal_all(procs.values(), signal.SIGTERM)
+    _signal_all(procs.values(), signal.SIGCONT)  # a stopped (SIGSTOP) process acts on SIGTERM only then
     alive = _wait_dead(list(procs.values()), timeout=grace_s)
     seen = {a.pid for a in alive}
     for pid in list(pids) + list(exited):  # anything forked during the grace period
@@ -301,10 +302,15 @@ def cpu_threads_per_process(n_processes: int, cores: int | None = None) -> int:
 
 def with_port(command: list[str], port: int) -> list[str]:
     """The server command with its `--port` value replaced (appended when it has none)."""
-    if "--port" in command:
-        i = command.index("--port")
-        return [*command[:i + 1], str(port), *command[i + 2:]]
-    return [*command, "--port", str(port)]
+    return with_flag(command, "--port", str(port))
+
+
+def with_flag(command: list[str], flag: str, value: str) -> list[str]:
+    """The command with `flag`'s value replaced (flag and value appended when it has none)."""
+    if flag in command:
+        i = command.index(flag)
+        return [*command[:i + 1], value, *command[i + 2:]]
+    return [*command, flag, value]
 
 
 def advertised_host(command: list[str], node_ip: str = "127.0.0.1") -> str:

@@ -41,6 +41,11 @@ class LauncherConfig(Section):
         29500, ge=1024, le=65535, description="torch.distributed rendezvous port of trainer rank 0.")
     server_startup_timeout_s: float = Field(
         600.0, gt=0, description="Seconds to wait for every server's /health before giving up.")
+    server_health_timeout_s: float | None = Field(
+        300.0, gt=0,
+        description="While the run goes on, a server whose /health stays unanswered this long (hung, "
+        "stopped) fails the run, or is restarted with launcher.restart_failed_servers; null disables "
+        "the check. Raise it where weight loads block /health for longer.")
     shutdown_grace_s: float = Field(
         10.0, gt=0, description="Seconds between SIGTERM and SIGKILL when stopping processes.")
     inference_only_batches: int = Field(
@@ -50,7 +55,10 @@ class LauncherConfig(Section):
         description="Inference-only runs: keep servers up after the driver and print their addresses "
         "for manual debugging (Ctrl-C stops them).")
     restart_failed_servers: bool = Field(
-        False, description="Fault tolerance: restart a server that dies and push the current weights to it.")
+        False,
+        description="Fault tolerance: restart a server that dies or hangs (up to 3 times each), loading the "
+        "trainer's last disk weight update (actor.weight_update=disk) so it serves the current weights; "
+        "clients retry connection errors for up to launcher.server_startup_timeout_s meanwhile.")
     trainer_entry: str = Field(
         "areal.trainer.main", description="Python module run (python -m) by each trainer worker.")
     driver_entry: str = Field(

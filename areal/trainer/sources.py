@@ -60,10 +60,21 @@ class LiveRollouts:
         if self.engine is not None:
             self.engine.pause()
         try:
-            return self.actor.update_weights(self._meta, inference=self.engine)
+            stats = self.actor.update_weights(self._meta, inference=self.engine)
+            if self.engine is not None and self._meta.type == "disk" and self._meta.path:
+                self._record_served_weights(self._meta.path, version)
+            return stats
         finally:
             if self.engine is not None:
                 self.engine.resume()
+
+    def _record_served_weights(self, path: str, version: int) -> None:
+        """Name the folder the servers now serve, so a server the launcher restarts loads it
+        (launcher.restart_failed_servers); only for the run's own servers."""
+        if self.cfg.launcher.rollout_n_nodes > 0 and not self.cfg.rollout.server_addrs:
+            from areal.engine.sglang.discovery import record_root_of, write_served_weights
+
+            write_served_weights(record_root_of(self.cfg), path, version)
 
     def loader_state(self) -> dict:
         return broadcast_from_rank0(self.loader.state_dict() if self.loader is not None else None)

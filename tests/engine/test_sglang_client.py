@@ -190,3 +190,18 @@ def test_destroy_stops_owned_servers(engine):
     procs = list(engine._own_servers.procs)
     engine.destroy()
     assert all(p.poll() is not None for p in procs)
+
+
+def test_retries_outlast_a_server_restart_only_when_the_launcher_restarts_servers():
+    from areal.config import ExperimentConfig
+    from areal.engine.sglang.client import request_retries
+    from areal.engine.sglang.http import BACKOFF_S, retries_for
+
+    def cfg(**launcher):
+        return ExperimentConfig.model_validate({"launcher": launcher, "rollout": {"request_retries": 2}})
+
+    assert request_retries(cfg()) == 2
+    n = request_retries(cfg(restart_failed_servers=True, server_startup_timeout_s=60))
+    assert n == retries_for(60) and sum(BACKOFF_S[min(i, len(BACKOFF_S) - 1)] for i in range(n)) >= 60
+    trainer_only = cfg(restart_failed_servers=True, rollout_n_nodes=0)  # not the launcher's servers
+    assert request_retries(trainer_only) == 2

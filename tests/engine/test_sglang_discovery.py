@@ -45,3 +45,15 @@ def test_record_root_override(tmp_path):
     cfg = ExperimentConfig.model_validate({"cluster": {"name_resolve": {"record_root": str(tmp_path / "shared")}}})
     discovery.write_server_addrs(discovery.record_root_of(cfg), ["h:9"])
     assert discovery.discover_server_addrs(cfg, environ={})[0] == ["h:9"]
+
+
+def test_served_weights_record(tmp_path):
+    assert discovery.read_served_weights(tmp_path) is None
+    path = discovery.write_served_weights(tmp_path, "/runs/x/weight_update/v3", 3)
+    assert path == tmp_path / "name_resolve" / "served_weights.json"
+    assert discovery.read_served_weights(tmp_path) == ("/runs/x/weight_update/v3", 3)
+    path.write_text('{"path": "/a"}')
+    with pytest.raises(ValueError, match="served_weights.json is unreadable .*delete it"):
+        discovery.read_served_weights(tmp_path)
+    discovery.clear_served_weights(tmp_path)
+    assert discovery.read_served_weights(tmp_path) is None

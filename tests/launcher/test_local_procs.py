@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 import time
@@ -10,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from launcher.health import ServerStartupError, is_healthy, wait_healthy
+from launcher.health import HealthWatch, ServerStartupError, is_healthy, wait_healthy
 from launcher.procs import (
     ManagedProcess,
     advertised_host,
@@ -21,6 +22,7 @@ from launcher.procs import (
     port_is_free,
     stop_all,
     tail_lines,
+    with_flag,
     with_port,
 )
 from tests.launcher.helpers import wait_gone
@@ -106,6 +108,8 @@ def test_command_helpers():
     cmd = ["python", "-m", "areal.server", "--host", "0.0.0.0", "--port", "30000", "--dtype", "float32"]
     assert with_port(cmd, 30005)[6] == "30005" and with_port(cmd, 30005)[-2:] == ["--dtype", "float32"]
     assert with_port(["x"], 1) == ["x", "--port", "1"]
+    assert with_flag(cmd, "--dtype", "bfloat16")[-2:] == ["--dtype", "bfloat16"]
+    assert with_flag(cmd, "--weight-version", "3")[-2:] == ["--weight-version", "3"]
     assert advertised_host(cmd, "10.0.0.5") == "10.0.0.5"
     assert advertised_host(["x", "--host", "127.0.0.1"], "10.0.0.5") == "127.0.0.1"
     assert advertised_host(["x"]) == "127.0.0.1"
@@ -129,3 +133,34 @@ def test_wait_healthy_reports_dead_and_slow_servers():
         wait_healthy({"server-1": "127.0.0.1:1"}, 0.2, lambda name: None, interval=0.05)
     assert not is_healthy("127.0.0.1:1")
     wait_healthy({"server-2": "x:1"}, 1, lambda name: None, check=lambda n, a: True)
+
+
+def test_health_watch_names_the_server_that_stops_answering():
+    answering = {"server-0": True, "server-1": True}
+    watch = HealthWatch({"server-0": "a:1", "server-1": "b:1"}, timeout_s=0.3,
+                        probe=lambda name, addr: answering[name], interval_s=0.05)
+    try:
+        assert watch.silent() is None
+        answering["server-1"] = False
+        deadline = time.monotonic() + 10
+        while watch.silent() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        name, seconds = watch.silent()
+        assert name == "server-1" and seconds > 0.3
+        watch.reset("server-1")
+        assert watch.silent() is None
+    finally:
+        watch.close()
+
+
+def test_a_stopped_process_gets_sigterm_not_sigkill():
+    """kill_trees sends SIGCONT after SIGTERM: a SIGSTOPped server can shut down cleanly."""
+    code = ("import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); "
+            "print('up', flush=True); time.sleep(600)")
+    proc = ManagedProcess("stopped", [PY, "-c", code], dict(os.environ))
+    deadline = time.monotonic() + 20
+    while "up" not in proc.tail and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGSTOP)
+    stop_all([proc], grace_s=30)
+    assert proc.poll() == 0  # its SIGTERM handler ran; no SIGKILL was needed

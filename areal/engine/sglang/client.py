@@ -9,7 +9,9 @@
 
 Servers come from rollout.server_addrs, $AREAL_SERVER_ADDRS or the launcher's name record
 (see discovery.py). Requests go to the server with the fewest in flight from this client
-(round-robin among equals). When servers pause for a weight update (pause_mode=abort), a request
+(round-robin among equals). Connection errors are retried with backoff (rollout.request_retries;
+when the launcher restarts the run's failed servers, long enough to wait out a restart).
+When servers pause for a weight update (pause_mode=abort), a request
 comes back aborted with the tokens generated so far; the client resubmits prompt + those tokens
 with the remaining budget once generation continues, so no sample is lost, and every token
 keeps the weight version that produced it. With pause_mode retract or in_place the server
@@ -34,7 +36,7 @@ from areal.api.inference import InferenceEngine, ModelRequest, ModelResponse, We
 from areal.engine.sglang import protocol
 from areal.engine.sglang.discovery import discover_server_addrs
 from areal.engine.sglang.http import (ServerError, apost_json, auth_headers, fanout, get_json,
-                                      is_healthy, post_json)
+                                      is_healthy, post_json, retries_for)
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +51,7 @@ class RemoteSGLangEngine(InferenceEngine):
         self.config = config
         self._rcfg = config.rollout
         self._headers = auth_headers(config.sglang.api_key)
+        self._retries = request_retries(config)
         self._own_servers = _own_servers
         self.addrs: list[str] = []
         self._inflight: dict[str, int] = {}
@@ -231,7 +234,7 @@ class RemoteSGLangEngine(InferenceEngine):
 
     async def _apost(self, addr: str, route: str, body: dict) -> Any:
         return await apost_json(addr, route, body, timeout=self._rcfg.request_timeout_s,
-                                retries=self._rcfg.request_retries, headers=self._headers)
+                                retries=self._retries, headers=self._headers)
 
     def _acquire_server(self) -> str:
         """The server with the fewest requests in flight from this client; ties round-robin."""
@@ -282,7 +285,7 @@ class RemoteSGLangEngine(InferenceEngine):
 
     def _fanout_post(self, route: str, body_of, timeout: float) -> list[Any]:
         return fanout(self.addrs, lambda i, a: post_json(
-            a, route, body_of(i, a), timeout=timeout, retries=self._rcfg.request_retries,
+            a, route, body_of(i, a), timeout=timeout, retries=self._retries,
             headers=self._headers))
 
     # ---- weights and versions ---------------------------------------------------------------
@@ -379,3 +382,13 @@ class RemoteSGLangEngine(InferenceEngine):
     def rollout_batch(self, data, workflow, should_accept=None) -> dict:
         return self.executor.rollout_batch(data, workflow, should_accept)
 
+
+def request_retries(config) -> int:
+    """rollout.request_retries; when the launcher restarts the run's failed servers
+    (launcher.restart_failed_servers), at least enough retries to wait out a restart, which the
+    launcher allows launcher.server_startup_timeout_s."""
+    retries = config.rollout.request_retries
+    launcher = config.launcher
+    if launcher.restart_failed_servers and launcher.rollout_n_nodes > 0 and not config.rollout.server_addrs:
+        retries = max(retries, retries_for(launcher.server_startup_timeout_s))
+    return retries

@@ -10,6 +10,12 @@ Order of precedence (first non-empty wins):
 
 The launcher calls `write_server_addrs`; clients call `discover_server_addrs`. The record is
 written atomically (temp file + rename), so a reader never sees half a file.
+
+A second record beside it, `{record_root}/name_resolve/served_weights.json` =
+{"path": "...", "version": N}, names the weights the servers should serve: trainer rank 0 writes
+it after each disk weight update, the launcher clears it when it starts the servers, and a
+server the launcher restarts (launcher.restart_failed_servers) loads that folder instead of the
+initial model, so it comes back with the trainer's current weights.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from pathlib import Path
 
 ENV_VAR = "AREAL_SERVER_ADDRS"
 RECORD_SUBPATH = ("name_resolve", "servers.json")
+WEIGHTS_SUBPATH = ("name_resolve", "served_weights.json")
 
 
 def record_path(record_root: str | os.PathLike) -> Path:
@@ -33,13 +40,16 @@ def record_root_of(cfg) -> str:
 
 def write_server_addrs(record_root: str | os.PathLike, addrs: list[str]) -> Path:
     """Publish the servers of a run (the launcher calls this after they are healthy)."""
-    addrs = normalize_addrs(addrs)
     path = record_path(record_root)
+    _write_atomically(path, {"addrs": normalize_addrs(addrs)})
+    return path
+
+
+def _write_atomically(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps({"addrs": addrs}))
+    tmp.write_text(json.dumps(data))
     os.replace(tmp, path)
-    return path
 
 
 def read_server_addrs(record_root: str | os.PathLike) -> list[str]:
@@ -60,6 +70,32 @@ def read_server_addrs(record_root: str | os.PathLike) -> list[str]:
 def clear_server_addrs(record_root: str | os.PathLike) -> None:
     """Remove a stale record (the launcher calls this before starting servers)."""
     record_path(record_root).unlink(missing_ok=True)
+
+
+def write_served_weights(record_root: str | os.PathLike, path: str, version: int) -> Path:
+    """Record the Hugging Face folder the servers now serve, as weight version `version`."""
+    record = Path(record_root).joinpath(*WEIGHTS_SUBPATH)
+    _write_atomically(record, {"path": str(path), "version": int(version)})
+    return record
+
+
+def read_served_weights(record_root: str | os.PathLike) -> tuple[str, int] | None:
+    """(folder, version) of the last weight update the trainer recorded; None before the first."""
+    record = Path(record_root).joinpath(*WEIGHTS_SUBPATH)
+    try:
+        data = json.loads(record.read_text())
+        return str(data["path"]), int(data["version"])
+    except FileNotFoundError:
+        return None
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"served-weights record {record} is unreadable ({e}); expected "
+                         '{"path": "/folder", "version": N}; delete it to restart servers '
+                         "with the initial model") from None
+
+
+def clear_served_weights(record_root: str | os.PathLike) -> None:
+    """Forget an earlier run's weights (the launcher calls this before starting servers)."""
+    Path(record_root).joinpath(*WEIGHTS_SUBPATH).unlink(missing_ok=True)
 
 
 def normalize_addrs(addrs) -> list[str]:

@@ -34,6 +34,15 @@ def _backoff(attempt: int) -> float:
     return BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]
 
 
+def retries_for(seconds: float) -> int:
+    """The fewest retries whose backoff adds up to at least `seconds` (outlasting a restart)."""
+    n, waited = 0, 0.0
+    while waited < seconds:
+        waited += _backoff(n)
+        n += 1
+    return n
+
+
 def auth_headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
