@@ -28,6 +28,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="Where to write the JSON result.")
     p.add_argument("--model-path", default=None, help="HF model folder; default: a tiny model.")
+    p.add_argument("--shape", default=None, help="A random-weight real architecture instead (bench_train.py "
+                   "SHAPES, e.g. qwen2.5-0.5b), with the project's tokenizer.")
     p.add_argument("--hidden-size", type=int, default=256)
     p.add_argument("--num-layers", type=int, default=4)
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
@@ -128,6 +130,12 @@ def main(argv=None) -> dict:
         torch.set_num_threads(args.cpu_threads)
         env = {"OMP_NUM_THREADS": str(args.cpu_threads)}
     levels = sorted(set(args.concurrency) | ({256} if args.with_256 else set()))
+    tokenizer_args = []
+    if args.shape:
+        from bench_train import build_model_dir
+
+        args.model_path, tok_dir = build_model_dir(args.shape, Path(tempfile.gettempdir()) / "areal-bench-train")
+        tokenizer_args = ["--tokenizer-path", tok_dir]
     model_path = args.model_path or str(make_tiny_model_dir(
         Path(tempfile.gettempdir()) / f"bench-tiny-h{args.hidden_size}-l{args.num_layers}",
         hidden_size=args.hidden_size, num_layers=args.num_layers,
@@ -141,7 +149,7 @@ def main(argv=None) -> dict:
     print(f"baseline sequential generate: {base:.1f} tok/s", flush=True)
     server = start_server(model_path, extra_args=[
         "--device", device, "--dtype", dtype, "--max-running-requests", str(max(levels)),
-        "--log-level", "warning"], timeout=600, env=env)
+        "--log-level", "warning", *tokenizer_args], timeout=600, env=env)
     try:
         asyncio.run(wave(server.url, prompts[:2], 4))  # warm-up
         results = {}
@@ -154,7 +162,7 @@ def main(argv=None) -> dict:
         batching = requests.get(server.url + "/get_server_info").json()["batching"]
     finally:
         server.stop()
-    report = {"device": device, "dtype": dtype, "model_path": model_path,
+    report = {"device": device, "dtype": dtype, "model_path": model_path, "shape": args.shape,
               "cpu_threads": args.cpu_threads,
               "hidden_size": args.hidden_size, "num_layers": args.num_layers,
               "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
