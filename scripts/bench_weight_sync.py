@@ -323,8 +323,11 @@ def bench_shape(args, shape: str, index: int, result: dict, write) -> dict:
     finally:
         if engine is not None:
             engine.destroy()
-        if server is None and server_future.done() and server_future.exception() is None:
-            server = server_future.result()
+        if server is None:  # the trainer failed first: wait for the server, then stop it
+            try:
+                server = server_future.result()
+            except Exception:  # start_server stops a server that failed to come up
+                server = None
         if server is not None:
             server.stop()
         pool.shutdown(wait=True)
