@@ -1,0 +1,239 @@
+"""Faults injected into real runs: `areal-launch` with the built-in server and real trainer workers
+on the CPU demo task (tiny:arith, a few steps of 8 prompts).
+
+  server SIGKILLed, then SIGSTOPped, with launcher.restart_failed_servers=true: restarted each
+      time with the current weights, the run completes every step; without it, a SIGKILLed
+      server stops everything within 30 s and the error names it and its log;
+  trainer rank SIGKILLed (fsdp:d2): everything stops within 30 s, the last checkpoint is intact
+      and a second areal-launch with recover.mode=auto resumes from it and completes the run;
+  server SIGSTOPped: the health watch names it after launcher.server_health_timeout_s;
+  SIGINT to areal-launch: every process it started, grandchildren included, is gone.
+
+A disk that fills up during a checkpoint is tested in tests/engine/test_fsdp_engine.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import requests
+
+from tests.launcher.helpers import free_ports, wait_gone
+from tests.launcher.test_local_cli import LAUNCH, Launcher
+
+pytestmark = pytest.mark.slow
+STOP_BOUND_S = 30  # the issue's bound for stopping everything after a fatal fault
+
+
+class TimedLauncher(Launcher):
+    """A Launcher that also notes when each console line arrived (for the measured numbers)."""
+
+    def __init__(self, args: list[str]):
+        self.times: list[float] = []
+        super().__init__(args)
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.times.append(time.monotonic())
+            self.lines.append(line.rstrip("\n"))
+
+    def seconds_to(self, pattern: str, since: float) -> float:
+        """Seconds from `since` to the first line matching pattern that came after it."""
+        return next(t for t, line in zip(self.times, self.lines) if t >= since and re.search(pattern, line)) - since
+
+
+def measured(what: str, seconds: float) -> None:
+    print(f"[measured] {what}: {seconds:.1f} s")  # shown with pytest -s
+
+
+def launch(fileroot, *overrides: str) -> TimedLauncher:
+    """areal-launch on the CPU demo, small: batches of 8 prompts, no evaluation, no plot."""
+    return TimedLauncher([*LAUNCH, "--config", "tiny_arith_cpu.yaml", f"cluster.fileroot={fileroot}",
+                     "train_dataset.batch_size=8", "evaluator.freq_steps=null", "saver.save_at_end=false",
+                     "stats_logger.progress_bar=false", "stats_logger.plot=false",
+                     f"launcher.server_base_port={free_ports(2)}", f"launcher.trainer_master_port={free_ports(1)}",
+                     "launcher.shutdown_grace_s=3", *overrides])
+
+
+def run_dir_of(fileroot) -> Path:
+    return Path(fileroot) / "tiny_arith_cpu" / "demo"
+
+
+def rows(run_dir) -> list[dict]:
+    path = Path(run_dir) / "metrics.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def wait_rows(launcher: Launcher, run_dir, n: int, timeout: float = 240) -> None:
+    """Until metrics.jsonl has n rows (n training steps done)."""
+    deadline = time.monotonic() + timeout
+    while len(rows(run_dir)) < n:
+        assert launcher.proc.poll() is None, f"the run ended early:\n{launcher.output}"
+        assert time.monotonic() < deadline, f"fewer than {n} steps after {timeout} s:\n{launcher.output}"
+        time.sleep(0.2)
+
+
+def pid_of(launcher: Launcher, name: str) -> int:
+    """The pid of the latest start of process `name`, from the launcher's console."""
+    return int(re.findall(rf"started {name} \(pid (\d+)\)", launcher.output)[-1])
+
+
+def stopped_within(launcher: Launcher, bound: float) -> tuple[int, float]:
+    """(exit code, seconds) of a launcher that must stop within `bound` seconds from now."""
+    t0 = time.monotonic()
+    rc = launcher.wait(bound + 30)  # a hang shows as a failed bound below, not a timeout error
+    return rc, time.monotonic() - t0
+
+
+def tree_pids(pid: int) -> list[int]:
+    return [p.pid for p in psutil.Process(pid).children(recursive=True)]
+
+
+def test_killed_or_hung_server_restarts_with_current_weights(tmp_path):
+    """launcher.restart_failed_servers: the server is SIGKILLed after step 3, then SIGSTOPped
+    after step 6 (the health watch finds it); each time it comes back serving the trainer's last
+    weight update and the run completes all 10 steps."""
+    launcher = launch(tmp_path, "total_train_steps=10", "launcher.restart_failed_servers=true",
+                      "launcher.server_health_timeout_s=5")
+    run_dir = run_dir_of(tmp_path)
+    wait_rows(launcher, run_dir, 3)
+    t_kill = time.monotonic()
+    os.kill(pid_of(launcher, "server-0"), signal.SIGKILL)
+    first = restarted(launcher, r"was killed by SIGKILL \(exit code 137\)", 1)
+    measured("server SIGKILL -> restarted server healthy", launcher.seconds_to("server-0 is back", t_kill))
+    wait_rows(launcher, run_dir, 6)
+    hung = pid_of(launcher, "server-0")
+    t_stop = time.monotonic()
+    os.kill(hung, signal.SIGSTOP)
+    try:
+        second = restarted(launcher, r"did not answer http://\S+/health for \d+ s "
+                           r"\(launcher.server_health_timeout_s=5\): it is hung or stopped", 2)
+    finally:
+        if psutil.pid_exists(hung):
+            os.kill(hung, signal.SIGCONT)
+    measured("server SIGSTOP -> named by the health watch (timeout 5 s)",
+             launcher.seconds_to("server-0 did not answer", t_stop))
+    measured("server SIGSTOP -> restarted server healthy", launcher.seconds_to("server-0 is back", t_stop))
+    assert launcher.wait(300) == 0, launcher.output
+
+    assert 3 <= first["version"] and 6 <= second["version"]
+    for r in (first, second):
+        assert r["folder"] == str(run_dir / "weight_update" / f"v{r['version']}")
+        assert r["served"] >= r["version"]  # back with the trainer's weights (a later push may follow)
+    log = (run_dir / "logs" / "server-0.log").read_text()
+    banners = [line for line in log.splitlines() if line.startswith("=== server-0 started")]
+    assert len(banners) == 3
+    for banner, r in zip(banners[1:], (first, second)):
+        assert f"--model-path {r['folder']}" in banner and f"--weight-version {r['version']}" in banner
+    steps = rows(run_dir)
+    assert [r["step"] for r in steps] == list(range(1, 11))  # the same steps as without a fault
+    assert steps[-1]["weight_version"] == 10
+    assert wait_gone([int(p) for p in re.findall(r"\(pid (\d+)\)", launcher.output)]) == []
+
+
+def restarted(launcher: Launcher, reason: str, nth: int) -> dict:
+    """The nth restart of server-0 for `reason`: the weights it was given, and the weight version
+    it reports as soon as it is back."""
+    deadline = time.monotonic() + 180
+    while launcher.output.count("[launcher] server-0 is back at") < nth:
+        assert launcher.proc.poll() is None and time.monotonic() < deadline, launcher.output
+        time.sleep(0.1)
+    found = re.search(rf"server-0 {reason}; restarting it at (\S+) with weight version (\d+) \((\S+)\) "
+                      rf"\({nth}/3, launcher.restart_failed_servers=true\)", launcher.output)
+    assert found, launcher.output
+    served = requests.get(f"http://{found.group(1)}/get_weight_version", timeout=10).json()["weight_version"]
+    return {"version": int(found.group(2)), "folder": found.group(3), "served": int(served)}
+
+
+def test_killed_server_without_fault_tolerance_stops_everything(tmp_path):
+    launcher = launch(tmp_path, "total_train_steps=200")
+    run_dir = run_dir_of(tmp_path)
+    wait_rows(launcher, run_dir, 2)
+    kill_stops_everything(launcher, run_dir, "server-0")
+
+
+def kill_stops_everything(launcher: Launcher, run_dir, name: str) -> None:
+    """SIGKILL process `name`: the run stops within the bound, exit code 137, the error names the
+    process and its log, and no process of the run is left."""
+    pids = tree_pids(launcher.proc.pid)
+    os.kill(pid_of(launcher, name), signal.SIGKILL)
+    rc, seconds = stopped_within(launcher, STOP_BOUND_S)
+    measured(f"{name} SIGKILL -> every process stopped, launcher exited", seconds)
+    assert rc == 137 and seconds < STOP_BOUND_S, (seconds, launcher.output)
+    log = run_dir / "logs" / f"{name}.log"
+    assert f"error: {name} was killed by SIGKILL (exit code 137); log: {log}" in launcher.output
+    assert wait_gone(pids) == []
+
+
+def test_killed_trainer_rank_stops_everything_and_recover_resumes(tmp_path):
+    two_ranks = ["actor.backend=fsdp:d2", "cluster.n_gpus_per_node=3", "total_train_steps=6",
+                 "recover.freq_steps=2"]
+    launcher = launch(tmp_path, *two_ranks)
+    run_dir = run_dir_of(tmp_path)
+    wait_rows(launcher, run_dir, 3)  # the step-2 checkpoint is written before step 3 starts
+    kill_stops_everything(launcher, run_dir, "trainer-1")
+
+    from areal.engine.fsdp.checkpoint import load_latest
+
+    folder, state = load_latest(run_dir)  # complete: trainer_state.json is written last
+    assert state.step >= 2 and state.step % 2 == 0 and state.weight_version == state.step
+    assert sorted(p.name for p in (folder / "rng").iterdir()) == ["rank0.pt", "rank1.pt"]
+    done_before = len(rows(run_dir))
+
+    t0 = time.monotonic()
+    resumed = launch(tmp_path, *two_ranks, "recover.mode=auto")
+    assert resumed.wait(300) == 0, resumed.output
+    measured(f"resumed run (recover.mode=auto, steps {state.step + 1}-6)", time.monotonic() - t0)
+    assert f"recovered from {folder}: resuming at step {state.step + 1}" in resumed.output
+    after = rows(run_dir)[done_before:]
+    assert [r["step"] for r in after] == list(range(state.step + 1, 7))  # final step as configured
+    assert after[-1]["weight_version"] == 6
+
+
+def test_stopped_server_is_named_by_the_health_check(tmp_path):
+    launcher = launch(tmp_path, "total_train_steps=200", "launcher.server_health_timeout_s=5")
+    run_dir = run_dir_of(tmp_path)
+    wait_rows(launcher, run_dir, 1)
+    pids = tree_pids(launcher.proc.pid)
+    server = pid_of(launcher, "server-0")
+    t_stop = time.monotonic()
+    os.kill(server, signal.SIGSTOP)
+    try:
+        rc, seconds = stopped_within(launcher, STOP_BOUND_S)
+    finally:
+        if psutil.pid_exists(server):
+            os.kill(server, signal.SIGCONT)
+    measured("server SIGSTOP -> named by the health watch (timeout 5 s)",
+             launcher.seconds_to("server-0 did not answer", t_stop))
+    measured("server SIGSTOP -> every process stopped, launcher exited", seconds)
+    assert rc == 1 and seconds < STOP_BOUND_S, (seconds, launcher.output)
+    found = re.search(r"error: server-0 did not answer http://127\.0\.0\.1:\d+/health for (\d+) s "
+                      r"\(launcher\.server_health_timeout_s=5\): it is hung or stopped; .*; log: (\S+)",
+                      launcher.output)
+    assert found and int(found.group(1)) >= 5, launcher.output
+    assert found.group(2) == str(run_dir / "logs" / "server-0.log")
+    assert wait_gone(pids) == []
+
+
+def test_ctrl_c_to_launcher_stops_every_process(tmp_path):
+    """SIGINT (Ctrl-C); SIGTERM takes the same path (test_local_cli.py tests both on fake trainers)."""
+    sig = signal.SIGINT
+    launcher = launch(tmp_path, "total_train_steps=200")
+    wait_rows(launcher, run_dir_of(tmp_path), 1)
+    children = psutil.Process(launcher.proc.pid).children()
+    grandchildren = [p.pid for c in children for p in c.children(recursive=True)]
+    assert {c.pid for c in children} == {pid_of(launcher, "server-0"), pid_of(launcher, "trainer-0")}
+    assert grandchildren, "the trainer's reward workers should be grandchildren of the launcher"
+    launcher.proc.send_signal(sig)
+    rc, seconds = stopped_within(launcher, STOP_BOUND_S)
+    measured(f"{sig.name} -> every process stopped, launcher exited", seconds)
+    assert rc == 128 + sig and seconds < STOP_BOUND_S, (seconds, launcher.output)
+    assert f"{sig.name} received: stopping every process" in launcher.output
+    assert wait_gone([c.pid for c in children] + grandchildren) == []
