@@ -4,7 +4,8 @@ transfer and load, for disk and distributed (NCCL on GPU, gloo on CPU) updates.
 One process is the trainer (an FSDPEngine, dp=1, on the first GPU); it starts one built-in server
 (`python -m areal.server`, on the second GPU: CUDA_VISIBLE_DEVICES=<second visible GPU>) with the
 same random-weight Qwen2.5-shaped folder (built like scripts/bench_train.py, no download), then for
-each mode does a warm-up update and --repeats timed ones. Run it with plain python, not torchrun.
+each mode (broadcast first, disk last) does a warm-up update and --repeats timed ones. Run it with
+plain python, not torchrun; SIGTERM (e.g. from `timeout`) stops the server and keeps the JSON.
 
     # GPU (2 GPUs: trainer on the first, server on the second); a few minutes
     python scripts/bench_weight_sync.py --shape qwen2.5-0.5b qwen2.5-1.5b --device cuda \
@@ -37,9 +38,11 @@ import gc
 import json
 import os
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from concurrent.futures import ThreadPoolExecutor
@@ -82,6 +85,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
     args.modes = args.modes or (["disk", "nccl"] if args.device == "cuda" else ["disk", "gloo"])
+    # the broadcast (the goal's number, and quick) before disk, so a run cut short keeps it
+    args.modes = sorted(dict.fromkeys(args.modes), key=lambda m: m == "disk")
     if args.device == "cpu" and "nccl" in args.modes:
         p.error("--modes nccl needs --device cuda (use gloo on CPU)")
     if args.device == "cuda" and "gloo" in args.modes:
@@ -272,6 +277,7 @@ def bench_shape(args, shape: str, index: int, result: dict, write) -> dict:
     from areal.engine.fsdp.engine import FSDPEngine
 
     out: dict = {"modes": {}}
+    result["shapes"][shape] = out  # filled in as it goes: a run cut short keeps what it measured
     t = time.perf_counter()
     log(f"[{shape}] model folder under {args.workdir}")
     model_dir, tok_dir = build_model_dir(shape, Path(args.workdir))
@@ -299,6 +305,7 @@ def bench_shape(args, shape: str, index: int, result: dict, write) -> dict:
         version, group = 0, f"bench_ws_{index}"
         for mode in args.modes:
             runs = []
+            out["modes"][mode] = {"runs": runs, "best": None, "check": None}
             for mb in ([None] if mode == "disk" else args.bucket_mb):
                 if mb is not None:
                     engine.config.weight_update_bucket_mb = mb
@@ -309,12 +316,11 @@ def bench_shape(args, shape: str, index: int, result: dict, write) -> dict:
                 log(f"[{shape}] {mode}{f' bucket {mb} MB' if mb else ''}: {r['seconds']:.3f} s, "
                     f"{r['gb_per_s']:.2f} GB/s ({r['gb']:.3f} GB); "
                     + ", ".join(f"{n} {v:.3f} s" for n, v in r["split_s"].items()))
+                write()
             best = min(runs, key=lambda r: r["seconds"])
             version += 1
             check = consistency_check(engine, server.url, mode, version, group, seed=1000 * index + version)
-            out["modes"][mode] = {"runs": runs, "best": {k: v for k, v in best.items() if k != "samples"},
-                                  "check": check}
-            result["shapes"][shape] = out
+            out["modes"][mode].update(best={k: v for k, v in best.items() if k != "samples"}, check=check)
             write()
     except BaseException:
         if server is not None:
@@ -348,7 +354,7 @@ def rows(result: dict) -> list[dict]:
                 table.append({"shape": shape, "mode": mode, "bucket_mb": r["bucket_mb"],
                               "seconds": round(r["seconds"], 4), "gb_per_s": round(r["gb_per_s"], 3),
                               **{f"{n}_s": round(v, 4) for n, v in r["split_s"].items()},
-                              "check_passed": m["check"]["passed"]})
+                              "check_passed": m["check"]["passed"] if m["check"] else None})
     return table
 
 
@@ -357,6 +363,8 @@ def main(argv=None) -> int:
     from transformers.utils import logging as hf_logging
 
     args = parse_args(argv)
+    if threading.current_thread() is threading.main_thread():  # finally blocks stop the server
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     hf_logging.disable_progress_bar()  # keep the log to one line per step
     result = {"script": "bench_weight_sync", "device": args.device, "dtype": args.dtype,
               "modes": args.modes, "repeats": args.repeats, "warmup": args.warmup,
@@ -375,16 +383,17 @@ def main(argv=None) -> int:
         f"dtype {args.dtype}, buckets {args.bucket_mb} MB, out {args.out}")
     for index, shape in enumerate(args.shape):
         try:
-            result["shapes"][shape] = bench_shape(args, shape, index, result, write)
+            bench_shape(args, shape, index, result, write)
         except Exception as exc:  # keep going: the other shape's numbers are still worth having
             traceback.print_exc()
             result["errors"][shape] = f"{type(exc).__name__}: {exc}"
             log(f"[{shape}] FAILED: {result['errors'][shape]}")
         write()
-    checks = [m["check"]["passed"] for out in result["shapes"].values() for m in out.get("modes", {}).values()]
+    checks = [bool(m["check"] and m["check"]["passed"])
+              for out in result["shapes"].values() for m in out.get("modes", {}).values()]
     result["checks_passed"] = bool(checks) and all(checks) and not result["errors"]
     nccl = result["shapes"].get("qwen2.5-1.5b", {}).get("modes", {}).get("nccl")
-    if nccl:
+    if nccl and nccl["best"]:
         result["goal_nccl_1.5b_under_1s"] = nccl["best"]["seconds"] < 1.0
     write()
     for row in result["rows"]:
