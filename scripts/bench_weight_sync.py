@@ -10,7 +10,7 @@ plain python, not torchrun; SIGTERM (e.g. from `timeout`) stops the server and k
     # GPU (2 GPUs: trainer on the first, server on the second); a few minutes
     python scripts/bench_weight_sync.py --shape qwen2.5-0.5b qwen2.5-1.5b --device cuda \
         --modes disk nccl --out bench_weight_sync.json
-    # CPU smoke run (tiny model, well under a minute)
+    # CPU smoke run (tiny model; about half a minute on an idle 2-core machine)
     python scripts/bench_weight_sync.py --shape tiny --device cpu --modes disk gloo --repeats 2 \
         --out /tmp/ws.json
 
@@ -28,7 +28,8 @@ The distributed update runs for each --bucket-mb (actor.weight_update_bucket_mb)
 After the timed updates of each mode the trainer's weights are perturbed, the server's logprobs
 are checked to differ from the trainer's, one more update is sent, and they must then match
 (and the server must report the new version): a fast but wrong update fails the run (exit 1).
-Writes one JSON object (--out), rewritten after every mode so a partial run leaves its numbers.
+Writes one JSON object (--out), rewritten after every measurement so a partial run keeps its
+numbers; `rows` in it is the flat table (shape, mode, bucket_mb, seconds, gb_per_s, *_s).
 """
 
 from __future__ import annotations
