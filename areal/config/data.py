@@ -13,7 +13,8 @@ class DatasetConfig(Section):
     type: str = Field(
         "gsm8k",
         description="Loader: 'gsm8k' (path = local folder/file or hub id; null: $AREAL_GSM8K_DIR, else "
-        "openai/gsm8k), 'synthetic_arith' (the CPU demo task, generated), 'files' (jsonl/json/parquet rows "
+        "openai/gsm8k), 'synthetic_arith' (the CPU demo task, generated), 'synthetic_word' (easy generated "
+        "GSM8K-style word problems), 'files' (jsonl/json/parquet rows "
         "at path, as they are), or 'package.module:function' returning a list of dicts.")
     path: str | None = Field(None, description="Where the loader reads from (see type).")
     split: str = Field("train", description="Split to read.")

@@ -171,7 +171,7 @@ def _trainer_only_source(cfg):
                           "add launcher.rollout_n_nodes=0, or drop rollout.replay_path")
 
 
-BUILTIN_DATASETS = ("gsm8k", "synthetic_arith", "files")
+BUILTIN_DATASETS = ("gsm8k", "synthetic_arith", "synthetic_word", "files")
 
 
 def _datasets(cfg):

@@ -9,6 +9,8 @@
     `gsm8k`            GSM8K from `path` (a local folder, file or hub id); when `path` is
                        omitted, from $AREAL_GSM8K_DIR, else the hub id `openai/gsm8k`.
     `synthetic_arith`  the CPU demo task; kwargs `size`, `seed`, `max_sum`, `max_operand`.
+    `synthetic_word`   easy generated GSM8K-style word problems (areal.dataset.word_problems);
+                       kwargs `size`, `seed`.
 - an import path `package.module:function`: your own loader, called as
   `function(split=split, **kwargs)` (plus `path=path` when a path is given); it must return a
   list of dicts. This is how a YAML config plugs in a dataset:
@@ -35,6 +37,7 @@ from typing import Callable
 from areal.dataset.files import find_split_files, list_data_files, read_records
 from areal.dataset.gsm8k import HUB_ID, load_gsm8k
 from areal.dataset.synthetic import load_synthetic_arith
+from areal.dataset.word_problems import load_word_problems
 from areal.reward.gsm8k import extract_hash_answer
 from areal.reward.registry import import_object
 
@@ -46,15 +49,19 @@ def _load_gsm8k_named(split: str, *, path: str | None = None, **kwargs) -> list[
     return load_gsm8k(path or os.environ.get(GSM8K_DIR_ENV) or HUB_ID, split, **kwargs)
 
 
-def _load_synthetic_named(split: str, *, path: str | None = None, **kwargs) -> list[dict]:
-    if path:
-        raise ValueError(f"dataset 'synthetic_arith' is generated and takes no path (got {path!r})")
-    return load_synthetic_arith(split, **kwargs)
+def _generated(name: str, loader: Callable[..., list[dict]]) -> Callable[..., list[dict]]:
+    def load(split: str, *, path: str | None = None, **kwargs) -> list[dict]:
+        if path:
+            raise ValueError(f"dataset '{name}' is generated and takes no path (got {path!r})")
+        return loader(split, **kwargs)
+
+    return load
 
 
 BUILTIN_DATASETS: dict[str, Callable[..., list[dict]]] = {
     "gsm8k": _load_gsm8k_named,
-    "synthetic_arith": _load_synthetic_named,
+    "synthetic_arith": _generated("synthetic_arith", load_synthetic_arith),
+    "synthetic_word": _generated("synthetic_word", load_word_problems),
 }
 
 

@@ -39,3 +39,22 @@ def test_bad_arguments_name_the_problem():
         make_synthetic_arith(-1)
     with pytest.raises(ValueError, match="unknown split 'dev'"):
         load_synthetic_arith("dev")
+
+
+def test_word_problems_are_gsm8k_shaped_deterministic_and_correct():
+    import re
+
+    from areal.dataset.registry import load_dataset_by_name
+    from areal.reward.gsm8k import extract_hash_answer
+
+    train = load_dataset_by_name("synthetic_word", "train", size=200, seed=3)
+    assert train == load_dataset_by_name("synthetic_word", "train", size=200, seed=3)
+    assert train != load_dataset_by_name("synthetic_word", "test", size=200, seed=3)
+    for r in train:
+        assert extract_hash_answer(r["answer"]) == r["solution"]
+        last = r["answer"].splitlines()[-2]  # the final "x op y = z" line checks out
+        lhs, rhs = last.split(" = ")
+        assert eval(lhs) == int(rhs) == int(r["solution"]) >= 0
+        assert re.search(r"How many \w+", r["question"])
+    with pytest.raises(ValueError, match="takes no path"):
+        load_dataset_by_name("synthetic_word", "train", path="/x")
