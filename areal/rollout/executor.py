@@ -224,26 +224,34 @@ class RolloutExecutor:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     def _admit(self) -> list[_Submission]:
-        """Pop the queued episodes that may start now (FIFO), updating the counters."""
+        """Pop the queued episodes that may start now, updating the counters.
+
+        FIFO, except that episodes outside the staleness bound (rollout_batch's) pass bounded ones
+        that must wait for a newer version: the caller of rollout_batch (e.g. an evaluation
+        before the next version bump) would otherwise wait for ever.
+        """
         admitted = []
         if self._paused.is_set():
             return admitted
         version = self.engine.get_version()
         with self._lock:
-            while self._inputs:
-                sub = self._inputs[0]
+            waiting: deque[_Submission] = deque()  # bounded ones held back by the staleness bound
+            while self._inputs and self._running < self.max_concurrent:
+                sub = self._inputs.popleft()
                 room = capacity(version=version, max_head_offpolicyness=self.max_head_offpolicyness,
                                 consumer_batch_size=self.consumer_batch_size,
                                 max_concurrent=self.max_concurrent - (self._running - self._running_bounded),
                                 running=self._running_bounded, accepted=self._accepted)
-                if (sub.bounded and room <= 0) or self._running >= self.max_concurrent:
-                    break
-                self._inputs.popleft()
+                if sub.bounded and (waiting or room <= 0):
+                    waiting.append(sub)
+                    continue
                 self._running += 1
                 self._running_bounded += sub.bounded
                 self._peak["running"] = max(self._peak["running"], self._running)
                 self._peak["started"] = max(self._peak["started"], self._running_bounded + self._accepted)
                 admitted.append(sub)
+            waiting.extend(self._inputs)
+            self._inputs = waiting
         return admitted
 
     async def _episode(self, sub: _Submission) -> None:

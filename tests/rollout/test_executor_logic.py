@@ -212,3 +212,23 @@ def test_prepare_batch_keeps_the_next_batch_generating_while_the_trainer_trains(
         assert ex.stats()["peak_running"] <= 4
     finally:
         ex.destroy()
+
+
+def test_rollout_batch_passes_episodes_waiting_for_a_newer_version():
+    """An evaluation (rollout_batch) between prepare_batch calls must not queue behind episodes
+    that the staleness bound holds back until the next version."""
+    cfg = RolloutConfig(consumer_batch_size=4, max_concurrent_rollouts=8, max_head_offpolicyness=0)
+    engine, ex = make(cfg)
+    wf = Counting()
+    loader = [[{"i": i}] * 4 for i in range(10)]
+    try:
+        ex.prepare_batch(loader, wf)
+        assert ex.stats()["queued"] > 0  # the next batch waits for version 1
+        done = []
+        t = threading.Thread(target=lambda: done.append(ex.rollout_batch([{"i": 0}] * 3, wf)), daemon=True)
+        t.start()
+        t.join(10)
+        assert done and done[0]["rewards"].shape == (3,)
+        assert ex.stats()["queued"] > 0 and ex.stats()["accepted"] == 4  # the bound still holds
+    finally:
+        ex.destroy()
