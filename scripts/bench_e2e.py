@@ -1,0 +1,605 @@
+"""End-to-end GRPO throughput, synchronous against asynchronous RL (issue 8, item 1).
+
+One inference server on one GPU and one FSDP trainer on another, run through `areal-launch`
+(the local launcher, the gsm8k_grpo recipe) once per `rollout.max_head_offpolicyness` value:
+0 (synchronous: generation and training alternate) and 2 and 4 (asynchronous: the next batch is
+generated while the trainer trains). The model is a random-weight Qwen2.5 shape built from its
+public config (scripts/bench_train.py; the project's character tokenizer), the prompts are real
+GSM8K questions, and every sample generates exactly --max-new-tokens tokens (ignore_eos), so all
+modes do the same work per step. Per mode it reports, over the measured steps (the first
+--warmup steps are excluded): samples/s, generated tokens/s, seconds per phase of a step
+(rollout wait, logprob recompute, train, weight update) and the fraction of time each GPU was
+busy (NVML utilization sampled in a background thread; null on CPU). The goal of the issue:
+asynchronous at least 1.8x synchronous.
+
+    # GPU: 2 devices (server on GPU 0, trainer on GPU 1); about 2-2.5 min per mode
+    python scripts/bench_e2e.py --data data/gsm8k/train.jsonl --out bench_e2e.json
+    # tune the balance (see the "balance" and "hint" lines it prints): batch, samples, lengths
+    python scripts/bench_e2e.py --data ... --batch-size 64 --n-samples 8 --max-new-tokens 192 --out ...
+    # one mode per call when time is short (each call rebuilds nothing: models are cached in --workdir)
+    python scripts/bench_e2e.py --data ... --offpolicyness 0 --out sync.json
+    # CPU smoke run (tiny model, about a minute on 2 cores)
+    python scripts/bench_e2e.py --device cpu --shape tiny --batch-size 2 --n-samples 2 \
+        --max-new-tokens 8 --steps 1 --warmup 1 --ppo-minibatches 1 --out /tmp/bench_e2e.json
+
+Why the two phases should take about as long: a synchronous step costs generation + training +
+weight update, an asynchronous one max(generation, training) + weight update, so the speedup
+can reach 2x only when generation and training take equal time. The script prints the ceiling
+the synchronous run's phase times allow.
+
+Writes one JSON object (--out, rewritten after every mode): config, hardware, per-mode results
+under "modes" (sync, async2, async4), "speedup" (asyncK_vs_sync by samples/s), "balance".
+Exit status 0 when every mode completed all its steps, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+GOAL_SPEEDUP = 1.8
+PHASES = ("rollout", "advantages", "recompute_logprob", "train", "weight_update", "save", "eval")
+RESERVE_S = 100.0  # --budget: time kept for each mode still to run
+SERVER_GPU, TRAINER_GPU = 0, 1  # launcher/plan.py: servers take the first devices, trainers the next
+
+
+def say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def parse_args(argv=None):
+    from bench_train import SHAPES
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="where to write the JSON result")
+    p.add_argument("--data", default=None,
+                   help="GSM8K train split: a train.jsonl / .parquet file or a folder holding one "
+                        "(default: $AREAL_GSM8K_DIR, else ../shared/data/gsm8k beside the checkout)")
+    p.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when a GPU is visible")
+    p.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-1.5b")
+    p.add_argument("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu")
+    p.add_argument("--offpolicyness", type=int, nargs="+", default=[0, 2, 4],
+                   help="rollout.max_head_offpolicyness values, one run each (0 = synchronous)")
+    p.add_argument("--steps", type=int, default=4, help="measured training steps per mode")
+    p.add_argument("--warmup", type=int, default=1, help="steps run first and excluded from the numbers")
+    p.add_argument("--batch-size", type=int, default=64, help="prompts per step (train_dataset.batch_size)")
+    p.add_argument("--n-samples", type=int, default=4, help="samples per prompt (GRPO group size)")
+    p.add_argument("--max-new-tokens", type=int, default=256, help="fixed generation length (ignore_eos)")
+    p.add_argument("--max-concurrent", type=int, default=None,
+                   help="rollout.max_concurrent_rollouts (episodes = prompts); default: --batch-size")
+    p.add_argument("--max-running-requests", type=int, default=None,
+                   help="sglang.max_running_requests (sequences decoded together per server); "
+                        "default: max-concurrent x n-samples")
+    p.add_argument("--ppo-minibatches", type=int, default=4, help="actor.ppo_n_minibatches")
+    p.add_argument("--max-tokens-per-mb", type=int, default=16384, help="actor.max_tokens_per_mb")
+    p.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=True,
+                   help="actor.gradient_checkpointing (the recipe's default: on)")
+    p.add_argument("--weight-update", choices=("distributed", "disk"), default="distributed",
+                   help="actor.weight_update (distributed = NCCL on GPU, gloo on CPU)")
+    p.add_argument("--server", choices=("builtin", "sglang", "auto"), default="builtin", help="rollout.server")
+    p.add_argument("--config", default="gsm8k_grpo.yaml", help="the experiment the overrides apply to")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra Hydra override for every run (repeatable), e.g. --override actor.optimizer.lr=1e-6")
+    p.add_argument("--run-timeout", type=float, default=None,
+                   help="seconds one mode may take, start-up included (default: 270 on cuda, 300 on cpu)")
+    p.add_argument("--budget", type=float, default=None,
+                   help="seconds for the whole script (default: 480 on cuda, none on cpu): a mode may use "
+                        "what is left minus 100 s per mode still to run; a mode cut short reports the "
+                        "steps it finished")
+    p.add_argument("--gpu-sample-s", type=float, default=0.1, help="GPU utilization sampling period")
+    p.add_argument("--port-base", type=int, default=31200, help="server port of the first run (+10 per run)")
+    p.add_argument("--master-port-base", type=int, default=29600,
+                   help="trainer rendezvous port of the first run (+10 per run)")
+    p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "areal-bench-e2e"),
+                   help="models (cached across calls) and run directories")
+    p.add_argument("--seed", type=int, default=1)
+    args = p.parse_args(argv)
+    if args.steps < 1 or args.warmup < 0:
+        p.error("--steps must be >= 1 and --warmup >= 0")
+    if len(set(args.offpolicyness)) != len(args.offpolicyness) or min(args.offpolicyness) < 0:
+        p.error("--offpolicyness takes distinct values >= 0")
+    return args
+
+
+def mode_name(k: int) -> str:
+    return "sync" if k == 0 else f"async{k}"
+
+
+# ---- set-up ---------------------------------------------------------------------------------------
+
+def resolve_device(args) -> str:
+    if args.device:
+        return args.device
+    return "cuda" if gpu_count() > 0 else "cpu"
+
+
+def gpu_count() -> int:
+    if not shutil.which("nvidia-smi"):
+        return 0
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
+
+
+def check_cuda_layout() -> None:
+    """The launcher gives the server CUDA_VISIBLE_DEVICES=0 and the trainer 1: node-local indices
+    that replace (not index into) an inherited CUDA_VISIBLE_DEVICES, which the runs therefore do not
+    get. The sampler watches NVML indices 0 and 1 (the runs set CUDA_DEVICE_ORDER=PCI_BUS_ID)."""
+    n = gpu_count()
+    if n < 2:
+        sys.exit(f"error: --device cuda needs 2 GPUs (server + trainer); nvidia-smi lists {n}")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return
+    if n > 2 and [d.strip() for d in visible.split(",")][:2] != ["0", "1"]:
+        sys.exit(f"error: CUDA_VISIBLE_DEVICES={visible!r} on a node with {n} GPUs: areal-launch places the "
+                 "server on GPU 0 and the trainer on GPU 1 whatever it says; unset it or make it start with 0,1")
+    say(f"note: CUDA_VISIBLE_DEVICES={visible!r} is not passed on; the launcher uses GPUs 0 and 1 of the node")
+
+
+def resolve_data(path: str | None) -> str:
+    path = path or os.environ.get("AREAL_GSM8K_DIR")
+    if not path:
+        default = REPO.parent / "shared" / "data" / "gsm8k"
+        if not default.is_dir():
+            sys.exit("error: pass --data (or set AREAL_GSM8K_DIR): a GSM8K train.jsonl or a folder with one")
+        path = str(default)
+    p = Path(path).expanduser().resolve()
+    if not p.exists():
+        sys.exit(f"error: --data {path}: no such file or folder")
+    if p.is_dir() and not any(p.glob("train*")) and not any(p.glob("*/train*")):
+        sys.exit(f"error: --data {path}: no train split there (expected train.jsonl or train-*.parquet)")
+    return str(p)
+
+
+def build_model(args, workdir: Path) -> tuple[str, str]:
+    from bench_train import build_model_dir
+
+    t = time.perf_counter()
+    model_dir, tok_dir = build_model_dir(args.shape, workdir / "models")
+    say(f"model {args.shape}: {model_dir} (tokenizer {tok_dir}) ready in {time.perf_counter() - t:.1f} s")
+    return model_dir, tok_dir
+
+
+def overrides(args, k: int, index: int, model_dir: str, tok_dir: str, data: str, runs_root: Path) -> list[str]:
+    conc = args.max_concurrent or args.batch_size
+    running = args.max_running_requests or conc * args.n_samples
+    offset = 10 * index
+    return [
+        "experiment_name=bench_e2e", f"trial_name={mode_name(k)}", f"seed={args.seed}",
+        f"cluster.fileroot={runs_root}", f"cluster.device={args.device}", "cluster.n_nodes=1",
+        "cluster.n_gpus_per_node=2",
+        f"actor.path={model_dir}", f"actor.tokenizer_path={tok_dir}", "actor.backend=fsdp:d1",
+        f"actor.dtype={args.dtype}", f"actor.gradient_checkpointing={str(args.grad_ckpt).lower()}",
+        f"actor.max_tokens_per_mb={args.max_tokens_per_mb}", f"actor.ppo_n_minibatches={args.ppo_minibatches}",
+        f"actor.weight_update={args.weight_update}",
+        "rollout.backend=sglang:d1", f"rollout.server={args.server}", f"rollout.max_head_offpolicyness={k}",
+        f"rollout.max_concurrent_rollouts={conc}",
+        f"gconfig.n_samples={args.n_samples}", f"gconfig.max_new_tokens={args.max_new_tokens}",
+        "gconfig.min_new_tokens=0", "gconfig.ignore_eos=true", "gconfig.temperature=1.0", "gconfig.stop=[]",
+        f"sglang.max_running_requests={running}", "sglang.context_length=null",
+        "train_dataset.type=gsm8k", f"train_dataset.path={data}", f"train_dataset.batch_size={args.batch_size}",
+        "train_dataset.max_samples=null",
+        f"total_train_steps={args.warmup + args.steps}", "total_train_epochs=1000",
+        "evaluator.freq_steps=null", "saver.freq_steps=null", "saver.save_at_end=false",
+        "recover.mode=disabled", "recover.freq_steps=null",
+        "stats_logger.tensorboard=false", "stats_logger.plot=false",
+        f"launcher.server_base_port={args.port_base + offset}",
+        f"launcher.trainer_master_port={args.master_port_base + offset}",
+        *args.override,
+    ]
+
+
+# ---- GPU utilization ------------------------------------------------------------------------------
+
+class GpuSampler:
+    """(wall time, NVML index, utilization %, memory MiB) every `period` s, in a background thread.
+
+    NVML through pynvml when importable, else a one-shot `nvidia-smi --query-gpu` per sample (a
+    streaming `-lms` pipe is block-buffered, so its lines would arrive late). utilization.gpu is the
+    share of the driver's last sampling window in which a kernel ran; its mean is the busy fraction.
+    """
+
+    def __init__(self, indices: list[int], period: float):
+        self.indices, self.period = indices, period
+        self.samples: list[tuple[float, int, float, float]] = []
+        self.source = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "GpuSampler":
+        read = self._pynvml_reader() or self._smi_reader()
+        if read is None:
+            return self
+        self._thread = threading.Thread(target=self._loop, args=(read,), name="gpu-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def _loop(self, read) -> None:
+        while not self._stop.is_set():
+            t = time.monotonic()
+            try:
+                rows = read()
+            except Exception as e:  # a sampler hiccup must not end the benchmark
+                say(f"gpu sampler: {type(e).__name__}: {e}")
+                rows = []
+            now = time.time()
+            self.samples += [(now, i, u, m) for i, u, m in rows]
+            self._stop.wait(max(0.0, self.period - (time.monotonic() - t)))
+
+    def _pynvml_reader(self):
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            handles = {i: pynvml.nvmlDeviceGetHandleByIndex(i) for i in self.indices}
+        except Exception:
+            return None
+        self.source = "pynvml"
+
+        def read():
+            return [(i, float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu),
+                     pynvml.nvmlDeviceGetMemoryInfo(h).used / 2**20) for i, h in handles.items()]
+        return read
+
+    def _smi_reader(self):
+        if not shutil.which("nvidia-smi"):
+            return None
+        self.source = "nvidia-smi"
+        cmd = ["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used", "--format=csv,noheader,nounits",
+               "-i", ",".join(map(str, self.indices))]
+
+        def read():
+            out = subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout
+            rows = []
+            for line in out.splitlines():
+                parts = [x.strip() for x in line.split(",")]
+                if len(parts) == 3 and all(x.replace(".", "").isdigit() for x in parts):
+                    rows.append((int(parts[0]), float(parts[1]), float(parts[2])))
+            return rows
+        return read
+
+    def summary(self, index: int, t0: float | None, t1: float | None) -> dict:
+        mine = [s for s in self.samples if s[1] == index]
+        window = [s for s in mine if t0 is not None and t1 is not None and t0 <= s[0] <= t1]
+        return {"index": index,
+                "busy_fraction": statistics.fmean(s[2] for s in window) / 100 if window else None,
+                "samples": len(window),
+                "peak_memory_mib": max((s[3] for s in mine), default=None)}
+
+
+# ---- one mode -------------------------------------------------------------------------------------
+
+def run_mode(args, k: int, index: int, model_dir: str, tok_dir: str, data: str, workdir: Path, *,
+             timeout: float) -> dict:
+    name, total = mode_name(k), args.warmup + args.steps
+    runs_root = workdir / "runs"
+    run_dir = runs_root / "bench_e2e" / name
+    shutil.rmtree(run_dir, ignore_errors=True)  # a fresh trial: no stale metrics.jsonl
+    run_dir.mkdir(parents=True)
+    cmd = [sys.executable, "-m", "launcher.cli", "--config", args.config,
+           *overrides(args, k, index, model_dir, tok_dir, data, runs_root)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
+           "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}  # CUDA index i is NVML index i
+    env.setdefault("HF_HUB_OFFLINE", "1")  # every path is local: never wait on the hub
+    if args.device == "cuda":
+        env.pop("CUDA_VISIBLE_DEVICES", None)  # see check_cuda_layout ("" would hide the GPUs from it)
+    say(f"\n== {name} (max_head_offpolicyness={k}): {total} steps, the first {args.warmup} excluded; "
+        f"time limit {timeout:.0f} s")
+    say("$ areal-launch " + " ".join(cmd[3:]))
+    sampler = GpuSampler([SERVER_GPU, TRAINER_GPU], args.gpu_sample_s) if args.device == "cuda" else None
+    if sampler:
+        sampler.start()
+    launcher_log = run_dir / "launcher.log"
+    start = time.time()
+    rows, arrivals, status = [], [], "ok"
+    with open(launcher_log, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO,
+                                start_new_session=True)
+        metrics = run_dir / "metrics.jsonl"
+        pos = 0
+        try:
+            while True:
+                code = proc.poll()
+                pos = _read_rows(metrics, pos, rows, arrivals, name, total, args.warmup, start)
+                if code is not None:
+                    break
+                if time.time() - start > timeout:
+                    say(f"[{name}] timed out after {timeout:.0f} s: stopping the launcher")
+                    status = "timeout"
+                    _stop(proc)
+                    break
+                time.sleep(0.2)
+        except BaseException:  # Ctrl-C, or SIGTERM from an outer `timeout`: no orphaned run
+            say(f"[{name}] interrupted: stopping the launcher")
+            _stop(proc)
+            if sampler:
+                sampler.stop()
+            raise
+        _read_rows(metrics, pos, rows, arrivals, name, total, args.warmup, start)
+    wall = time.time() - start
+    if sampler:
+        sampler.stop()
+    steps = [r for r in rows if r.get("step", 0) > 0]
+    if status == "ok" and (proc.returncode != 0 or len(steps) < total):
+        status = "failed"
+    result = summarise(args, k, steps, arrivals, sampler, start)
+    result.update(status=status, returncode=proc.returncode, wall_s=wall, run_dir=str(run_dir),
+                  steps_expected=total, steps_completed=len(steps))
+    if status != "ok":
+        result["log_tail"] = _log_tails(run_dir)
+        say(f"[{name}] {status} (exit {proc.returncode}, {len(steps)}/{total} steps); log tails:\n"
+            + result["log_tail"])
+    else:
+        say(f"[{name}] done in {wall:.0f} s: {result['samples_per_s']:.2f} samples/s, "
+            f"{result['gen_tokens_per_s']:.0f} generated tokens/s" + _gpu_text(result["gpu"]))
+    return result
+
+
+def _read_rows(path: Path, pos: int, rows: list, arrivals: list, name: str, total: int, warmup: int,
+               start: float) -> int:
+    """New complete lines of metrics.jsonl since byte `pos`; records their arrival time and prints them."""
+    if not path.exists():
+        return pos
+    with open(path, "rb") as f:
+        f.seek(pos)
+        chunk = f.read()
+    now = time.time()
+    end = chunk.rfind(b"\n") + 1
+    for line in chunk[:end].decode().splitlines():
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        rows.append(row)
+        arrivals.append(now)
+        if row.get("step", 0) > 0:
+            say(f"[{name}] step {row['step']}/{total}{' (warm-up)' if row['step'] <= warmup else ''} "
+                f"at {now - start:.0f} s: {_step_text(row)}")
+    return pos + end
+
+
+def _step_text(row: dict) -> str:
+    ph = " | ".join(f"{p} {row[f'timing/{p}_s']:.2f}" for p in PHASES
+                    if isinstance(row.get(f"timing/{p}_s"), (int, float)) and row[f"timing/{p}_s"] >= 0.005)
+    return (f"{row.get('timing/step_s', 0):.2f} s ({ph}); {row.get('rollout/n_samples')} samples, "
+            f"{row.get('rollout/gen_tokens')} generated tokens, staleness {row.get('rollout/staleness_max')}")
+
+
+def _gpu_text(gpu: dict | None) -> str:
+    if not gpu:
+        return ""
+    parts = [f"{role} GPU busy {g['busy_fraction']:.0%}" for role, g in gpu.items()
+             if g.get("busy_fraction") is not None]
+    return "; " + ", ".join(parts) if parts else ""
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """SIGTERM the launcher (it tears its processes down), SIGKILL its session if it lingers."""
+    try:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+def _log_tails(run_dir: Path, chars: int = 2500) -> str:
+    out = []
+    for path in [run_dir / "launcher.log", *sorted((run_dir / "logs").glob("*.log"))]:
+        if path.exists():
+            out.append(f"--- {path.name} ---\n{path.read_text(errors='replace')[-chars:]}")
+    return "\n".join(out)
+
+
+def summarise(args, k: int, steps: list[dict], arrivals: list[float], sampler, start: float) -> dict:
+    measured = [r for r in steps if r["step"] > args.warmup]
+    step_arrivals = [t for r, t in zip_steps(steps, arrivals)]
+
+    def total(key):
+        return sum(float(r.get(key) or 0) for r in measured)
+
+    def mean(key):
+        vals = [float(r[key]) for r in measured if isinstance(r.get(key), (int, float))]
+        return statistics.fmean(vals) if vals else None
+
+    seconds = total("timing/step_s")
+    expected_tokens = args.batch_size * args.n_samples * args.max_new_tokens
+    out = {"max_head_offpolicyness": k, "measured_steps": len(measured), "measured_s": seconds,
+           "samples_per_s": total("rollout/n_samples") / seconds if seconds else None,
+           "gen_tokens_per_s": total("rollout/gen_tokens") / seconds if seconds else None,
+           "samples_per_step": mean("rollout/n_samples"), "gen_tokens_per_step": mean("rollout/gen_tokens"),
+           "fixed_lengths_ok": bool(measured) and all(r.get("rollout/gen_tokens") == expected_tokens for r in measured),
+           "step_s": [r.get("timing/step_s") for r in steps],
+           "step_s_mean": mean("timing/step_s"),
+           "phase_s_mean": {p: mean(f"timing/{p}_s") for p in PHASES},
+           "weight_update_s_mean": mean("weight_update/seconds"),
+           "weight_update_bytes": mean("weight_update/bytes"),
+           "staleness_max": max((r.get("rollout/staleness_max") or 0 for r in measured), default=None),
+           "startup_s": (step_arrivals[0] - start - float(steps[0].get("timing/step_s") or 0)) if steps else None,
+           "gpu": None}
+    # the measured window: from the end of the last warm-up step to the end of the last step
+    t0 = t1 = None
+    if measured:
+        t0 = (step_arrivals[args.warmup - 1] if args.warmup
+              else step_arrivals[0] - float(steps[0].get("timing/step_s") or 0))
+        t1 = step_arrivals[-1]
+    # the measured seconds from arrival times of metrics rows (0.2 s resolution): a cross-check
+    out["measured_wall_s"] = t1 - t0 if t0 is not None else None
+    if sampler is not None:
+        out["gpu"] = {"server": sampler.summary(SERVER_GPU, t0, t1),
+                      "trainer": sampler.summary(TRAINER_GPU, t0, t1), "source": sampler.source}
+    return out
+
+
+def zip_steps(steps: list[dict], arrivals: list[float]):
+    """(row, arrival) of training steps only; `arrivals` holds one time per metrics row (step 0 too)."""
+    return [(r, t) for r, t in zip(steps, arrivals[len(arrivals) - len(steps):])]
+
+
+# ---- the whole benchmark --------------------------------------------------------------------------
+
+def hardware(device: str) -> dict:
+    import torch
+    import transformers
+
+    info = {"device": device, "host": platform.node(), "cpu_count": os.cpu_count(),
+            "python": platform.python_version(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "cuda": torch.version.cuda, "gpus": None}
+    try:
+        import importlib.metadata as md
+
+        info["sglang"] = md.version("sglang")
+    except Exception:
+        info["sglang"] = None
+    if device == "cuda":
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version",
+                                  "--format=csv,noheader"], capture_output=True, text=True, timeout=30).stdout
+            info["gpus"] = [line.strip() for line in out.splitlines() if line.strip()]
+        except (OSError, subprocess.TimeoutExpired) as e:
+            info["gpus"] = f"nvidia-smi failed: {e}"
+    return info
+
+
+def balance(modes: dict) -> dict | None:
+    """Phase times of the synchronous run and the async speedup they allow."""
+    sync = modes.get("sync")
+    if not sync or not sync.get("measured_steps"):
+        return None
+    ph = sync["phase_s_mean"]
+    gen = ph.get("rollout") or 0.0
+    train = sum(ph.get(p) or 0.0 for p in ("advantages", "recompute_logprob", "train"))
+    other = (sync.get("step_s_mean") or 0.0) - gen - train
+    ceiling = (gen + train + other) / (max(gen, train) + other) if max(gen, train) + other > 0 else None
+    return {"sync_generation_s": gen, "sync_training_s": train, "sync_other_s": other,
+            "generation_over_training": gen / train if train else None, "async_ceiling": ceiling}
+
+
+def write(path: str, result: dict) -> None:
+    tmp = Path(path).with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=1))
+    os.replace(tmp, path)
+
+
+def _terminated(signum, _frame):
+    raise SystemExit(128 + signum)
+
+
+def main(argv=None) -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_train (model shapes)
+    args = parse_args(argv)
+    if threading.current_thread() is not threading.main_thread():
+        return bench(args)
+    previous = signal.signal(signal.SIGTERM, _terminated)  # run_mode then stops the launcher it started
+    try:
+        return bench(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def bench(args) -> int:
+    args.device = resolve_device(args)
+    args.dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
+    args.run_timeout = args.run_timeout or (270.0 if args.device == "cuda" else 300.0)
+    args.budget = args.budget or (480.0 if args.device == "cuda" else float("inf"))
+    if args.device == "cuda":
+        check_cuda_layout()
+    data = resolve_data(args.data)
+    workdir = Path(args.workdir).expanduser().resolve()  # the runs' cwd is the repository
+    workdir.mkdir(parents=True, exist_ok=True)
+    t_start = time.time()
+    say(f"bench_e2e: {args.shape} on {args.device} ({args.dtype}), {args.batch_size} prompts x "
+        f"{args.n_samples} samples x {args.max_new_tokens} new tokens per step, offpolicyness "
+        f"{args.offpolicyness}, data {data}")
+    model_dir, tok_dir = build_model(args, workdir)
+    config = {k: (None if v == float("inf") else v) for k, v in vars(args).items()}
+    config.update(data=data, model_dir=model_dir, tokenizer_dir=tok_dir,
+                  overrides_example=overrides(args, 0, 0, model_dir, tok_dir, data, workdir / "runs"))
+    result = {"benchmark": "bench_e2e", "goal_speedup": GOAL_SPEEDUP, "config": config,
+              "hardware": hardware(args.device), "modes": {}, "speedup": {}, "balance": None,
+              "goal_met": None}
+    for index, k in enumerate(args.offpolicyness):
+        later = len(args.offpolicyness) - index - 1
+        timeout = min(args.run_timeout, args.budget - (time.time() - t_start) - RESERVE_S * later)
+        result["modes"][mode_name(k)] = run_mode(args, k, index, model_dir, tok_dir, data, workdir,
+                                                 timeout=max(timeout, 60.0))
+        finish(result)
+        write(args.out, result)
+        if k == 0:
+            say_balance(result["balance"])
+    result["total_s"] = time.time() - t_start
+    write(args.out, result)
+    report(result)
+    return 0 if all(m["status"] == "ok" for m in result["modes"].values()) else 1
+
+
+def finish(result: dict) -> None:
+    modes = result["modes"]
+    base = (modes.get("sync") or {}).get("samples_per_s")
+    result["speedup"] = {f"{name}_vs_sync": (m["samples_per_s"] / base if base and m.get("samples_per_s") else None)
+                         for name, m in modes.items() if name != "sync"}
+    result["balance"] = balance(modes)
+    ups = [v for v in result["speedup"].values() if v is not None]
+    result["goal_met"] = (max(ups) >= GOAL_SPEEDUP) if ups else None
+
+
+def report(result: dict) -> None:
+    say("\n== summary")
+    say(f"{'mode':<8} {'status':<8} {'samples/s':>10} {'gen tok/s':>10} {'step s':>8} {'rollout':>8} "
+        f"{'train':>8} {'w-update':>8} {'srv busy':>8} {'trn busy':>8}")
+    for name, m in result["modes"].items():
+        ph = m.get("phase_s_mean") or {}
+        gpu = m.get("gpu") or {}
+        train = sum(ph.get(p) or 0.0 for p in ("advantages", "recompute_logprob", "train"))
+
+        def f(x, spec):
+            return format(x, spec) if isinstance(x, (int, float)) else "-"
+
+        say(f"{name:<8} {m['status']:<8} {f(m.get('samples_per_s'), '10.2f')} {f(m.get('gen_tokens_per_s'), '10.0f')} "
+            f"{f(m.get('step_s_mean'), '8.2f')} {f(ph.get('rollout'), '8.2f')} {f(train, '8.2f')} "
+            f"{f(ph.get('weight_update'), '8.2f')} {f((gpu.get('server') or {}).get('busy_fraction'), '8.0%')} "
+            f"{f((gpu.get('trainer') or {}).get('busy_fraction'), '8.0%')}")
+    for key, value in result["speedup"].items():
+        say(f"speedup {key}: {value:.2f}x (goal {GOAL_SPEEDUP}x)" if value else f"speedup {key}: -")
+    say_balance(result["balance"])
+    say(f"total {result.get('total_s', 0):.0f} s")
+
+
+def say_balance(b: dict | None) -> None:
+    if not b:
+        return
+    say(f"balance (sync run, per step): generation {b['sync_generation_s']:.2f} s, training "
+        f"{b['sync_training_s']:.2f} s, weight update and the rest {b['sync_other_s']:.2f} s -> "
+        f"async can reach at most {b['async_ceiling']:.2f}x with these settings")
+    ratio = b["generation_over_training"]
+    if ratio and not 0.8 <= ratio <= 1.25:
+        if ratio > 1:
+            say("hint: generation dominates. A decode step costs about the same for more sequences while "
+                "training grows with them: raise --n-samples or --batch-size (with --max-running-requests "
+                "following), keep --grad-ckpt, or shorten --max-new-tokens (prompts then weigh more in training)")
+        else:
+            say("hint: training dominates: --no-grad-ckpt, fewer sequences (--batch-size, --n-samples), "
+                "or longer --max-new-tokens")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
