@@ -1,5 +1,9 @@
 """Attention over packed sequences without a T x T mask.
 
+On CUDA in bf16/fp16, one call of torch's variable-length flash attention
+(torch.nn.attention.varlen) covers the whole packed row; elsewhere (CPU, fp32, older torch)
+causal SDPA runs once per sequence.
+
 A packed micro-batch is one row holding several sequences. A dense block-diagonal mask makes
 SDPA compute (and mask away) attention between every pair of the T tokens, which measured 1.7x
 slower than a padded loop for Qwen2.5-0.5B on an H200 at T = 16k. This attention function runs
@@ -10,8 +14,14 @@ flash-attention varlen path uses). Registered under ATTN_IMPLEMENTATION for any 
 
 from __future__ import annotations
 
+import inspect
+import logging
+
 import torch
 import torch.nn.functional as F
+
+logger = logging.getLogger("areal.attention")
+_VARLEN = {"enabled": True}
 
 ATTN_IMPLEMENTATION = "areal_packed_sdpa"
 
@@ -24,11 +34,55 @@ def packed_sdpa_attention(module, query: torch.Tensor, key: torch.Tensor, value:
     if cu is None:
         raise RuntimeError(f"attn_implementation={ATTN_IMPLEMENTATION!r} needs cu_seq_lens_q (packed "
                            "sequence boundaries); call the model through FSDPEngine")
-    lengths = (cu[1:] - cu[:-1]).tolist()
     p = dropout if module.training else 0.0
+    if p == 0.0 and _varlen_usable(query):
+        try:
+            return _varlen(query, key, value, cu, kwargs.get("max_length_q"), scaling), None
+        except (RuntimeError, TypeError, ValueError) as exc:  # kernel or signature not available
+            _disable_varlen(exc)
+    lengths = (cu[1:] - cu[:-1]).tolist()
     outs = [F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True, scale=scaling, enable_gqa=True)
             for q, k, v in zip(query.split(lengths, 2), key.split(lengths, 2), value.split(lengths, 2))]
     return torch.cat(outs, 2).transpose(1, 2).contiguous(), None
+
+
+def _varlen_usable(query: torch.Tensor) -> bool:
+    return (_VARLEN["enabled"] and query.is_cuda and query.dtype in (torch.bfloat16, torch.float16)
+            and _varlen_fn() is not None)
+
+
+def _varlen_fn():
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        return None
+    return varlen_attn
+
+
+def _disable_varlen(exc: Exception) -> None:
+    _VARLEN["enabled"] = False
+    logger.warning("variable-length flash attention failed (%s); using causal SDPA per sequence", exc)
+
+
+def _varlen(query, key, value, cu, max_len, scaling):
+    """[1, H, T, D] q/k/v -> [1, T, H, D] through one varlen flash-attention call (causal)."""
+    fn = _varlen_fn()
+    params = inspect.signature(fn).parameters
+    q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # [T, H, D]
+    if k.shape[1] != q.shape[1] and "enable_gqa" not in params:
+        rep = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
+    extra = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
+    if "window_size" in params:
+        extra["window_size"] = (-1, 0)  # causal
+    elif "is_causal" in params:
+        extra["is_causal"] = True
+    else:
+        raise TypeError("torch.nn.attention.varlen.varlen_attn has no causal option")
+    cu = cu.to(torch.int32)
+    max_len = int(max_len) if max_len is not None else int((cu[1:] - cu[:-1]).max())
+    out = fn(q, k, v, cu, cu, max_len, max_len, scale=scaling, **extra)
+    return out.unsqueeze(0)
 
 
 def register() -> str:

@@ -19,12 +19,12 @@ class _TokenLogprob(torch.autograd.Function):
     def forward(ctx, logits, targets, temperature: float, with_entropy: bool, chunk: int):
         lse_parts, lp_parts, ent_parts = [], [], []
         for rows, tgt in zip(logits.split(chunk), targets.split(chunk)):
-            z = rows.float() / temperature
+            z = rows.float() if temperature == 1.0 else rows.float() / temperature
             lse = torch.logsumexp(z, dim=-1)
             lse_parts.append(lse)
             lp_parts.append(z.gather(-1, tgt[:, None]).squeeze(-1) - lse)
-            if with_entropy:  # H = lse - sum(p * z)
-                ent_parts.append(lse - (torch.softmax(z, dim=-1) * z).sum(-1))
+            if with_entropy:  # H = lse - sum(p * z), the sum as one row-wise dot product
+                ent_parts.append(lse - torch.linalg.vecdot(torch.softmax(z, dim=-1), z))
         lse = torch.cat(lse_parts)
         ctx.save_for_backward(logits, targets, lse)
         ctx.temperature, ctx.chunk = temperature, chunk
@@ -39,9 +39,10 @@ class _TokenLogprob(torch.autograd.Function):
         grad = torch.empty_like(logits)
         for start in range(0, logits.shape[0], chunk):
             end = start + chunk
-            z = logits[start:end].float() / t
+            rows = logits[start:end]  # z must be a copy: it is overwritten below
+            z = rows.to(torch.float32, copy=True) if t == 1.0 else rows.float() / t
             g = grad_lp[start:end, None] / t
-            out = torch.exp(z - lse[start:end, None]).mul_(-g)  # -softmax * g / T
+            out = z.sub_(lse[start:end, None]).exp_().mul_(-g)  # -softmax * g / T, in z's memory
             out.scatter_add_(-1, targets[start:end, None], g)  # + onehot * g / T
             grad[start:end] = out.to(grad.dtype)
         return grad, None, None, None, None

@@ -50,3 +50,37 @@ def test_chunked_logprobs_match_log_softmax_on_cuda():
     ref_lp.sum().backward()
     torch.testing.assert_close(lp, ref_lp, atol=1e-3, rtol=1e-4)
     torch.testing.assert_close(mine.grad.float(), ref.grad.float(), atol=1e-2, rtol=1e-2)
+
+
+def test_varlen_flash_attention_matches_sdpa_per_sequence():
+    """The one-call varlen path (bf16, CUDA) against causal SDPA run per sequence, with GQA."""
+    from types import SimpleNamespace
+
+    from areal.engine.fsdp import attention
+
+    torch.manual_seed(0)
+    lengths = [300, 17, 1024, 1, 555]
+    cu = torch.tensor([0, *lengths], device="cuda").cumsum(0).to(torch.int32)
+    t = sum(lengths)
+    q = torch.randn(1, 12, t, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(1, 2, t, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(1, 2, t, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    module = SimpleNamespace(training=True)
+    grads, outs = [], []
+    for varlen in (True, False):
+        attention._VARLEN["enabled"] = varlen
+        try:
+            out, _ = attention.packed_sdpa_attention(module, q, k, v, None, scaling=128 ** -0.5,
+                                                     cu_seq_lens_q=cu, max_length_q=max(lengths))
+        finally:
+            attention._VARLEN["enabled"] = True
+        out.float().square().sum().backward()
+        outs.append(out.detach().float())
+        grads.append([x.grad.float().clone() for x in (q, k, v)])
+        for x in (q, k, v):
+            x.grad = None
+    assert outs[0].shape == (1, t, 12, 128)
+    torch.testing.assert_close(outs[0], outs[1], atol=2e-2, rtol=2e-2)
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, atol=5e-2, rtol=5e-2)
+    assert attention._VARLEN["enabled"], "varlen attention raised and was switched off"
