@@ -46,8 +46,9 @@ smollm2)
   tail -n 60 $run/smollm2_gsm8k/trial0/logs/*.log >"$out/smollm2_process_logs.txt" 2>/dev/null
   ;;
 e2e)
-  step bench_e2e 560 $py scripts/bench_e2e.py --device cuda --data "${AREAL_GSM8K_DIR:-}" \
-    --out "$out/bench_e2e.json"
+  # E2E_ARGS: extra bench_e2e options (shape, batch, lengths, --budget) for the time at hand
+  step bench_e2e 560 $py scripts/bench_e2e.py --device cuda --data "${AREAL_GSM8K_DIR:-}/train.jsonl" \
+    --out "$out/bench_e2e.json" ${E2E_ARGS:-}
   ;;
 *) echo "unknown stage $stage" >&2; exit 2 ;;
 esac
