@@ -194,10 +194,26 @@ def _lora_push(cfg):
                           "set actor.weight_update=disk or actor.lora_push=merged")
 
 
+def _restart_needs_full_disk_updates(cfg):
+    """A restarted server loads the folder of the last disk weight update (launcher/local.py);
+    a distributed broadcast group or a LoRA adapter cannot be given back to it."""
+    a = cfg.actor
+    if not (cfg.launcher.restart_failed_servers and trainer_runs(cfg) and servers_run(cfg)):
+        return
+    if a.weight_update == "distributed":
+        yield ConfigIssue("launcher.restart_failed_servers", True,
+                          "a restarted server cannot rejoin the distributed weight-update group",
+                          "set actor.weight_update=disk, or launcher.restart_failed_servers=false")
+    elif a.use_lora and a.lora_push == "adapter":
+        yield ConfigIssue("launcher.restart_failed_servers", True,
+                          "a restarted server would serve the base model without the LoRA adapter",
+                          "set actor.lora_push=merged, or launcher.restart_failed_servers=false")
+
+
 RULES = [
     _backend_strings, _c_clip, _decoupled_needs_recompute, _group_norm_needs_samples,
     _batch_divisible, _node_counts, _devices_fit, _sglang_tp_matches, _context_fits,
-    _model_paths, _trainer_only_source, _datasets, _lora_push,
+    _model_paths, _trainer_only_source, _datasets, _lora_push, _restart_needs_full_disk_updates,
 ]
 
 
