@@ -26,10 +26,12 @@ def arith_model(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def server(arith_model):
+def server(arith_model, tmp_path_factory):
     from areal.server.testing import start_server
 
-    handle = start_server(arith_model, extra_args=["--dtype", "float32"])
+    # the trainer-only runs write disk weight updates under their tmp_path fileroots
+    handle = start_server(arith_model, extra_args=["--dtype", "float32",
+                                                   "--weight-dirs", tmp_path_factory.getbasetemp()])
     yield handle
     handle.stop()
 
