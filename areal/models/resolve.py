@@ -67,3 +67,14 @@ def _build_once(target: Path, build) -> Path:
             build(tmp)
             os.replace(tmp, target)
     return target
+
+
+def model_load_error(key: str, path: str, error: BaseException) -> str:
+    """One message for a model folder that does not load (truncated or garbled weights, missing
+    files, a broken config.json): the option, the path, the cause and the fix. safetensors has no
+    checksum, so bytes changed inside tensor data load without an error."""
+    lines = str(error).strip().splitlines()
+    cause = f"{type(error).__name__}: {lines[0] if lines else ''}"[:500]
+    return (f"{key}={path}: the model cannot be loaded ({cause}). {key} must be a complete Hugging Face "
+            "folder (config.json and the *.safetensors files save_pretrained writes, e.g. a models/<step> "
+            f"folder the trainer saved): copy or save it again, or point {key} at another folder")

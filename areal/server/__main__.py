@@ -97,8 +97,13 @@ def main(argv: list[str] | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+    from areal.server.engine import ModelLoadError
+
     try:
         asyncio.run(serve(args))
+    except ModelLoadError as exc:
+        print(f"areal.server: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:  # e.g. the port is taken
         print(f"areal.server: cannot serve on {args.host}:{args.port}: {exc}", file=sys.stderr)
         return 1

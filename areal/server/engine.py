@@ -177,7 +177,16 @@ def load_model(model_path: str, dtype: str, device):
     """from_pretrained in eval mode with SDPA attention; dtype 'auto' keeps the checkpoint's."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(
-        model_path, attn_implementation="sdpa",
-        dtype="auto" if dtype == "auto" else torch_dtype(dtype))
+    from areal.models.resolve import model_load_error
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            model_path, attn_implementation="sdpa",
+            dtype="auto" if dtype == "auto" else torch_dtype(dtype))
+    except Exception as exc:  # OSError, JSON, safetensors' own SafetensorError, ...
+        raise ModelLoadError(model_load_error("--model-path", model_path, exc)) from exc
     return model.to(device).eval()
+
+
+class ModelLoadError(ValueError):
+    """The model folder does not load; the message names the flag, the path and the fix."""

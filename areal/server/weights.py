@@ -78,7 +78,9 @@ class WeightUpdater:
         try:
             new = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.runner.dtype)
         except Exception as exc:
-            raise ValueError(f"Failed to load model from {model_path!r}: {exc}") from exc
+            from areal.models.resolve import model_load_error
+
+            raise ValueError("Failed to load model: " + model_load_error("model_path", model_path, exc)) from exc
         params = self.parameters()
         state = new.state_dict()
         weights = dict(self.runner.model.named_parameters(remove_duplicate=False))

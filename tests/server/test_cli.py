@@ -104,3 +104,15 @@ def test_without_weight_dirs_the_model_folder_and_default_run_root_are_allowed(
     r = load(str(copy))
     assert r.status_code == 403, r.text
     assert str(copy) in r.json()["message"] and default_run_root() in r.json()["message"]
+
+
+def test_damaged_model_folder_exits_1_naming_it(tiny_model_dir, tmp_path):
+    import shutil
+
+    model = shutil.copytree(tiny_model_dir, tmp_path / "model")
+    (model / "config.json").write_text("{garbage")
+    proc = subprocess.run([sys.executable, "-m", "areal.server", "--model-path", str(model)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert f"--model-path={model}: the model cannot be loaded" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr

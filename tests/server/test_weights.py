@@ -143,3 +143,19 @@ def test_distributed_update_over_gloo(server, ref_model, other_model):
             dist.destroy_process_group(pg)
         assert r.json()["success"], r.text
     assert greedy(server)["output_ids"] == hf_greedy(other_model, PROMPT, N_NEW)
+
+
+def test_damaged_folder_is_refused_and_the_model_kept(server, allowed_dir, other_model_dir):
+    import shutil
+
+    damaged = allowed_dir / "damaged"
+    shutil.copytree(other_model_dir, damaged)
+    weights = damaged / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])  # truncated
+    before = greedy(server)["output_ids"]
+    r = post(server, "/update_weights_from_disk", {"model_path": str(damaged), "weight_version": "bad"})
+    assert r.status_code == 400 and r.json()["success"] is False
+    message = r.json()["message"]
+    assert f"model_path={damaged}: the model cannot be loaded (SafetensorError" in message, message
+    assert "complete Hugging Face folder" in message
+    assert greedy(server)["output_ids"] == before and version(server) != "bad"

@@ -49,6 +49,12 @@ class CheckpointWriteError(RuntimeError):
     """A recovery checkpoint could not be written; the message names the folder and the fix."""
 
 
+class CheckpointReadError(RuntimeError):
+    """A recovery checkpoint is damaged (missing, truncated or garbled files); the message names
+    the file or folder and the fix. Bytes changed inside tensor data are not detected: DCP shards
+    carry no checksums."""
+
+
 @dataclass
 class TrainerState:
     """The training loop's position; everything else lives in the engine state."""
@@ -160,24 +166,61 @@ def load_latest(run_dir: str | Path) -> tuple[Path, TrainerState] | None:
     candidates += sorted(root.glob("step_*[0-9]"), reverse=True)
     for folder in candidates:
         if (folder / STATE_FILE).exists() and not folder.name.endswith(".tmp"):
-            return folder, TrainerState(**json.loads((folder / STATE_FILE).read_text()))
+            return folder, _read_state(folder)
     return None
+
+
+def _read_state(folder: Path) -> TrainerState:
+    path = folder / STATE_FILE
+    try:
+        return TrainerState(**json.loads(path.read_text()))
+    except (ValueError, TypeError, OSError) as e:  # bad JSON or UTF-8, unknown or missing keys
+        raise CheckpointReadError(_read_failure(folder, f"{path} is damaged ({type(e).__name__}: {e})")) from None
+
+
+def _read_failure(folder: Path, problem: str) -> str:
+    return (f"cannot restore recovery checkpoint {folder}: {problem}. To go on, delete {folder} to resume "
+            "from an older checkpoint (if recover.keep_last kept one), or start afresh with "
+            "recover.mode=disabled or another trial_name")
 
 
 def restore_checkpoint(engine, folder: str | Path) -> TrainerState:
     """Load engine weights/optimizer/schedule, this rank's RNG and the weight version."""
     import torch.distributed as dist
 
+    from torch.distributed.checkpoint.api import CheckpointException
+
     folder = Path(folder)
-    state = TrainerState(**json.loads((folder / STATE_FILE).read_text()))
-    engine.load_train_state(str(folder / "train_state"))
-    engine.set_version(state.weight_version)
+    state = _read_state(folder)
     rng_file = folder / "rng" / f"rank{dist.get_rank()}.pt"
     if not rng_file.exists():
         raise FileNotFoundError(f"{rng_file} is missing: the checkpoint was written by "
                                 "fewer ranks; resume with the same actor.backend")
-    _set_rng_state(torch.load(rng_file, weights_only=False))
+    try:
+        engine.load_train_state(str(folder / "train_state"))
+    except (Exception, CheckpointException) as e:  # DCP's CheckpointException is a BaseException
+        raise CheckpointReadError(_read_failure(folder, f"its train_state cannot be loaded ({_first_line(e)})")) from e
+    engine.set_version(state.weight_version)
+    try:
+        _set_rng_state(torch.load(rng_file, weights_only=False))
+    except Exception as e:
+        raise CheckpointReadError(_read_failure(folder, f"{rng_file} cannot be read ({type(e).__name__}: {e})")) from e
     return state
+
+
+def _first_line(error: BaseException) -> str:
+    """The root cause in one line (DCP's own message is a traceback per rank)."""
+    cause = _os_error_in(error)
+    if cause is not None:
+        return f"{type(cause).__name__}: {cause}"
+    while error.__cause__ is not None:
+        error = error.__cause__
+    failures = getattr(error, "failures", None)
+    if isinstance(failures, dict) and failures:
+        first = next(iter(failures.values()))
+        error = first[0] if isinstance(first, tuple) else first
+    text = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {text[0] if text else ''}"[:500]
 
 
 def _rng_state() -> dict[str, Any]:

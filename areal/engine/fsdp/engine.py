@@ -144,7 +144,12 @@ class FSDPEngine(TrainEngine):
 
             register()
         self.attn_implementation = attn
-        model = AutoModelForCausalLM.from_pretrained(cfg.path, dtype=torch.float32, attn_implementation=attn)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(cfg.path, dtype=torch.float32, attn_implementation=attn)
+        except Exception as exc:  # OSError, JSON, safetensors' own SafetensorError, ...
+            from areal.models.resolve import model_load_error
+
+            raise ValueError(model_load_error("actor.path", cfg.path, exc)) from exc
         self.hf_config = model.config
         self.generation_config = getattr(model, "generation_config", None)
         self.tied_lm_head = bool(getattr(model.config, "tie_word_embeddings", False))
