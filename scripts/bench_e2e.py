@@ -388,7 +388,7 @@ def _gpu_text(gpu: dict | None) -> str:
     if not gpu:
         return ""
     parts = [f"{role} GPU busy {g['busy_fraction']:.0%}" for role, g in gpu.items()
-             if g.get("busy_fraction") is not None]
+             if isinstance(g, dict) and g.get("busy_fraction") is not None]  # skips "source"
     return "; " + ", ".join(parts) if parts else ""
 
 

@@ -96,3 +96,9 @@ def test_gpu_sampler_and_measured_window(tmp_path, monkeypatch):
     assert got["gpu"]["server"]["busy_fraction"] == pytest.approx(0.8)
     b = mod.balance({"sync": {**got, "step_s_mean": 1.0}})
     assert b["async_ceiling"] == pytest.approx(1.0 / 0.6)
+
+
+def test_gpu_summary_line_skips_the_source_entry():
+    text = _script()._gpu_text({"server": {"busy_fraction": 0.5}, "trainer": {"busy_fraction": 0.25},
+                                "source": "pynvml"})
+    assert text == "; server GPU busy 50%, trainer GPU busy 25%"
