@@ -116,3 +116,12 @@ def test_damaged_model_folder_exits_1_naming_it(tiny_model_dir, tmp_path):
     assert proc.returncode == 1, proc.stderr
     assert f"--model-path={model}: the model cannot be loaded" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_defaults_are_safe_by_hand():
+    """Started by hand: loopback only, a bounded queue, disk loads limited (see weights.py)."""
+    from areal.server.args import DEFAULT_MAX_QUEUED, parse_args
+
+    args = parse_args(["--model-path", "m"])
+    assert args.host == "127.0.0.1" and args.weight_dirs is None
+    assert args.max_queued_requests == DEFAULT_MAX_QUEUED > 0
