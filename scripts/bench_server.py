@@ -142,7 +142,10 @@ def main(argv=None) -> dict:
         max_position=args.prompt_len + args.new_tokens + 8))
     from transformers import AutoConfig
 
-    vocab = AutoConfig.from_pretrained(model_path).vocab_size
+    model_config = AutoConfig.from_pretrained(model_path)
+    vocab = model_config.vocab_size
+    if args.model_path:  # report the model's own size, not the tiny-model defaults
+        args.hidden_size, args.num_layers = model_config.hidden_size, model_config.num_hidden_layers
     prompts = make_prompts(max(levels + [args.baseline_requests]), args.prompt_len, vocab)
     base = baseline_tokens_per_s(model_path, device, dtype,
                                  prompts[:args.baseline_requests], args.new_tokens)
