@@ -79,6 +79,9 @@ class WeightUpdateMeta:
     type: Literal["disk", "distributed"]
     path: str | None = None  # disk: the saved Hugging Face folder
     version: int | None = None  # the version the servers report after the update
+    # disk, LoRA adapter pushes (actor.lora_push=adapter): path is a peft adapter folder that the
+    # servers load under this name; later /generate requests name it in lora_path
+    lora_name: str | None = None
     # distributed: the process group between trainer rank 0 (rank 0) and the servers
     master_address: str = "127.0.0.1"
     master_port: int = 0

@@ -9,5 +9,6 @@ works against either. Modules, in the order a request flows:
     engine.py      the transformers model: batched prefill/decode with a shared padded KV cache
     sampling.py    per-request sampling; logprob convention (temperature-scaled, as SGLang)
     weights.py     weight updates from disk and over torch.distributed (nccl/gloo)
+    lora.py        LoRA adapters (/load_lora_adapter): one served adapter, merged into the weights
     testing.py     start_server() for tests and benchmarks
 """

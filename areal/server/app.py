@@ -9,7 +9,8 @@ Error bodies follow SGLang: `{"error": {"message": ...}}` with HTTP 400 for clie
 SGLang: 413 for a body larger than any valid request (`max_body_bytes`), 415 for a body sent with
 a non-JSON Content-Type, 503 when --max-running-requests + --max-queued-requests /generate
 requests are already in the server, and 403 (weights shape `{"success": false, "message"}`) for
-a disk weight load from outside the allowed folders (--weight-dirs).
+a disk weight or LoRA adapter load from outside the allowed folders (--weight-dirs). LoRA
+adapters: see lora.py (one adapter served at a time, merged into the weights).
 """
 
 from __future__ import annotations
@@ -60,11 +61,14 @@ class ServerState:
     weight_roots: list[str] = field(default_factory=list)  # see weights.weight_roots
     accepted: int = 0  # /generate requests inside the server (held, queued or running)
     gate: asyncio.Event = field(default_factory=asyncio.Event)  # set = not paused
+    lora_ops: int = 0  # LoRA loads/unloads in progress; requests naming an adapter wait for them
+    lora_idle: asyncio.Event = field(default_factory=asyncio.Event)  # set = lora_ops == 0
     inflight: dict[str, Sequence] = field(default_factory=dict)
     started: float = field(default_factory=time.time)
 
     def __post_init__(self):
         self.gate.set()
+        self.lora_idle.set()
 
     @property
     def capacity(self) -> int:
@@ -131,6 +135,8 @@ def build_app(state: ServerState) -> web.Application:
                           ("/abort_request", h.abort_request),
                           ("/update_weight_version", h.update_weight_version),
                           ("/update_weights_from_disk", h.update_from_disk),
+                          ("/load_lora_adapter", h.load_lora),
+                          ("/unload_lora_adapter", h.unload_lora),
                           ("/init_weights_update_group", h.init_group),
                           ("/update_weights_from_distributed", h.update_from_distributed),
                           ("/destroy_weights_update_group", h.destroy_group)):
@@ -189,11 +195,16 @@ class Handlers:
         rid = inp.rid or uuid.uuid4().hex
         if rid in self.s.inflight:
             raise BadRequest(f"/generate: rid {rid!r} is already in flight; rids must be unique.")
+        if inp.lora_path is not None:
+            self._check_lora(inp.lora_path)  # fail fast, before waiting out a pause
         if self.s.accepted >= self.s.capacity:
             return error(503, self._full_message())
         self.s.accepted += 1
         try:
             await self.s.gate.wait()  # SGLang holds new requests while generation is paused
+            if inp.lora_path is not None:  # checked again with no await before the submit
+                await self.s.lora_idle.wait()
+                self._check_lora(inp.lora_path)
             seq = await self._run(rid, inp.input_ids, inp.sampling, inp.return_logprob)
         finally:
             self.s.accepted -= 1
@@ -201,6 +212,12 @@ class Handlers:
         if reason["type"] == "abort" and reason.get("status_code") == 500:
             return error(500, reason["message"])
         return web.json_response(self._output(seq, inp.return_text_in_logprobs))
+
+    def _check_lora(self, lora_path: str) -> None:
+        try:
+            self.s.updater.lora.check_request(lora_path)
+        except ValueError as exc:
+            raise BadRequest(f"/generate: {exc}") from None
 
     def _full_message(self) -> str:
         a = self.s.args
@@ -391,6 +408,53 @@ class Handlers:
         timings: dict[str, float] = {}  # load_s: read + copy, reported for benchmarks
         ok, message = await self._on_worker(lambda: self.s.updater.load_from_disk(path, timings))
         return self._weights_reply(ok, message, version, extra={"num_paused_requests": 0, **timings})
+
+    async def load_lora(self, request: web.Request) -> web.Response:
+        """SGLang's /load_lora_adapter; the adapter becomes the one served (see lora.py)."""
+        body = await read_json(request)
+        where = "/load_lora_adapter"
+        check_keys(body, {"lora_name", "lora_path", "pinned", "lora_id", "rid"}, where)
+        name = get_typed(body, "lora_name", str, None, where)
+        path = get_typed(body, "lora_path", str, None, where)
+        if not name or not path:
+            raise BadRequest(f"{where}: 'lora_name' and 'lora_path' (strings) are required.")
+        get_typed(body, "pinned", bool, False, where)  # one adapter at a time: nothing to pin
+        try:
+            check_weight_path(path, self.s.weight_roots, where, key="lora_path")
+        except BadRequest as exc:
+            return self._lora_reply(False, str(exc), status=exc.status)
+        ok, message = await self._lora_op(lambda: self.s.updater.lora.load(name, path))
+        return self._lora_reply(ok, message)
+
+    async def unload_lora(self, request: web.Request) -> web.Response:
+        """SGLang's /unload_lora_adapter; unloading the served adapter restores the base."""
+        body = await read_json(request)
+        where = "/unload_lora_adapter"
+        check_keys(body, {"lora_name", "lora_id", "rid"}, where)
+        name = get_typed(body, "lora_name", str, None, where)
+        if not name:
+            raise BadRequest(f"{where}: 'lora_name' (string) is required.")
+        ok, message = await self._lora_op(lambda: self.s.updater.lora.unload(name))
+        return self._lora_reply(ok, message)
+
+    async def _lora_op(self, fn) -> tuple[bool, str]:
+        self.s.lora_ops += 1
+        self.s.lora_idle.clear()
+        try:
+            return await self._on_worker(fn)
+        finally:
+            self.s.lora_ops -= 1
+            if self.s.lora_ops == 0:
+                self.s.lora_idle.set()
+
+    def _lora_reply(self, ok: bool, message: str, status: int = 400) -> web.Response:
+        """SGLang's LoRA reply: success, error_message, loaded_adapters (name -> path); we add
+        message and the adapter being served."""
+        lora = self.s.updater.lora
+        return web.json_response({"success": ok, "error_message": "" if ok else message,
+                                  "message": message, "loaded_adapters": dict(lora.loaded),
+                                  "active_adapter": lora.active},
+                                 status=200 if ok else status)
 
     async def init_group(self, request: web.Request) -> web.Response:
         body = await read_json(request)

@@ -43,14 +43,14 @@ NEUTRAL_SAMPLING = {
 NEUTRAL_TOP = {
     "stream": False, "logprob_start_len": -1, "top_logprobs_num": 0, "token_ids_logprob": None,
     "image_data": None, "video_data": None, "audio_data": None, "input_embeds": None,
-    "lora_path": None, "custom_logit_processor": None, "return_hidden_states": False,
+    "custom_logit_processor": None, "return_hidden_states": False,
     "session_params": None, "modalities": None, "data_parallel_rank": None,
     "bootstrap_host": None, "bootstrap_port": None, "bootstrap_room": None,
 }
 # Top-level keys with no effect on results here (bookkeeping in SGLang).
 IGNORED_TOP = {"log_metrics", "priority", "label", "conversation_id", "background"}
 IMPLEMENTED_TOP = {"text", "input_ids", "sampling_params", "rid", "return_logprob",
-                   "return_text_in_logprobs"}
+                   "return_text_in_logprobs", "lora_path"}
 IMPLEMENTED_SAMPLING = {"max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k",
                         "stop", "stop_token_ids", "ignore_eos", "no_stop_trim",
                         "skip_special_tokens"}
@@ -65,6 +65,7 @@ class GenerateInput:
     rid: str | None
     return_logprob: bool
     return_text_in_logprobs: bool
+    lora_path: str | None = None  # the LoRA adapter to serve it with (see lora.py)
 
 
 def require_object(body: Any, route: str) -> dict:
@@ -190,6 +191,7 @@ def parse_generate(body: Any, *, vocab_size: int, context_length: int, tokenize)
         return_logprob=get_typed(body, "return_logprob", bool, False, "/generate"),
         return_text_in_logprobs=get_typed(body, "return_text_in_logprobs", bool, False,
                                           "/generate"),
+        lora_path=get_typed(body, "lora_path", str, None, "/generate"),
     )
 
 

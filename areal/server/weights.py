@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from areal.server.engine import torch_dtype
+from areal.server.lora import LoraAdapters
 from areal.server.validation import Forbidden
 from areal.utils.dist_group import init_custom_process_group
 
@@ -42,13 +43,13 @@ def weight_roots(model_path: str, weight_dirs: list[str] | None) -> list[str]:
     return roots
 
 
-def check_weight_path(path: str, roots: list[str], where: str) -> None:
+def check_weight_path(path: str, roots: list[str], where: str, key: str = "model_path") -> None:
     """Raise Forbidden unless `path`, resolved, lies inside one of `roots` (resolved now)."""
     resolved = Path(path).expanduser().resolve()
     if any(resolved.is_relative_to(Path(r).expanduser().resolve()) for r in roots):
         return
     shown = f"{path!r}" + ("" if str(resolved) == path else f" (resolves to {resolved})")
-    raise Forbidden(f"{where}: model_path {shown} is outside the folders this server may load "
+    raise Forbidden(f"{where}: {key} {shown} is outside the folders this server may load "
                     f"weights from: {roots}. Save the weights under one of them, or start the "
                     "server with --weight-dirs covering that folder (launcher config: "
                     "sglang.weight_dirs; '/' allows any path).")
@@ -60,6 +61,7 @@ class WeightUpdater:
     def __init__(self, runner):
         self.runner = runner
         self.groups: dict[str, object] = {}
+        self.lora = LoraAdapters(runner)  # /load_lora_adapter; see lora.py
 
     def parameters(self) -> dict:
         """Name -> tensor for every parameter and buffer, tied duplicates included."""
@@ -92,6 +94,7 @@ class WeightUpdater:
         if unknown:
             raise ValueError(f"Checkpoint {model_path!r} has unknown parameters {unknown[:5]}.")
         _copy_all(params, list(state.items()))
+        self.lora.reset()
         if timings is not None:
             timings["load_s"] = time.perf_counter() - t0
         return f"Succeeded to update model weights from {model_path}."
@@ -135,6 +138,7 @@ class WeightUpdater:
             raise ValueError(f"Unknown parameter name(s) {unknown[:5]}; names must be the "
                              "served model's Hugging Face state-dict names.")
         _copy_all(params, received)
+        self.lora.reset()
         if timings is not None:
             timings.update(recv_s=t1 - t0, load_s=time.perf_counter() - t1)
         return f"Succeeded to update {len(received)} parameter(s) from distributed."

@@ -61,7 +61,9 @@ class LiveRollouts:
             self.engine.pause()
         try:
             stats = self.actor.update_weights(self._meta, inference=self.engine)
-            if self.engine is not None and self._meta.type == "disk" and self._meta.path:
+            # an adapter folder (lora_push=adapter) is no model a restarted server could load
+            if self.engine is not None and self._meta.type == "disk" and self._meta.path \
+                    and self._meta.lora_name is None:
                 self._record_served_weights(self._meta.path, version)
             return stats
         finally:

@@ -43,9 +43,20 @@ def test_generate_payload_uses_only_sglang_keys():
      "UpdateWeightsFromDistributedReqInput"),
     (lambda: protocol.pause_payload("retract"), "PauseGenerationReqInput"),
     (protocol.continue_payload, "ContinueGenerationReqInput"),
+    (lambda: protocol.load_lora_payload("v1", "/w/v1"), "LoadLoRAAdapterReqInput"),
+    (lambda: protocol.unload_lora_payload("v1"), "UnloadLoRAAdapterReqInput"),
+    (lambda: protocol.weight_version_payload(3), "UpdateWeightVersionReqInput"),
 ])
 def test_control_payloads_use_only_sglang_keys(builder, fields):
     assert set(builder()) <= set(FIELDS[fields])
+
+
+def test_generate_payload_names_the_lora_adapter_only_when_given():
+    req = ModelRequest(input_ids=[1, 2], max_new_tokens=4)
+    kw = dict(rid="r", input_ids=[1, 2], max_new_tokens=4, min_new_tokens=0)
+    assert "lora_path" not in protocol.generate_payload(req, **kw)
+    assert protocol.generate_payload(req, lora_path="v3", **kw)["lora_path"] == "v3"
+    assert protocol.weight_version_payload(3) == {"new_version": "3", "abort_all_requests": False}
 
 
 def test_disk_update_sends_version_as_string_only_when_given():

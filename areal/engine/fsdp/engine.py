@@ -62,6 +62,7 @@ class FSDPEngine(TrainEngine):
         self._api_key: str | None = None
         self._sender: weight_sync.DistributedSender | None = None
         self._http: weight_sync.ServerClient | None = None
+        self._pushed_lora: str | None = None  # the adapter the servers serve (lora_push=adapter)
         self._ranks_per_server = 1
 
     @classmethod
@@ -492,7 +493,7 @@ class FSDPEngine(TrainEngine):
     def _update_from_disk(self, meta: WeightUpdateMeta, version: int, inference,
                           timer: weight_sync.PhaseTimer) -> int:
         if self.config.use_lora and self.config.lora_push == "adapter":
-            return self._push_adapter(meta, version)
+            return self._push_adapter(meta, version, inference, timer)
         path = meta.path or self.weight_update_path(version)
         nbytes = self.save(path, timer=timer)
         if self.is_rank0:
@@ -506,9 +507,12 @@ class FSDPEngine(TrainEngine):
                     timer.add_server_seconds("server_load", replies)
         return nbytes
 
-    def _push_adapter(self, meta: WeightUpdateMeta, version: int) -> int:
+    def _push_adapter(self, meta: WeightUpdateMeta, version: int, inference,
+                      timer: weight_sync.PhaseTimer) -> int:
         """lora_push=adapter: write a peft adapter folder; servers load it as LoRA `v{version}`
-        through SGLang's /load_lora_adapter route."""
+        through SGLang's /load_lora_adapter route and report `version`; the previous adapter is
+        unloaded. Through `inference` (RemoteSGLangEngine), whose /generate requests then name
+        `v{version}` in lora_path; without it, over HTTP to the connect_servers() servers."""
         import torch.distributed as dist
         from safetensors.torch import save_file
 
@@ -518,9 +522,22 @@ class FSDPEngine(TrainEngine):
             Path(path).mkdir(parents=True, exist_ok=True)
             save_file(tensors, str(Path(path) / "adapter_model.safetensors"), metadata={"format": "pt"})
             self.model.peft_config["default"].save_pretrained(path)
-            self._client().post_all("/load_lora_adapter", {"lora_name": f"v{version}", "lora_path": path})
+            meta.path, meta.version, meta.lora_name = path, version, f"v{version}"
+            with timer.phase("load"):
+                if inference is not None:
+                    inference.update_weights(meta)
+                else:
+                    self._load_adapter_over_http(meta)
         dist.barrier()
         return sum(t.numel() * t.element_size() for t in tensors.values())
+
+    def _load_adapter_over_http(self, meta: WeightUpdateMeta) -> None:
+        client = self._client()
+        client.post_all("/load_lora_adapter", {"lora_name": meta.lora_name, "lora_path": meta.path})
+        client.post_all("/update_weight_version", {"new_version": str(meta.version), "abort_all_requests": False})
+        previous, self._pushed_lora = self._pushed_lora, meta.lora_name
+        if previous is not None and previous != meta.lora_name:
+            client.post_all("/unload_lora_adapter", {"lora_name": previous})
 
     def _update_distributed(self, meta: WeightUpdateMeta, version: int, inference,
                             timer: weight_sync.PhaseTimer) -> int:

@@ -59,6 +59,7 @@ class RemoteSGLangEngine(InferenceEngine):
         self._rr = 0
         self._lock = threading.Lock()
         self._version = 0
+        self._lora_name: str | None = None  # the LoRA adapter requests name (adapter pushes)
         self._paused = threading.Event()
         self._bg = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sglang-weights")
         self._executor = None
@@ -198,7 +199,8 @@ class RemoteSGLangEngine(InferenceEngine):
                 body = protocol.generate_payload(
                     req, rid=req.rid if round_ == 0 else f"{req.rid}-r{round_}",
                     input_ids=req.input_ids + out_ids, max_new_tokens=remaining,
-                    min_new_tokens=max(0, req.min_new_tokens - len(out_ids)))
+                    min_new_tokens=max(0, req.min_new_tokens - len(out_ids)),
+                    lora_path=self._lora_name)
                 sent_version = self.get_version()
                 result = protocol.parse_generate(await self._apost(addr, protocol.GENERATE, body))
                 version = sent_version if result.weight_version is None else result.weight_version
@@ -291,7 +293,12 @@ class RemoteSGLangEngine(InferenceEngine):
     # ---- weights and versions ---------------------------------------------------------------
 
     def update_weights(self, meta: WeightUpdateMeta) -> None:
-        """Disk update: every server reloads meta.path; then the version becomes meta.version."""
+        """Disk update: every server reloads meta.path; then the version becomes meta.version.
+
+        With meta.lora_name (actor.lora_push=adapter), meta.path is a peft adapter folder: every
+        server loads it under that name (/load_lora_adapter) and takes meta.version as its weight
+        version, the previously pushed adapter is unloaded, and from then on every /generate
+        request names the new adapter in lora_path."""
         if meta.type != "disk":
             raise ValueError("update_weights handles disk updates; for distributed ones call "
                              "update_weights_from_distributed(meta), which returns a future, and "
@@ -299,8 +306,36 @@ class RemoteSGLangEngine(InferenceEngine):
         if not meta.path:
             raise ValueError("WeightUpdateMeta(type='disk') needs path: the saved Hugging Face folder")
         self._require_initialized()
+        if meta.lora_name is not None:
+            self._update_adapter(meta)
+            return
         body = protocol.disk_update_payload(meta.path, meta.version)
         self._paused_update(protocol.UPDATE_FROM_DISK, lambda i, a: body, meta.version)
+
+    def _update_adapter(self, meta: WeightUpdateMeta) -> None:
+        """Load the adapter, set the version, switch requests to it, unload the previous one;
+        all with generation paused, so no request names an adapter that is gone."""
+        paused_here = not self._paused.is_set()
+        if paused_here:
+            self._pause_servers()
+        try:
+            timeout = self._rcfg.request_timeout_s
+            body = protocol.load_lora_payload(meta.lora_name, meta.path)
+            for answer in self._fanout_post(protocol.LOAD_LORA, lambda i, a: body, timeout):
+                protocol.parse_success(protocol.LOAD_LORA, answer)
+            if meta.version is not None:
+                body = protocol.weight_version_payload(meta.version)
+                for answer in self._fanout_post(protocol.UPDATE_WEIGHT_VERSION, lambda i, a: body, timeout):
+                    protocol.parse_success(protocol.UPDATE_WEIGHT_VERSION, answer)
+                self.set_version(meta.version)
+            previous, self._lora_name = self._lora_name, meta.lora_name
+            if previous is not None and previous != meta.lora_name:
+                body = protocol.unload_lora_payload(previous)
+                for answer in self._fanout_post(protocol.UNLOAD_LORA, lambda i, a: body, timeout):
+                    protocol.parse_success(protocol.UNLOAD_LORA, answer)
+        finally:
+            if paused_here:
+                self._continue_servers()
 
     def init_weights_update_group(self, meta: WeightUpdateMeta) -> Future:
         """Every server joins the trainer's broadcast group (trainer = rank 0; server i with tp

@@ -30,17 +30,23 @@ WEIGHT_VERSION = "/get_weight_version"
 PAUSE = "/pause_generation"
 CONTINUE = "/continue_generation"
 UPDATE_FROM_DISK = "/update_weights_from_disk"
+UPDATE_WEIGHT_VERSION = "/update_weight_version"
+LOAD_LORA = "/load_lora_adapter"
+UNLOAD_LORA = "/unload_lora_adapter"
 INIT_GROUP = "/init_weights_update_group"
 UPDATE_FROM_DISTRIBUTED = "/update_weights_from_distributed"
 
 # Every key the client may send, exactly as SGLang spells it.
-GENERATE_KEYS = frozenset({"input_ids", "sampling_params", "rid", "return_logprob", "stream"})
+GENERATE_KEYS = frozenset({"input_ids", "sampling_params", "rid", "return_logprob", "stream",
+                           "lora_path"})
 SAMPLING_KEYS = frozenset({
     "max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k",
     "stop", "stop_token_ids", "ignore_eos", "skip_special_tokens", "no_stop_trim",
 })
 PAUSE_KEYS = frozenset({"mode"})
 DISK_UPDATE_KEYS = frozenset({"model_path", "weight_version", "abort_all_requests"})
+LOAD_LORA_KEYS = frozenset({"lora_name", "lora_path"})
+WEIGHT_VERSION_KEYS = frozenset({"new_version", "abort_all_requests"})
 INIT_GROUP_KEYS = frozenset({"master_address", "master_port", "rank_offset", "world_size",
                              "group_name", "backend"})
 DISTRIBUTED_UPDATE_KEYS = frozenset({"names", "dtypes", "shapes", "group_name", "flush_cache",
@@ -66,8 +72,9 @@ class GenerateResult:
 
 
 def generate_payload(req: ModelRequest, *, rid: str, input_ids: list[int], max_new_tokens: int,
-                     min_new_tokens: int) -> dict[str, Any]:
-    """The /generate body of one round of `req`.
+                     min_new_tokens: int, lora_path: str | None = None) -> dict[str, Any]:
+    """The /generate body of one round of `req`; `lora_path` names the LoRA adapter to serve it
+    with (SGLang applies an adapter only to requests that name it).
 
     `rid`, `input_ids`, `max_new_tokens` and `min_new_tokens` are per round: a resubmission after
     an abort sends the prompt plus the tokens so far and the remaining budget, under a new rid
@@ -92,6 +99,8 @@ def generate_payload(req: ModelRequest, *, rid: str, input_ids: list[int], max_n
         "return_logprob": True,
         "stream": False,
     }
+    if lora_path is not None:
+        body["lora_path"] = lora_path
     _check_keys(body, GENERATE_KEYS, GENERATE)
     _check_keys(sampling, SAMPLING_KEYS, GENERATE + " sampling_params")
     return body
@@ -161,6 +170,24 @@ def disk_update_payload(path: str, version: int | None) -> dict[str, Any]:
     return body
 
 
+def load_lora_payload(name: str, path: str) -> dict[str, Any]:
+    """/load_lora_adapter: load the peft adapter folder `path` under `name`."""
+    body = {"lora_name": name, "lora_path": path}
+    _check_keys(body, LOAD_LORA_KEYS, LOAD_LORA)
+    return body
+
+
+def unload_lora_payload(name: str) -> dict[str, Any]:
+    return {"lora_name": name}
+
+
+def weight_version_payload(version: int) -> dict[str, Any]:
+    """/update_weight_version without aborting requests (an adapter load does not set one)."""
+    body = {"new_version": str(version), "abort_all_requests": False}
+    _check_keys(body, WEIGHT_VERSION_KEYS, UPDATE_WEIGHT_VERSION)
+    return body
+
+
 def init_group_payload(meta: WeightUpdateMeta, *, rank_offset: int, world_size: int) -> dict[str, Any]:
     """/init_weights_update_group for one server: its ranks start at `rank_offset`.
 
@@ -198,11 +225,12 @@ def distributed_update_payload(meta: WeightUpdateMeta) -> dict[str, Any]:
 
 
 def parse_success(route: str, body: Any) -> str:
-    """Weight routes answer {"success": bool, "message": str}; returns the message or raises."""
+    """Weight routes answer {"success": bool, "message": str} (LoRA routes: "error_message");
+    returns the message or raises."""
     if not isinstance(body, dict) or "success" not in body:
         raise ProtocolError(f"{route} answered without 'success': {_short(body)}")
     if not body["success"]:
-        raise RuntimeError(f"{route} failed: {body.get('message', '')}")
+        raise RuntimeError(f"{route} failed: {body.get('message') or body.get('error_message', '')}")
     return str(body.get("message", ""))
 
 
