@@ -68,6 +68,13 @@ def resolve_follow_defaults(cfg: ExperimentConfig) -> ExperimentConfig:
             s.tp_size = parse_parallel(r.backend, allowed_backends=("sglang",)).tp
         except ParallelStrategyError:
             pass  # reported by the rules pass with the key
+    pushes_adapters = a.use_lora and a.lora_push == "adapter"  # SGLang must be started able to load them
+    if s.enable_lora is None:
+        s.enable_lora = pushes_adapters
+    if s.enable_lora and s.max_lora_rank is None and pushes_adapters:
+        s.max_lora_rank = a.lora_rank
+    if s.enable_lora and s.lora_target_modules is None and pushes_adapters:
+        s.lora_target_modules = list(a.target_modules)
     if r.consumer_batch_size is None:
         r.consumer_batch_size = cfg.train_dataset.batch_size
     if r.max_concurrent_rollouts is None:

@@ -154,3 +154,17 @@ def test_local_servers_bind_loopback_and_load_weights_only_from_the_run():
     (sglang, *_) = make_plan(cfg(sglang__weight_dirs=["/data/extra"]), facts).by_role("server")
     assert "--weight-dirs" not in sglang.command and "/data/extra" not in sglang.command
     assert flag_values(sglang.command, "--host") == ["127.0.0.1"]
+
+
+def test_sglang_is_started_able_to_load_pushed_lora_adapters():
+    facts = HostFacts(cuda_available=True, sglang_version="0.5.2", python="python")
+    lora = dict(actor__use_lora=True, actor__lora_rank=8, actor__target_modules=["q_proj", "v_proj"],
+                rollout__server="sglang")
+    cmd = make_plan(cfg(actor__lora_push="adapter", **lora), facts).by_role("server")[0].command
+    assert "--enable-lora" in cmd
+    assert cmd[cmd.index("--max-lora-rank") + 1] == "8"
+    assert cmd[cmd.index("--lora-target-modules") + 1:][:2] == ["q_proj", "v_proj"]
+    merged = make_plan(cfg(actor__lora_push="merged", **lora), facts).by_role("server")[0].command
+    assert "--enable-lora" not in merged and "--max-lora-rank" not in merged  # full weights: no adapters
+    builtin = make_plan(cfg(actor__lora_push="adapter", **{**lora, "rollout__server": "builtin"}), facts)
+    assert "--enable-lora" not in builtin.by_role("server")[0].command  # merges adapters itself
