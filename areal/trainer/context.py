@@ -85,6 +85,7 @@ class TrainContext:
         found = load_latest(self.run_dir)
         if found is None:
             logger.info("recover.mode=auto: no checkpoint under %s, starting fresh", self.run_dir / "checkpoints")
+            self._forget_metrics_from(0)
             return
         folder, _ = found
         state = restore_checkpoint(self.actor, folder)
@@ -92,9 +93,17 @@ class TrainContext:
         if loader_state and getattr(self.source, "loader", None) is not None:
             self.source.loader.load_state_dict(loader_state)
         self.start_step = state.step + 1
+        self._forget_metrics_from(self.start_step)  # the killed run logged them; they are redone now
         self.source.push_weights(state.weight_version)
         logger.info("recovered from %s: resuming at step %d, weight version %d", folder, self.start_step,
                     state.weight_version)
+
+    def _forget_metrics_from(self, step: int) -> None:
+        if self.stats is not None:
+            dropped = self.stats.drop_rows_from(step)
+            if dropped:
+                logger.info("metrics.jsonl: dropped %d row(s) of steps >= %d logged before the restart",
+                            dropped, step)
 
     def close(self) -> None:
         if self.stats is not None:

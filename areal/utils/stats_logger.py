@@ -25,6 +25,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import sys
 import time
 from pathlib import Path
@@ -150,6 +151,17 @@ class StatsLogger:
         self._warned_missing = False
         self._closed = False
 
+    def drop_rows_from(self, step: int) -> int:
+        """Remove rows of steps >= `step` (a recovered run redoes them); returns how many went."""
+        self._file.close()
+        lines = self.metrics_path.read_text(encoding="utf-8").splitlines(keepends=True)
+        kept = [line for line in lines if _row_step(line) is None or _row_step(line) < step]
+        tmp = self.metrics_path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(kept), encoding="utf-8")
+        os.replace(tmp, self.metrics_path)
+        self._file = self.metrics_path.open("a", encoding="utf-8")
+        return len(lines) - len(kept)
+
     def log(self, step: int, metrics: dict) -> dict:
         """Record one step's metrics; returns the record as written (with derived keys)."""
         if self._closed:
@@ -226,3 +238,11 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _row_step(line: str) -> int | None:
+    try:
+        step = json.loads(line).get("step")
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    return step if isinstance(step, int) else None

@@ -128,3 +128,14 @@ def test_cli_replots_a_run(tmp_path, capsys):
     assert out.read_bytes().startswith(PNG_MAGIC)
     assert main([str(tmp_path / "nope")]) == 2
     assert "metrics.jsonl does not exist" in capsys.readouterr().err
+
+
+def test_drop_rows_from_keeps_earlier_steps_and_appends_after(tmp_path):
+    stats = StatsLogger(tmp_path, tensorboard=False, plot=False, progress=False)
+    for step in range(4):
+        stats.log(step, {"rollout/reward_mean": 0.1 * step})
+    assert stats.drop_rows_from(2) == 2
+    stats.log(2, {"rollout/reward_mean": 0.5})
+    stats.close()
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1, 2] and rows[-1]["rollout/reward_mean"] == 0.5
