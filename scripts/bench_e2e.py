@@ -1,7 +1,9 @@
 """End-to-end GRPO throughput, synchronous against asynchronous RL (issue 8, item 1).
 
-One inference server on one GPU and one FSDP trainer on another, run through `areal-launch`
-(the local launcher, the gsm8k_grpo recipe) once per `rollout.max_head_offpolicyness` value:
+Inference servers (--servers, one GPU each) and an FSDP trainer (--trainer-backend: fsdp:d1 on
+one GPU by default; fsdp:d2, HSDP fsdp:d2r2 or tensor-parallel fsdp:d1t2 on two), run through
+`areal-launch` (the local launcher, the gsm8k_grpo recipe) once per trainer layout and per
+`rollout.max_head_offpolicyness` value:
 0 (synchronous: generation and training alternate) and 2 and 4 (asynchronous: the next batch is
 generated while the trainer trains). The model is a random-weight Qwen2.5 shape built from its
 public config (scripts/bench_train.py; the project's character tokenizer), the prompts are real
@@ -14,6 +16,10 @@ asynchronous at least 1.8x synchronous.
 
     # GPU: 2 devices (server on GPU 0, trainer on GPU 1); about 2-2.5 min per mode
     python scripts/bench_e2e.py --data data/gsm8k/train.jsonl --out bench_e2e.json
+    # 4 GPUs (issue 10): two servers on GPUs 0,1, a 2-GPU trainer on 2,3; one call per layout
+    python scripts/bench_e2e.py --data ... --servers 2 --trainer-backend fsdp:d2r2 --offpolicyness 0 2 --out ...
+    # or several layouts in one call (each runs every --offpolicyness value)
+    python scripts/bench_e2e.py --data ... --servers 2 --trainer-backend fsdp:d2 fsdp:d2r2 fsdp:d1t2 ...
     # tune the balance (see the "balance" and "hint" lines it prints): batch, samples, lengths
     python scripts/bench_e2e.py --data ... --batch-size 64 --n-samples 8 --max-new-tokens 192 --out ...
     # one mode per call when time is short (each call rebuilds nothing: models are cached in --workdir)
@@ -27,9 +33,15 @@ weight update, an asynchronous one max(generation, training) + weight update, so
 can reach 2x only when generation and training take equal time. The script prints the ceiling
 the synchronous run's phase times allow.
 
-Writes one JSON object (--out, rewritten after every mode): config, hardware, per-mode results
-under "modes" (sync, async2, async4), "speedup" (asyncK_vs_sync by samples/s), "balance".
-Exit status 0 when every mode completed all its steps, 1 otherwise.
+GPU placement follows launcher/plan.py: servers take GPUs 0..N-1, the trainer's ranks the next
+ones (N..N+W-1, W = the world size of --trainer-backend); utilization is reported per GPU under
+its role (server-0, ..., trainer-0, ...).
+
+Writes one JSON object (--out, rewritten after every run): config, hardware, and under "layouts"
+one entry per --trainer-backend with its per-mode results ("modes": sync, async2, async4),
+"speedup" (asyncK_vs_sync by samples/s), "balance" and "goal_met"; the top-level "modes",
+"speedup", "balance" and "goal_met" are those of the first --trainer-backend.
+Exit status 0 when every run completed all its steps, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -52,7 +64,6 @@ REPO = Path(__file__).resolve().parents[1]
 GOAL_SPEEDUP = 1.8
 PHASES = ("rollout", "advantages", "recompute_logprob", "train", "weight_update", "save", "eval")
 RESERVE_S = 100.0  # --budget: time kept for each mode still to run
-SERVER_GPU, TRAINER_GPU = 0, 1  # launcher/plan.py: servers take the first devices, trainers the next
 
 
 def say(msg: str) -> None:
@@ -70,6 +81,11 @@ def parse_args(argv=None):
     p.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when a GPU is visible")
     p.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-1.5b")
     p.add_argument("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu")
+    p.add_argument("--servers", type=int, default=1,
+                   help="inference servers, one GPU each (rollout.backend=sglang:dN)")
+    p.add_argument("--trainer-backend", nargs="+", default=["fsdp:d1"], metavar="FSDP",
+                   help="actor.backend, e.g. fsdp:d2, fsdp:d2r2 (HSDP 2x1), fsdp:d1t2 (tensor parallel 2); "
+                        "the trainer uses its world size in GPUs; several values: one run set per layout")
     p.add_argument("--offpolicyness", type=int, nargs="+", default=[0, 2, 4],
                    help="rollout.max_head_offpolicyness values, one run each (0 = synchronous)")
     p.add_argument("--steps", type=int, default=4, help="measured training steps per mode")
@@ -110,11 +126,45 @@ def parse_args(argv=None):
         p.error("--steps must be >= 1 and --warmup >= 0")
     if len(set(args.offpolicyness)) != len(args.offpolicyness) or min(args.offpolicyness) < 0:
         p.error("--offpolicyness takes distinct values >= 0")
+    if args.servers < 1:
+        p.error("--servers must be >= 1")
+    if len(set(args.trainer_backend)) != len(args.trainer_backend):
+        p.error("--trainer-backend takes distinct values")
+    from areal.config.parallel import ParallelStrategyError, parse_parallel
+
+    for spec in args.trainer_backend:
+        try:
+            parse_parallel(spec, allowed_backends=("fsdp",))
+        except ParallelStrategyError as e:
+            p.error(f"--trainer-backend: {e}")
     return args
 
 
 def mode_name(k: int) -> str:
     return "sync" if k == 0 else f"async{k}"
+
+
+def trial_name(backend: str, k: int, args) -> str:
+    """The launcher trial (and run folder) of one run: the mode, prefixed by the layout unless it is
+    the single default one (so the 2-GPU runs keep their names)."""
+    if args.trainer_backend == ["fsdp:d1"] and args.servers == 1:
+        return mode_name(k)
+    return f"{backend.replace(':', '_')}_s{args.servers}_{mode_name(k)}"
+
+
+def gpu_roles(n_servers: int, trainer_backend: str) -> dict[str, int]:
+    """Role -> node-local GPU index, as launcher/plan.py places a single node: servers (tensor
+    parallel 1, sglang:dN) on the first N devices, then the trainer's ranks in rank order."""
+    from areal.config.parallel import parse_parallel
+
+    world = parse_parallel(trainer_backend, allowed_backends=("fsdp",)).world_size
+    roles = {f"server-{i}": i for i in range(n_servers)}
+    roles.update({f"trainer-{j}": n_servers + j for j in range(world)})
+    return roles
+
+
+def gpus_needed(args) -> int:
+    return max(len(gpu_roles(args.servers, b)) for b in args.trainer_backend)
 
 
 # ---- set-up ---------------------------------------------------------------------------------------
@@ -135,20 +185,27 @@ def gpu_count() -> int:
     return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
 
 
-def check_cuda_layout() -> None:
-    """The launcher gives the server CUDA_VISIBLE_DEVICES=0 and the trainer 1: node-local indices
-    that replace (not index into) an inherited CUDA_VISIBLE_DEVICES, which the runs therefore do not
-    get. The sampler watches NVML indices 0 and 1 (the runs set CUDA_DEVICE_ORDER=PCI_BUS_ID)."""
-    n = gpu_count()
-    if n < 2:
-        sys.exit(f"error: --device cuda needs 2 GPUs (server + trainer); nvidia-smi lists {n}")
+def check_cuda_layout(args, n: int | None = None) -> None:
+    """The launcher gives each process CUDA_VISIBLE_DEVICES with node-local indices (gpu_roles) that
+    replace (not index into) an inherited CUDA_VISIBLE_DEVICES, which the runs therefore do not get.
+    The sampler watches those NVML indices (the runs set CUDA_DEVICE_ORDER=PCI_BUS_ID)."""
+    n = gpu_count() if n is None else n
+    need = gpus_needed(args)
+    if n < need:
+        widest = max(args.trainer_backend, key=lambda b: len(gpu_roles(args.servers, b)))
+        sys.exit(f"error: --device cuda with --servers {args.servers} and --trainer-backend {widest} needs "
+                 f"{need} GPUs ({args.servers} for the servers, {need - args.servers} for the trainer); "
+                 f"nvidia-smi lists {n}")
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is None:
         return
-    if n > 2 and [d.strip() for d in visible.split(",")][:2] != ["0", "1"]:
+    first = [str(i) for i in range(need)]
+    if n > need and [d.strip() for d in visible.split(",")][:need] != first:
         sys.exit(f"error: CUDA_VISIBLE_DEVICES={visible!r} on a node with {n} GPUs: areal-launch places the "
-                 "server on GPU 0 and the trainer on GPU 1 whatever it says; unset it or make it start with 0,1")
-    say(f"note: CUDA_VISIBLE_DEVICES={visible!r} is not passed on; the launcher uses GPUs 0 and 1 of the node")
+                 f"servers and the trainer on GPUs {','.join(first)} whatever it says; unset it or make it "
+                 f"start with {','.join(first)}")
+    say(f"note: CUDA_VISIBLE_DEVICES={visible!r} is not passed on; the launcher uses GPUs "
+        f"{','.join(first)} of the node")
 
 
 def resolve_data(path: str | None) -> str:
@@ -175,19 +232,21 @@ def build_model(args, workdir: Path) -> tuple[str, str]:
     return model_dir, tok_dir
 
 
-def overrides(args, k: int, index: int, model_dir: str, tok_dir: str, data: str, runs_root: Path) -> list[str]:
+def overrides(args, k: int, index: int, model_dir: str, tok_dir: str, data: str, runs_root: Path,
+              backend: str | None = None) -> list[str]:
+    backend = backend or args.trainer_backend[0]
     conc = args.max_concurrent or args.batch_size
-    running = args.max_running_requests or conc * args.n_samples
+    running = args.max_running_requests or conc * args.n_samples  # per server
     offset = 10 * index
     return [
-        "experiment_name=bench_e2e", f"trial_name={mode_name(k)}", f"seed={args.seed}",
+        "experiment_name=bench_e2e", f"trial_name={trial_name(backend, k, args)}", f"seed={args.seed}",
         f"cluster.fileroot={runs_root}", f"cluster.device={args.device}", "cluster.n_nodes=1",
-        "cluster.n_gpus_per_node=2",
-        f"actor.path={model_dir}", f"actor.tokenizer_path={tok_dir}", "actor.backend=fsdp:d1",
+        f"cluster.n_gpus_per_node={max(2, len(gpu_roles(args.servers, backend)))}",
+        f"actor.path={model_dir}", f"actor.tokenizer_path={tok_dir}", f"actor.backend={backend}",
         f"actor.dtype={args.dtype}", f"actor.gradient_checkpointing={str(args.grad_ckpt).lower()}",
         f"actor.max_tokens_per_mb={args.max_tokens_per_mb}", f"actor.ppo_n_minibatches={args.ppo_minibatches}",
         f"actor.weight_update={args.weight_update}",
-        "rollout.backend=sglang:d1", f"rollout.server={args.server}", f"rollout.max_head_offpolicyness={k}",
+        f"rollout.backend=sglang:d{args.servers}", f"rollout.server={args.server}", f"rollout.max_head_offpolicyness={k}",
         f"rollout.max_concurrent_rollouts={conc}",
         f"gconfig.n_samples={args.n_samples}", f"gconfig.max_new_tokens={args.max_new_tokens}",
         "gconfig.min_new_tokens=0", "gconfig.ignore_eos=true", "gconfig.temperature=1.0", "gconfig.stop=[]",
@@ -290,23 +349,25 @@ class GpuSampler:
 # ---- one mode -------------------------------------------------------------------------------------
 
 def run_mode(args, k: int, index: int, model_dir: str, tok_dir: str, data: str, workdir: Path, *,
-             timeout: float) -> dict:
-    name, total = mode_name(k), args.warmup + args.steps
+             timeout: float, backend: str | None = None) -> dict:
+    backend = backend or args.trainer_backend[0]
+    name, total = trial_name(backend, k, args), args.warmup + args.steps
     runs_root = workdir / "runs"
     run_dir = runs_root / "bench_e2e" / name
     shutil.rmtree(run_dir, ignore_errors=True)  # a fresh trial: no stale metrics.jsonl
     run_dir.mkdir(parents=True)
     cmd = [sys.executable, "-m", "launcher.cli", "--config", args.config,
-           *overrides(args, k, index, model_dir, tok_dir, data, runs_root)]
+           *overrides(args, k, index, model_dir, tok_dir, data, runs_root, backend)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
            "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}  # CUDA index i is NVML index i
     env.setdefault("HF_HUB_OFFLINE", "1")  # every path is local: never wait on the hub
     if args.device == "cuda":
         env.pop("CUDA_VISIBLE_DEVICES", None)  # see check_cuda_layout ("" would hide the GPUs from it)
-    say(f"\n== {name} (max_head_offpolicyness={k}): {total} steps, the first {args.warmup} excluded; "
+    roles = gpu_roles(args.servers, backend)
+    say(f"\n== {name} ({backend}, {args.servers} server(s), max_head_offpolicyness={k}): {total} steps, the first {args.warmup} excluded; "
         f"time limit {timeout:.0f} s")
     say("$ areal-launch " + " ".join(cmd[3:]))
-    sampler = GpuSampler([SERVER_GPU, TRAINER_GPU], args.gpu_sample_s) if args.device == "cuda" else None
+    sampler = GpuSampler(sorted(roles.values()), args.gpu_sample_s) if args.device == "cuda" else None
     if sampler:
         sampler.start()
     launcher_log = run_dir / "launcher.log"
@@ -342,7 +403,7 @@ def run_mode(args, k: int, index: int, model_dir: str, tok_dir: str, data: str, 
     steps = [r for r in rows if r.get("step", 0) > 0]
     if status == "ok" and (proc.returncode != 0 or len(steps) < total):
         status = "failed"
-    result = summarise(args, k, steps, arrivals, sampler, start)
+    result = summarise(args, k, steps, arrivals, sampler, start, roles)
     result.update(status=status, returncode=proc.returncode, wall_s=wall, run_dir=str(run_dir),
                   steps_expected=total, steps_completed=len(steps))
     if status != "ok":
@@ -387,7 +448,7 @@ def _step_text(row: dict) -> str:
 def _gpu_text(gpu: dict | None) -> str:
     if not gpu:
         return ""
-    parts = [f"{role} GPU busy {g['busy_fraction']:.0%}" for role, g in gpu.items()
+    parts = [f"{role} busy {g['busy_fraction']:.0%}" for role, g in gpu.items()
              if isinstance(g, dict) and g.get("busy_fraction") is not None]  # skips "source"
     return "; " + ", ".join(parts) if parts else ""
 
@@ -410,7 +471,8 @@ def _log_tails(run_dir: Path, chars: int = 2500) -> str:
     return "\n".join(out)
 
 
-def summarise(args, k: int, steps: list[dict], arrivals: list[float], sampler, start: float) -> dict:
+def summarise(args, k: int, steps: list[dict], arrivals: list[float], sampler, start: float,
+              roles: dict[str, int] | None = None) -> dict:
     measured = [r for r in steps if r["step"] > args.warmup]
     step_arrivals = [t for r, t in zip_steps(steps, arrivals)]
 
@@ -432,6 +494,11 @@ def summarise(args, k: int, steps: list[dict], arrivals: list[float], sampler, s
            "step_s_mean": mean("timing/step_s"),
            "phase_s_mean": {p: mean(f"timing/{p}_s") for p in PHASES},
            "weight_update_s_mean": mean("weight_update/seconds"),
+           # generated tokens over the trainer's seconds (logprob recompute + train): the trainer's
+           # rate on this pipeline, prompts not counted (bench_train reports all tokens)
+           "train_gen_tokens_per_s": (total("rollout/gen_tokens")
+                                      / (total("timing/recompute_logprob_s") + total("timing/train_s"))
+                                      if total("timing/train_s") else None),
            "weight_update_bytes": mean("weight_update/bytes"),
            "staleness_max": max((r.get("rollout/staleness_max") or 0 for r in measured), default=None),
            "startup_s": (step_arrivals[0] - start - float(steps[0].get("timing/step_s") or 0)) if steps else None,
@@ -445,8 +512,9 @@ def summarise(args, k: int, steps: list[dict], arrivals: list[float], sampler, s
     # the measured seconds from arrival times of metrics rows (0.2 s resolution): a cross-check
     out["measured_wall_s"] = t1 - t0 if t0 is not None else None
     if sampler is not None:
-        out["gpu"] = {"server": sampler.summary(SERVER_GPU, t0, t1),
-                      "trainer": sampler.summary(TRAINER_GPU, t0, t1), "source": sampler.source}
+        roles = roles or gpu_roles(args.servers, args.trainer_backend[0])
+        out["gpu"] = {role: sampler.summary(i, t0, t1) for role, i in roles.items()}
+        out["gpu"]["source"] = sampler.source
     return out
 
 
@@ -522,34 +590,39 @@ def bench(args) -> int:
     args.run_timeout = args.run_timeout or (270.0 if args.device == "cuda" else 300.0)
     args.budget = args.budget or (480.0 if args.device == "cuda" else float("inf"))
     if args.device == "cuda":
-        check_cuda_layout()
+        check_cuda_layout(args)
     data = resolve_data(args.data)
     workdir = Path(args.workdir).expanduser().resolve()  # the runs' cwd is the repository
     workdir.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
     say(f"bench_e2e: {args.shape} on {args.device} ({args.dtype}), {args.batch_size} prompts x "
         f"{args.n_samples} samples x {args.max_new_tokens} new tokens per step, offpolicyness "
-        f"{args.offpolicyness}, data {data}")
+        f"{args.offpolicyness}, {args.servers} server(s), trainer {' '.join(args.trainer_backend)}, data {data}")
     model_dir, tok_dir = build_model(args, workdir)
     config = {k: (None if v == float("inf") else v) for k, v in vars(args).items()}
     config.update(data=data, model_dir=model_dir, tokenizer_dir=tok_dir,
                   overrides_example=overrides(args, 0, 0, model_dir, tok_dir, data, workdir / "runs"))
     result = {"benchmark": "bench_e2e", "goal_speedup": GOAL_SPEEDUP, "config": config,
-              "hardware": hardware(args.device), "modes": {}, "speedup": {}, "balance": None,
+              "hardware": hardware(args.device), "layouts": {}, "modes": {}, "speedup": {}, "balance": None,
               "goal_met": None}
-    for index, k in enumerate(args.offpolicyness):
-        later = len(args.offpolicyness) - index - 1
+    runs = [(backend, k) for backend in args.trainer_backend for k in args.offpolicyness]
+    for index, (backend, k) in enumerate(runs):
+        later = len(runs) - index - 1
         timeout = min(args.run_timeout, args.budget - (time.time() - t_start) - RESERVE_S * later)
-        result["modes"][mode_name(k)] = run_mode(args, k, index, model_dir, tok_dir, data, workdir,
-                                                 timeout=max(timeout, 60.0))
-        finish(result)
+        layout = result["layouts"].setdefault(backend, {"gpus": gpu_roles(args.servers, backend), "modes": {},
+                                                        "speedup": {}, "balance": None, "goal_met": None})
+        layout["modes"][mode_name(k)] = run_mode(args, k, index, model_dir, tok_dir, data, workdir,
+                                                 timeout=max(timeout, 60.0), backend=backend)
+        finish(layout)
+        first = result["layouts"][args.trainer_backend[0]]  # the top level: the first layout's
+        result.update({key: first[key] for key in ("modes", "speedup", "balance", "goal_met")})
         write(args.out, result)
         if k == 0:
-            say_balance(result["balance"])
+            say_balance(layout["balance"])
     result["total_s"] = time.time() - t_start
     write(args.out, result)
     report(result)
-    return 0 if all(m["status"] == "ok" for m in result["modes"].values()) else 1
+    return 0 if all(m["status"] == "ok" for lay in result["layouts"].values() for m in lay["modes"].values()) else 1
 
 
 def finish(result: dict) -> None:
@@ -562,25 +635,32 @@ def finish(result: dict) -> None:
     result["goal_met"] = (max(ups) >= GOAL_SPEEDUP) if ups else None
 
 
+def busy(gpu: dict | None, role: str) -> float | None:
+    """Mean busy fraction of the GPUs whose role starts with `role` (server / trainer)."""
+    vals = [g["busy_fraction"] for name, g in (gpu or {}).items()
+            if name.startswith(role + "-") and isinstance(g, dict) and g.get("busy_fraction") is not None]
+    return statistics.fmean(vals) if vals else None
+
+
 def report(result: dict) -> None:
-    say("\n== summary")
-    say(f"{'mode':<8} {'status':<8} {'samples/s':>10} {'gen tok/s':>10} {'step s':>8} {'rollout':>8} "
-        f"{'train':>8} {'w-update':>8} {'srv busy':>8} {'trn busy':>8}")
-    for name, m in result["modes"].items():
-        ph = m.get("phase_s_mean") or {}
-        gpu = m.get("gpu") or {}
-        train = sum(ph.get(p) or 0.0 for p in ("advantages", "recompute_logprob", "train"))
+    def f(x, spec):
+        return format(x, spec) if isinstance(x, (int, float)) else "-".rjust(int(spec.split(".")[0]))
 
-        def f(x, spec):
-            return format(x, spec) if isinstance(x, (int, float)) else "-"
-
-        say(f"{name:<8} {m['status']:<8} {f(m.get('samples_per_s'), '10.2f')} {f(m.get('gen_tokens_per_s'), '10.0f')} "
-            f"{f(m.get('step_s_mean'), '8.2f')} {f(ph.get('rollout'), '8.2f')} {f(train, '8.2f')} "
-            f"{f(ph.get('weight_update'), '8.2f')} {f((gpu.get('server') or {}).get('busy_fraction'), '8.0%')} "
-            f"{f((gpu.get('trainer') or {}).get('busy_fraction'), '8.0%')}")
-    for key, value in result["speedup"].items():
-        say(f"speedup {key}: {value:.2f}x (goal {GOAL_SPEEDUP}x)" if value else f"speedup {key}: -")
-    say_balance(result["balance"])
+    for backend, layout in result["layouts"].items():
+        say(f"\n== summary: trainer {backend}, {result['config']['servers']} server(s)")
+        say(f"{'mode':<8} {'status':<8} {'samples/s':>10} {'gen tok/s':>10} {'step s':>8} {'rollout':>8} "
+            f"{'train':>8} {'w-update':>8} {'trn tok/s':>9} {'srv busy':>8} {'trn busy':>8}")
+        for name, m in layout["modes"].items():
+            ph = m.get("phase_s_mean") or {}
+            train = sum(ph.get(p) or 0.0 for p in ("advantages", "recompute_logprob", "train"))
+            say(f"{name:<8} {m['status']:<8} {f(m.get('samples_per_s'), '10.2f')} "
+                f"{f(m.get('gen_tokens_per_s'), '10.0f')} {f(m.get('step_s_mean'), '8.2f')} "
+                f"{f(ph.get('rollout'), '8.2f')} {f(train, '8.2f')} {f(ph.get('weight_update'), '8.2f')} "
+                f"{f(m.get('train_gen_tokens_per_s'), '9.0f')} {f(busy(m.get('gpu'), 'server'), '8.0%')} "
+                f"{f(busy(m.get('gpu'), 'trainer'), '8.0%')}")
+        for key, value in layout["speedup"].items():
+            say(f"speedup {key}: {value:.2f}x (goal {GOAL_SPEEDUP}x)" if value else f"speedup {key}: -")
+        say_balance(layout["balance"])
     say(f"total {result.get('total_s', 0):.0f} s")
 
 

@@ -8,6 +8,9 @@ rollouts do, which is where packing pays: the bare loop computes on padding, the
     # GPU (one process per GPU; dp = number of processes)
     torchrun --nproc-per-node 1 scripts/bench_train.py --shape qwen2.5-0.5b --out bench_0.5b.json
     torchrun --nproc-per-node 1 scripts/bench_train.py --shape qwen2.5-1.5b --out bench_1.5b.json
+    # other layouts of 2 processes (--backend: actor.backend; default fsdp:dN for N processes)
+    torchrun --nproc-per-node 2 scripts/bench_train.py --backend fsdp:d2r2 ...   # HSDP 2 replicas x 1 shard
+    torchrun --nproc-per-node 2 scripts/bench_train.py --backend fsdp:d1t2 ...   # tensor parallel 2
     # CPU smoke run (tiny model, a few seconds)
     python scripts/bench_train.py --shape tiny --device cpu --steps 2 --warmup 1 --seqs 8 \
         --min-len 8 --max-len 32 --max-tokens-per-mb 64 --out /tmp/bench_train.json
@@ -16,6 +19,9 @@ MFU = achieved model FLOP/s / peak bf16 dense FLOP/s of one device (--peak-tflop
 H200, the rate an 8192^3 bf16 torch.matmul reaches there, below the 989 datasheet figure).
 Training FLOPs per token = 6 x (matmul parameters, lm_head included) +
 6 x layers x hidden x (average sequence length) for causal attention (forward + backward).
+tokens/s counts the real tokens of the whole (global) batch; per device and MFU divide by the
+number of processes, whatever the layout (tensor-parallel peers train the same rows and share the
+FLOPs). The bare loop is always plain FSDP2 over all processes (fsdp:dN), whatever --backend says.
 Writes one JSON object: per-run tokens/s (real tokens only), step seconds, MFU, peak memory.
 """
 
@@ -115,10 +121,10 @@ def bench_engine(args, model_dir: str, tok_dir: str, batch: dict) -> dict:
     from areal.engine.fsdp.engine import FSDPEngine
 
     engine = FSDPEngine.from_pretrained(
-        model_dir, tokenizer_path=tok_dir, dtype=args.dtype, learning_rate=1e-5,
+        model_dir, tokenizer_path=tok_dir, dtype=args.dtype, learning_rate=1e-5, backend=args.backend,
         max_tokens_per_mb=args.max_tokens_per_mb, gradient_checkpointing=args.gradient_checkpointing,
         device=args.device)
-    local = engine.dp_shard(batch)
+    local = engine.dp_shard(batch)  # this data-parallel rank's rows; tensor-parallel peers get the same
     stats = {}
 
     def step():
@@ -216,6 +222,10 @@ def main(argv=None) -> None:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--peak-tflops", type=float, default=790.0,
                    help="bf16 dense peak of one device (H200: 790 measured with torch.matmul, 989 datasheet)")
+    p.add_argument("--backend", default=None,
+                   help="actor.backend of the engine: fsdp:d2 (FSDP), fsdp:d2r2 (HSDP 2 replicas x 1 shard), "
+                        "fsdp:d1t2 (tensor parallel 2); its world size must equal the process count "
+                        "(default: fsdp:dN for N processes)")
     p.add_argument("--skip-bare", action="store_true")
     p.add_argument("--profile", metavar="TXT", help="also profile one engine step; write the kernel table here")
     p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "areal-bench-train"))
@@ -230,6 +240,18 @@ def main(argv=None) -> None:
     if args.device == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     rank, world = dist.get_rank(), dist.get_world_size()
+    from areal.config.parallel import ParallelStrategyError, parse_parallel
+
+    args.backend = args.backend or f"fsdp:d{world}"
+    try:
+        strategy = parse_parallel(args.backend, allowed_backends=("fsdp",))
+    except ParallelStrategyError as e:
+        p.error(f"--backend: {e}")
+    if strategy.world_size != world:
+        p.error(f"--backend {args.backend} uses {strategy.world_size} processes (d x t) but {world} were started "
+                f"(torchrun --nproc-per-node {strategy.world_size})")
+    if args.seqs % strategy.dp:
+        p.error(f"--seqs {args.seqs} does not split over the {strategy.dp} data-parallel ranks of {args.backend}")
     root = Path(args.workdir)
     if rank == 0:
         build_model_dir(args.shape, root)
@@ -240,7 +262,8 @@ def main(argv=None) -> None:
     real = int(batch["attention_mask"].sum())
     padded = batch["input_ids"].numel()
     avg_len = real / args.seqs
-    result = {"shape": args.shape, "device": args.device, "world_size": world, "dtype": args.dtype,
+    result = {"shape": args.shape, "device": args.device, "world_size": world, "backend": args.backend,
+              "dp": strategy.dp, "tp": strategy.tp, "hsdp_replicate": strategy.replicate, "dtype": args.dtype,
               "seqs": args.seqs, "len_range": [args.min_len, args.max_len],
               "max_tokens_per_mb": args.max_tokens_per_mb, "gradient_checkpointing": args.gradient_checkpointing,
               "matmul_params": matmul_params(cfg), "flops_per_token": flops_per_token(cfg, avg_len),
@@ -250,6 +273,7 @@ def main(argv=None) -> None:
     if args.device == "cuda":
         torch.cuda.empty_cache()
     if not args.skip_bare:
+        result["bare_fsdp2_backend"] = f"fsdp:d{world}"
         result["bare_fsdp2"] = summarise(bench_bare(args, model_dir, batch), real, padded, cfg, avg_len, args, world)
         result["engine_speedup_vs_bare"] = result["bare_fsdp2"]["median_step_s"] / result["engine"]["median_step_s"]
     if rank == 0:
@@ -258,7 +282,8 @@ def main(argv=None) -> None:
         for name in ("engine", "bare_fsdp2"):
             if name in result:
                 r = result[name]
-                print(f"{name}: {r['tokens_per_s']:.0f} tok/s, step {r['median_step_s']:.3f} s"
+                print(f"{name} ({args.backend if name == 'engine' else f'fsdp:d{world}'}): "
+                      f"{r['tokens_per_s']:.0f} tok/s ({r['tokens_per_s_per_device']:.0f} per device), step {r['median_step_s']:.3f} s"
                       + (f", MFU {r['mfu']:.3f}, peak {r['peak_memory_gib']:.1f} GiB" if "mfu" in r else ""))
     dist.destroy_process_group()
 

