@@ -40,7 +40,10 @@ def _backend_strings(cfg):
         try:
             parse_parallel(value, allowed_backends=(backend,))
         except ParallelStrategyError as e:
-            yield ConfigIssue(key, value, str(e), f"write it like '{backend}:d2t1'")
+            example = "'fsdp:d4' (FSDP), 'fsdp:d4r2' (HSDP: 2 replicas of 2 shards) or 'fsdp:d2t2' (TP)" \
+                if backend == "fsdp" else "'sglang:d2' (2 servers) or 'sglang:d2t2' (2 servers of TP 2)"
+            yield ConfigIssue(key, value, str(e), f"write it like {example}: d is the data-parallel "
+                              "size, r (HSDP replicas) divides d, t is the tensor-parallel size")
 
 
 def _c_clip(cfg):
