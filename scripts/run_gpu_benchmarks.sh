@@ -3,7 +3,7 @@
 # that each fit a 10-minute slot. Results (JSON, logs, profiles) go to RESULTS_DIR.
 #
 #   scripts/run_gpu_benchmarks.sh kernels RESULTS_DIR   # gpu tests, trainer MFU, server, weight sync
-#   scripts/run_gpu_benchmarks.sh smollm2 RESULTS_DIR   # SmolLM2-135M GRPO learning run (GSM8K)
+#   scripts/run_gpu_benchmarks.sh smollm2 RESULTS_DIR   # SmolLM2-135M GRPO learning runs, lr 1e-5 and 2e-5
 #   scripts/run_gpu_benchmarks.sh e2e RESULTS_DIR       # async vs sync pipeline
 #
 # On a node with 4 GPUs (issue 10: two servers on GPUs 0,1, a 2-GPU trainer on 2,3; trainer
@@ -47,11 +47,22 @@ kernels)
     --device cuda --modes nccl disk --repeats 3 --bucket-mb 256 1024 --out "$out/bench_weight_sync.json"
   ;;
 smollm2)
-  run=/tmp/areal-smollm2
-  step smollm2_grpo 540 $py -m launcher.cli --config smollm2_gsm8k_gpu.yaml cluster.fileroot=$run
-  cp $run/smollm2_gsm8k/trial0/metrics.jsonl "$out/smollm2_metrics.jsonl" 2>/dev/null
-  cp $run/smollm2_gsm8k/trial0/metrics.png "$out/smollm2_metrics.png" 2>/dev/null
-  tail -n 60 $run/smollm2_gsm8k/trial0/logs/*.log >"$out/smollm2_process_logs.txt" 2>/dev/null
+  # Two runs side by side on the same GPU pair (each: server on GPU 0, trainer on GPU 1; a 135M
+  # model leaves both GPUs mostly idle): the preset (lr 1e-5) and lr 2e-5. Each is cut at
+  # SMOLLM2_TIMEOUT s and keeps what it logged (metrics.jsonl is written step by step).
+  $py -c "from areal.models.resolve import resolve_model_path as r; print(r('smollm2:135m-instruct'))" \
+    >"$out/smollm2_convert.log" 2>&1  # convert the GGUF once, before two runs race for it
+  i=0
+  for lr in 1e-5 2e-5; do
+    run=/tmp/areal-smollm2-lr$lr
+    (step smollm2_lr$lr "${SMOLLM2_TIMEOUT:-500}" $py -m launcher.cli --config smollm2_gsm8k_gpu.yaml \
+       cluster.fileroot=$run actor.optimizer.lr=$lr trial_name=lr$lr \
+       launcher.server_base_port=$((30000 + 100 * i)) launcher.trainer_master_port=$((29500 + 100 * i))
+     cp $run/smollm2_gsm8k/lr$lr/metrics.jsonl "$out/smollm2_lr${lr}_metrics.jsonl"
+     tail -n 40 $run/smollm2_gsm8k/lr$lr/logs/*.log >"$out/smollm2_lr${lr}_process_logs.txt" 2>&1) &
+    i=$((i + 1))
+  done
+  wait
   ;;
 e2e)
   # E2E_ARGS: extra bench_e2e options (shape, batch, lengths, --budget) for the time at hand

@@ -1,0 +1,49 @@
+"""The sampler draws from the right distribution on both paths (full softmax and top-k/top-p)."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from areal.server.sampling import SamplingParams, sample  # noqa: E402
+
+LOGITS = torch.log(torch.tensor([0.5, 0.25, 0.15, 0.1]))
+DRAWS = 20000
+
+
+def frequencies(params: SamplingParams, seed: int = 0) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(seed)
+    logits = LOGITS.expand(DRAWS, -1).clone()
+    tokens, logprobs = sample(logits, [params] * DRAWS, gen)
+    return torch.bincount(tokens, minlength=4).float() / DRAWS, tokens, logprobs
+
+
+def expected(probs: list[float]) -> torch.Tensor:
+    p = torch.tensor(probs)
+    return p / p.sum()
+
+
+@pytest.mark.parametrize("params, probs", [
+    (SamplingParams(), [0.5, 0.25, 0.15, 0.1]),                      # full distribution
+    (SamplingParams(top_k=10 ** 6), [0.5, 0.25, 0.15, 0.1]),         # top-k beyond the vocab
+    (SamplingParams(top_k=2), [0.5, 0.25, 0, 0]),
+    (SamplingParams(top_p=0.7), [0.5, 0.25, 0, 0]),                  # mass before token 2 is 0.75
+    (SamplingParams(temperature=2.0), [0.5 ** .5, 0.25 ** .5, 0.15 ** .5, 0.1 ** .5]),
+])
+def test_token_frequencies_follow_the_truncated_distribution(params, probs):
+    freq, _, _ = frequencies(params)
+    torch.testing.assert_close(freq, expected(probs), atol=0.015, rtol=0)
+
+
+def test_logprobs_are_of_the_temperature_scaled_distribution_before_truncation():
+    _, tokens, logprobs = frequencies(SamplingParams(temperature=2.0, top_k=2))
+    ref = torch.log_softmax(LOGITS / 2.0, -1)
+    torch.testing.assert_close(logprobs, ref[tokens])
+
+
+def test_same_seed_same_tokens_and_rows_use_their_own_params():
+    a = frequencies(SamplingParams(), seed=3)[1]
+    b = frequencies(SamplingParams(), seed=3)[1]
+    assert torch.equal(a, b)
+    mixed = [SamplingParams(temperature=0), SamplingParams(top_k=1), SamplingParams()]
+    tokens, _ = sample(LOGITS.expand(3, -1).clone(), mixed, torch.Generator().manual_seed(0))
+    assert tokens[:2].tolist() == [0, 0]
