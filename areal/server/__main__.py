@@ -10,10 +10,16 @@ SIGINT, then shuts down cleanly (exit 0). Flag errors exit with status 2.
 from __future__ import annotations
 
 import asyncio
-import logging
-import signal
 import dataclasses
+import logging
+import os
+import signal
 import sys
+
+# Before torch loads: the decode step's temporaries (attention's repeated keys/values) grow by
+# one column per step; expandable segments let the CUDA allocator reuse their memory instead of
+# caching a new block per size until the GPU is full. A user's own setting wins.
+os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 
 from areal.server.args import ServerArgs, parse_args
 

@@ -7,11 +7,17 @@ columns that became padding for every row are trimmed. Each decode step then fee
 sequence. Padded key/value slots are zeroed and masked, so a sequence's numbers do not depend on
 its neighbours (greedy output matches `transformers.generate` in float32).
 
+Decode steps write in place: the cache tensors are views of buffers with spare columns
+(`SPARE_COLUMNS`), so a step fills one column instead of concatenating. Concatenation (what
+transformers' DynamicCache does) copied the whole cache twice per step and allocated ~100
+slightly larger blocks each time, which fragmented the CUDA allocator until it filled the GPU.
+
 Only this module and `weights.py` touch the model; both run on the scheduler's worker thread.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 from dataclasses import dataclass
@@ -30,6 +36,9 @@ def torch_dtype(name: str):
     return getattr(torch, name)
 
 
+SPARE_COLUMNS = 64  # decode steps between two reallocations of the cache
+
+
 @dataclass
 class KVBatch:
     """Left-padded KV cache of the running sequences.
@@ -42,6 +51,22 @@ class KVBatch:
     layers: list
     mask: object
     lengths: object
+    spare: int = 0  # columns allocated past mask.shape[1] in every layer's buffers
+
+    def reserve(self, columns: int = 1) -> None:
+        """Make sure `columns` more columns can be written in place (reallocates, with slack)."""
+        if self.spare >= columns:
+            return
+        width = self.mask.shape[1]
+        extra = max(columns, SPARE_COLUMNS)
+        grown = []
+        for k, v in self.layers:
+            kb = k.new_empty(k.shape[:2] + (width + extra,) + k.shape[3:])
+            vb = v.new_empty(kb.shape)
+            kb[:, :, :width].copy_(k)
+            vb[:, :, :width].copy_(v)
+            grown.append((kb[:, :, :width], vb[:, :, :width]))
+        self.layers, self.spare = grown, extra
 
     @property
     def size(self) -> int:
@@ -139,19 +164,66 @@ class ModelRunner:
     def decode(self, batch: KVBatch, tokens: list[int]):
         """Feed one token per row; extends `batch` in place and returns logits [B, V]."""
         import torch
-        from transformers import DynamicCache
 
         ids = torch.tensor(tokens, device=self.device).unsqueeze(1)
         mask = torch.cat([batch.mask, batch.mask.new_ones(batch.size, 1)], dim=1)
-        cache = DynamicCache(ddp_cache_data=batch.layers, config=self.config)
+        batch.reserve(1)
+        cache = self._cache_over(batch.layers)
         with torch.inference_mode():
             out = self.model(input_ids=ids, attention_mask=mask,
                              position_ids=batch.lengths.unsqueeze(1), use_cache=True,
                              **{self._cache_kwarg: cache})
         batch.layers = [(layer.keys, layer.values) for layer in cache.layers]
+        batch.spare -= 1
         batch.mask = mask
         batch.lengths = batch.lengths + 1
         return out.logits[:, -1, :]
+
+    def _cache_over(self, layers: list):
+        """A DynamicCache whose layers hold `layers`' tensors as they are (no copy) and append
+        in place into their spare columns."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache(config=self.config)
+        layer = in_place_layer_class()
+        cache.layers = [layer.over(k, v) for k, v in layers]
+        return cache
+
+
+@functools.cache
+def in_place_layer_class():
+    """transformers' DynamicLayer, but `update` writes into the spare columns of the buffer that
+    `keys`/`values` are views of (KVBatch.reserve made room) instead of concatenating. Built on
+    first use: importing this module stays free of torch and transformers."""
+    from transformers.cache_utils import DynamicLayer
+
+    class InPlaceLayer(DynamicLayer):
+        @classmethod
+        def over(cls, keys, values) -> "InPlaceLayer":
+            layer = cls()
+            layer.dtype, layer.device = keys.dtype, keys.device
+            layer.keys, layer.values = keys, values
+            layer.is_initialized = True
+            return layer
+
+        def update(self, key_states, value_states, *args, **kwargs):
+            self.keys = _append_in_place(self.keys, key_states)
+            self.values = _append_in_place(self.values, value_states)
+            return self.keys, self.values
+
+    return InPlaceLayer
+
+
+def _append_in_place(cache, new):
+    """Write `new` [B, H, n, D] into the columns after `cache` [B, H, L, D] (a view of a wider
+    buffer) and return the view of the first L + n columns."""
+    import torch
+
+    width, n = cache.shape[2], new.shape[2]
+    wider = torch.as_strided(cache, cache.shape[:2] + (width + n,) + cache.shape[3:],
+                             cache.stride(), cache.storage_offset())
+    wider[:, :, width:].copy_(new)
+    return wider
 
 
 def _resolve_device(device: str) -> str:
