@@ -12,7 +12,14 @@ must keep running meanwhile so the next batch is ready when the trainer asks for
 Admission: a submitted episode starts only when `staleness.capacity` allows it, i.e. running +
 accepted never exceeds `(max_head_offpolicyness + version + 1) * consumer_batch_size` and running
 never exceeds `max_concurrent_rollouts`; the version is read from the engine, so the bound opens
-as soon as the trainer sets a new version. `pause()` stops admission (running episodes go on;
+as soon as the trainer sets a new version.
+
+Consumption is in submission order: `wait` hands out an accepted episode only once every episode
+submitted before it has finished. With admission in the same order, the k-th consumed episode
+started when at most (max_head_offpolicyness + v + 1) * batch episodes had, so it is trained at
+version v + max_head_offpolicyness at the latest: the bound holds for every sample. Taking episodes
+as they finished (as before) let a long answer started early reach the trainer many versions
+later (staleness 5 with a bound of 1 in a SmolLM2 run), and fed short answers first. `pause()` stops admission (running episodes go on;
 the engine decides what happens to their requests) until `resume()`.
 
 A failing workflow raises `RolloutError` (with the data record attached) from the next `wait`,
@@ -62,11 +69,13 @@ class _Submission:
     sink: queue.Queue
     bounded: bool  # counts against the staleness bound (rollout_batch's episodes do not)
     created: float = field(default_factory=time.monotonic)
+    seq: int = -1  # submission order of bounded episodes (set by _enqueue)
 
 
 @dataclass
 class _Result:
     created: float
+    seq: int
     data: Any
     workflow: RolloutWorkflow
     trajectory: dict | None  # None: dropped by the workflow or should_accept
@@ -86,7 +95,9 @@ class RolloutExecutor:
         self._lock = threading.Lock()
         self._inputs: deque[_Submission] = deque()
         self._outputs: queue.Queue = queue.Queue()
-        self._ready: list[_Result] = []
+        self._ready: list[_Result] = []  # accepted, finished, not yet consumed; by seq
+        self._seq = itertools.count()
+        self._unfinished: set[int] = set()  # seqs of bounded episodes queued or running
         self._running = 0  # every running episode (the concurrency bound)
         self._running_bounded = 0  # running episodes under the staleness bound
         self._accepted = 0  # accepted episodes under the staleness bound, ever
@@ -112,21 +123,39 @@ class RolloutExecutor:
         self._enqueue(_Submission(data, workflow, should_accept, self._outputs, bounded=True))
 
     def wait(self, count: int, timeout: float | None = None) -> dict[str, Any]:
-        """The `count` oldest finished accepted episodes as one padded batch.
+        """The next `count` accepted episodes in submission order, as one padded batch.
 
-        Raises TimeoutError if fewer finish within `timeout` seconds (those that did stay
+        An episode is handed out only after every episode submitted before it has finished
+        (see the module docstring: this keeps each sample within the staleness bound).
+        Raises TimeoutError if fewer are ready within `timeout` seconds (those that are stay
         for the next call), and RolloutError as soon as an episode failed.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        while len(self._ready) < count:
-            result = self._next_result(self._outputs, deadline, count)
-            if result.error is not None:
-                raise RolloutError(result.data, result.workflow, result.error) from result.error
-            if result.trajectory is not None:
-                self._ready.append(result)
-        self._ready.sort(key=lambda r: r.created)
-        taken, self._ready = self._ready[:count], self._ready[count:]
-        return concat_padded([r.trajectory for r in taken])
+        while True:
+            with self._lock:
+                frontier = min(self._unfinished, default=None)  # oldest episode still out
+            self._collect_finished()
+            ready = len(self._ready) if frontier is None else sum(r.seq < frontier for r in self._ready)
+            if ready >= count:
+                taken, self._ready = self._ready[:count], self._ready[count:]
+                return concat_padded([r.trajectory for r in taken])
+            self._keep(self._next_result(self._outputs, deadline, count, ready))
+
+    def _collect_finished(self) -> None:
+        """Move every result already queued into `_ready` (raises on a failed episode)."""
+        while True:
+            try:
+                result = self._outputs.get_nowait()
+            except queue.Empty:
+                return
+            self._keep(result)
+
+    def _keep(self, result: _Result) -> None:
+        if result.error is not None:
+            raise RolloutError(result.data, result.workflow, result.error) from result.error
+        if result.trajectory is not None:
+            self._ready.append(result)
+            self._ready.sort(key=lambda r: r.seq)
 
     def prepare_batch(self, dataloader: Iterable, workflow: RolloutWorkflow,
                       should_accept: Callable[[dict], bool] | None = None) -> dict[str, Any]:
@@ -271,7 +300,9 @@ class RolloutExecutor:
                 if sub.bounded:
                     self._running_bounded -= 1
                     self._accepted += trajectory is not None and error is None
-            sub.sink.put(_Result(sub.created, sub.data, sub.workflow, trajectory, error))
+                # under the lock: once a seq leaves _unfinished its result is already queued
+                self._unfinished.discard(sub.seq)
+                sub.sink.put(_Result(sub.created, sub.seq, sub.data, sub.workflow, trajectory, error))
             self._wake.set()
 
     # ---- helpers ----------------------------------------------------------------------------
@@ -280,6 +311,9 @@ class RolloutExecutor:
         if self._stopping:
             raise RuntimeError("the rollout executor was destroyed; create a new one")
         with self._lock:
+            if sub.bounded:
+                sub.seq = next(self._seq)
+                self._unfinished.add(sub.seq)
             self._inputs.append(sub)
         self._poke()
 
@@ -296,7 +330,8 @@ class RolloutExecutor:
         with self._lock:
             return len(self._inputs) + self._running
 
-    def _next_result(self, source: queue.Queue, deadline: float | None, count: int) -> _Result:
+    def _next_result(self, source: queue.Queue, deadline: float | None, count: int,
+                     ready: int | None = None) -> _Result:
         """The next result from `source`; raises if the deadline passes or the loop died."""
         while True:
             if self._loop_error is not None or not self._thread.is_alive():
@@ -305,7 +340,8 @@ class RolloutExecutor:
             if wait <= 0:
                 s = self.stats()
                 raise TimeoutError(
-                    f"only {len(self._ready)} of {count} rollouts were ready in time "
+                    f"only {len(self._ready) if ready is None else ready} of {count} rollouts "
+                    f"were ready in time "
                     f"(queued={s['queued']}, running={s['running']}, accepted={s['accepted']}, "
                     f"version={self.engine.get_version()}, paused={self.paused})")
             try:

@@ -232,3 +232,40 @@ def test_rollout_batch_passes_episodes_waiting_for_a_newer_version():
         assert ex.stats()["queued"] > 0 and ex.stats()["accepted"] == 4  # the bound still holds
     finally:
         ex.destroy()
+
+
+class StartVersion(RolloutWorkflow):
+    """Records the version each episode started under; a few episodes take 15x longer (long
+    answers), which is what let completion-order consumption train on staler samples."""
+
+    def __init__(self, seed=0):
+        self.rng = random.Random(seed)
+
+    async def arun_episode(self, engine, data):
+        version = engine.get_version()
+        await asyncio.sleep(0.15 if self.rng.random() < 0.2 else 0.01)
+        return {"input_ids": torch.zeros(1, 1, dtype=torch.long), "rewards": torch.tensor([1.0]),
+                "versions": torch.tensor([[version]]), "order": torch.tensor([data["i"]])}
+
+
+@pytest.mark.parametrize("offpolicyness, seed", [(0, 0), (1, 1), (1, 2), (2, 3)])
+def test_every_trained_sample_is_within_the_staleness_bound(offpolicyness, seed):
+    """Per sample, not on average: the trainer at version v gets no episode started before
+    v - max_head_offpolicyness, even when long episodes finish after younger ones."""
+    cfg = RolloutConfig(consumer_batch_size=4, max_concurrent_rollouts=12,
+                        max_head_offpolicyness=offpolicyness)
+    engine, ex = make(cfg)
+    wf = StartVersion(seed)
+    loader = [[{"i": 4 * b + j} for j in range(4)] for b in range(100)]
+    worst, order = 0, []
+    try:
+        for _ in range(12):
+            batch = ex.prepare_batch(loader, wf)
+            worst = max(worst, engine.version - int(batch["versions"].min()))
+            order.extend(batch["order"].tolist())
+            time.sleep(0.01)  # "training"
+            engine.version += 1
+    finally:
+        ex.destroy()
+    assert worst <= offpolicyness
+    assert order == sorted(order)  # episodes reach the trainer in submission order
