@@ -115,6 +115,8 @@ def test_weight_update_to_running_server(tmp_path_factory):
     assert r["disk_max_diff"] < 1e-4
     assert r["server_version"] == "2"
     assert r["disk_path"].endswith("/weight_update/v2")
+    assert r["update_folders"] == ["v3", "v4"]  # v2 deleted, the previous version kept
+    assert r["server_version_after_pruning"] == "4"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -296,6 +298,10 @@ def scenario_update(args) -> dict:
     out["disk"] = e.update_weights(WeightUpdateMeta(type="disk", version=2))
     out["disk_max_diff"], out["server_version"] = _server_vs_trainer(e, args.server)
     out["disk_path"] = e.weight_update_path(2)
+    for version in (3, 4):  # older folders go once the servers serve a newer version
+        e.update_weights(WeightUpdateMeta(type="disk", version=version))
+    out["update_folders"] = sorted(p.name for p in Path(e.weight_update_path(4)).parent.iterdir())
+    out["server_version_after_pruning"] = _server_vs_trainer(e, args.server)[1]
     e.destroy()
     return out
 

@@ -145,3 +145,14 @@ def test_from_pretrained_overrides_go_through_rules():
     cfg = build_configs("/m", backend="fsdp:d4r2", weight_decay=0.1, optimizer={"beta2": 0.95})
     assert cfg.actor.backend == "fsdp:d4r2"
     assert (cfg.actor.optimizer.weight_decay, cfg.actor.optimizer.beta2) == (0.1, 0.95)
+
+
+def test_prune_disk_updates_keeps_the_two_newest_versions(tmp_path):
+    from areal.engine.fsdp.weight_sync import prune_disk_updates
+
+    for name in ("v1", "v2", "v9", "v10", "v11", "vx", "notes"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "v3").write_text("a file, not an update folder")
+    deleted = prune_disk_updates(tmp_path, newest=11)
+    assert sorted(p.name for p in deleted) == ["v1", "v2", "v9"]  # numeric order: v10 > v9
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes", "v10", "v11", "v3", "vx"]

@@ -505,7 +505,14 @@ class FSDPEngine(TrainEngine):
                 else:
                     replies = weight_sync.update_from_disk(self._client(), path, version)
                     timer.add_server_seconds("server_load", replies)
+            self._prune_disk_updates(path, version)
         return nbytes
+
+    def _prune_disk_updates(self, path: str, version: int) -> None:
+        """Old versions' folders go once the servers serve `version`; only in the run's own
+        weight_update/ folder (a meta.path chosen by the caller is left alone)."""
+        if path == self.weight_update_path(version):
+            weight_sync.prune_disk_updates(Path(path).parent, version)
 
     def _push_adapter(self, meta: WeightUpdateMeta, version: int, inference,
                       timer: weight_sync.PhaseTimer) -> int:
@@ -528,6 +535,7 @@ class FSDPEngine(TrainEngine):
                     inference.update_weights(meta)
                 else:
                     self._load_adapter_over_http(meta)
+            self._prune_disk_updates(path, version)
         dist.barrier()
         return sum(t.numel() * t.element_size() for t in tensors.values())
 

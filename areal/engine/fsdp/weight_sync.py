@@ -4,7 +4,9 @@ Two ways, chosen by actor.weight_update:
 
 disk         rank 0 writes a Hugging Face folder to
              {fileroot}/{experiment}/{trial}/weight_update/v{version} and every server loads it
-             (POST /update_weights_from_disk {model_path, weight_version}).
+             (POST /update_weights_from_disk {model_path, weight_version}); then the folders
+             older than the previous version are deleted (a full model copy per step filled the
+             disk on long runs; the previous one stays for a server that restarts meanwhile).
 distributed  trainer rank 0 and the servers form one process group (trainer = rank 0, server i
              takes ranks rank_offset .. rank_offset + tp - 1), joined through
              POST /init_weights_update_group; then, bucket by bucket, the servers are told which
@@ -19,12 +21,15 @@ depend on the rollout client (which has its own update path for disk updates).
 from __future__ import annotations
 
 import logging
+import re
+import shutil
 import socket
 import threading
 import time
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Iterable, Iterator, TypeVar
 
 import torch
@@ -41,6 +46,29 @@ JOIN_TIMEOUT_S = 120.0
 def disk_update_path(fileroot: str, experiment: str, trial: str, version: int) -> str:
     """Where disk weight updates of one version are written (servers read it from there)."""
     return f"{fileroot}/{experiment}/{trial}/weight_update/v{version}"
+
+
+KEEP_DISK_UPDATES = 2  # the version just loaded and the one before it
+
+
+def prune_disk_updates(folder: str | Path, newest: int, keep: int = KEEP_DISK_UPDATES) -> list[Path]:
+    """Delete the `v{k}` folders in `folder` (weight_update/) with k <= newest - keep.
+
+    The previous version stays: served_weights.json may still name it while a restarted server
+    reads it (it is rewritten after the update returns). Returns the deleted folders; a folder
+    that cannot be deleted is logged and left.
+    """
+    deleted = []
+    for path in sorted(Path(folder).glob("v*")):
+        match = re.fullmatch(r"v(\d+)", path.name)
+        if not (match and path.is_dir() and int(match.group(1)) <= newest - keep):
+            continue
+        try:
+            shutil.rmtree(path)
+            deleted.append(path)
+        except OSError as e:
+            logger.warning("could not delete the old weight update %s: %s", path, e)
+    return deleted
 
 
 @dataclass
