@@ -20,6 +20,8 @@ class DatasetConfig(Section):
     split: str = Field("train", description="Split to read.")
     batch_size: int = Field(8, ge=1, description="Prompts per training step (or per evaluation batch).")
     shuffle: bool = Field(True, description="Shuffle every epoch (seeded).")
-    max_prompt_len: int | None = Field(None, ge=1, description="Drop prompts longer than this many tokens.")
+    max_prompt_len: int | None = Field(
+        None, ge=1, description="Drop records whose prompt is longer than this many tokens (the chat prompt "
+                                "the workflow sends: template and workflow.system_prompt included); null keeps all.")
     max_samples: int | None = Field(None, ge=1, description="Use only the first N records (debugging).")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra loader arguments.")

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from typing import Any, Iterator
 
+logger = logging.getLogger("areal.trainer")
 
-def load_records(dcfg) -> list[dict]:
-    """Records of a DatasetConfig through areal.dataset's registry (see DatasetConfig.type)."""
+
+def load_records(dcfg, *, key: str = "train_dataset", tokenizer=None,
+                 system_prompt: str | None = None) -> list[dict]:
+    """Records of a DatasetConfig through areal.dataset's registry (see DatasetConfig.type).
+
+    With `max_prompt_len` set, records whose chat prompt (chat template and `system_prompt`, as
+    the workflows build it) is longer are dropped; `tokenizer` (an object or a path) is then
+    required. `key` names the config section in messages.
+    """
     from areal.dataset.registry import load_dataset_by_name
 
     if dcfg.type == "files":
@@ -18,7 +27,30 @@ def load_records(dcfg) -> list[dict]:
         records = records[:dcfg.max_samples]
     if not records:
         raise ValueError(f"dataset type={dcfg.type!r} path={dcfg.path!r} split={dcfg.split!r} has no records")
+    if dcfg.max_prompt_len is not None:
+        records = drop_long_prompts(records, dcfg.max_prompt_len, tokenizer, system_prompt,
+                                    key=f"{key}.max_prompt_len")
     return records
+
+
+def drop_long_prompts(records: list[dict], max_len: int, tokenizer, system_prompt: str | None = None,
+                      *, key: str = "train_dataset.max_prompt_len") -> list[dict]:
+    """The records whose chat prompt has at most `max_len` tokens; raises if none has."""
+    from areal.workflow.common import chat_prompt_ids, load_tokenizer, record_messages
+
+    if tokenizer is None:
+        raise ValueError(f"{key}={max_len} needs a tokenizer to measure prompts; set actor.tokenizer_path")
+    tokenizer = load_tokenizer(tokenizer)
+    lengths = [len(chat_prompt_ids(tokenizer, record_messages(r, system_prompt))) for r in records]
+    kept = [r for r, n in zip(records, lengths) if n <= max_len]
+    if not kept:
+        raise ValueError(f"{key}={max_len}: all {len(records)} prompts are longer (the shortest has "
+                         f"{min(lengths)} tokens with the chat template); raise it, or set it to null "
+                         "to keep every prompt")
+    if len(kept) < len(records):
+        logger.info("%s=%d: dropped %d of %d prompts (longest %d tokens)", key, max_len,
+                    len(records) - len(kept), len(records), max(lengths))
+    return kept
 
 
 class PromptLoader:

@@ -26,11 +26,13 @@ def drive(cfg) -> list[dict]:
     from .rollouts import RolloutWriter
 
     resolve_model_paths(cfg)
-    loader = PromptLoader(load_records(cfg.train_dataset), cfg.train_dataset.batch_size,
-                          shuffle=cfg.train_dataset.shuffle, seed=cfg.seed)
+    tokenizer = cfg.actor.tokenizer_path or cfg.sglang.tokenizer_path
+    loader = PromptLoader(load_records(cfg.train_dataset, tokenizer=tokenizer,
+                                       system_prompt=cfg.workflow.system_prompt),
+                          cfg.train_dataset.batch_size, shuffle=cfg.train_dataset.shuffle, seed=cfg.seed)
     engine = RemoteSGLangEngine(cfg)
     engine.initialize()
-    workflow = build_workflow(cfg, cfg.actor.tokenizer_path or cfg.sglang.tokenizer_path)
+    workflow = build_workflow(cfg, tokenizer)
     writer = RolloutWriter(f"{cfg.run_dir}/rollouts", cfg.gconfig.n_samples)
     reports = []
     try:

@@ -76,7 +76,8 @@ def _source_parts(cfg) -> dict:
         from .rollouts import read_index
 
         return {"loader": None, "steps_per_epoch": len(read_index(cfg.rollout.replay_path)["batches"])}
-    records = load_records(cfg.train_dataset)
+    records = load_records(cfg.train_dataset, tokenizer=cfg.actor.tokenizer_path,
+                           system_prompt=cfg.workflow.system_prompt)
     loader = PromptLoader(records, cfg.train_dataset.batch_size, shuffle=cfg.train_dataset.shuffle, seed=cfg.seed)
     return {"loader": loader, "steps_per_epoch": len(loader)}
 
@@ -123,7 +124,8 @@ def _eval_parts(cfg):
 
     from .data import load_records
 
-    records = load_records(cfg.valid_dataset)
+    records = load_records(cfg.valid_dataset, key="valid_dataset", tokenizer=cfg.actor.tokenizer_path,
+                           system_prompt=cfg.workflow.system_prompt)
     if cfg.evaluator.max_samples:
         records = records[:cfg.evaluator.max_samples]
     eval_cfg = cfg.model_copy(deep=True)
