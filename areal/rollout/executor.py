@@ -70,6 +70,7 @@ class _Submission:
     bounded: bool  # counts against the staleness bound (rollout_batch's episodes do not)
     created: float = field(default_factory=time.monotonic)
     seq: int = -1  # submission order of bounded episodes (set by _enqueue)
+    origin: dict | None = None  # prepare_batch: where in the dataloader the record came from
 
 
 @dataclass
@@ -98,6 +99,7 @@ class RolloutExecutor:
         self._ready: list[_Result] = []  # accepted, finished, not yet consumed; by seq
         self._seq = itertools.count()
         self._unfinished: set[int] = set()  # seqs of bounded episodes queued or running
+        self._origins: dict[int, dict] = {}  # seq -> dataloader position, until the trainer has it
         self._running = 0  # every running episode (the concurrency bound)
         self._running_bounded = 0  # running episodes under the staleness bound
         self._accepted = 0  # accepted episodes under the staleness bound, ever
@@ -138,6 +140,9 @@ class RolloutExecutor:
             ready = len(self._ready) if frontier is None else sum(r.seq < frontier for r in self._ready)
             if ready >= count:
                 taken, self._ready = self._ready[:count], self._ready[count:]
+                with self._lock:
+                    for r in taken:
+                        self._origins.pop(r.seq, None)
                 return concat_padded([r.trajectory for r in taken])
             self._keep(self._next_result(self._outputs, deadline, count, ready))
 
@@ -172,12 +177,24 @@ class RolloutExecutor:
             # waiting for the next call; episodes that all finish together would otherwise leave
             # nothing running while the trainer trains
             while self._backlog() < self.max_concurrent + self.consumer_batch_size:
-                for record in _records(next(self._data_iter)):
-                    self.submit(record, workflow, should_accept)
+                batch = next(self._data_iter)
+                where = _position_of_last_batch(dataloader)
+                for offset, record in enumerate(_records(batch)):
+                    origin = None if where is None else {**where, "offset": where["offset"] + offset}
+                    self._enqueue(_Submission(record, workflow, should_accept, self._outputs,
+                                              bounded=True, origin=origin))
             try:
                 return self.wait(self.consumer_batch_size, timeout=_PREPARE_WAIT_S)
             except TimeoutError:
                 continue
+
+    def resume_state(self) -> dict | None:
+        """The dataloader position (epoch, position, offset) of the oldest record whose episode
+        the trainer has not received yet, or None when none is out (then the dataloader's own
+        state is exact). A recovered run that loads it re-runs exactly the episodes in flight
+        at the checkpoint: they were queued, running or finished but not trained on."""
+        with self._lock:
+            return dict(self._origins[min(self._origins)]) if self._origins else None
 
     def rollout_batch(self, data: list[Any], workflow: RolloutWorkflow,
                       should_accept: Callable[[dict], bool] | None = None) -> dict[str, Any]:
@@ -302,6 +319,8 @@ class RolloutExecutor:
                     self._accepted += trajectory is not None and error is None
                 # under the lock: once a seq leaves _unfinished its result is already queued
                 self._unfinished.discard(sub.seq)
+                if trajectory is None and error is None:
+                    self._origins.pop(sub.seq, None)  # dropped: nothing to redo after recovery
                 sub.sink.put(_Result(sub.created, sub.seq, sub.data, sub.workflow, trajectory, error))
             self._wake.set()
 
@@ -314,6 +333,8 @@ class RolloutExecutor:
             if sub.bounded:
                 sub.seq = next(self._seq)
                 self._unfinished.add(sub.seq)
+                if sub.origin is not None:
+                    self._origins[sub.seq] = sub.origin
             self._inputs.append(sub)
         self._poke()
 
@@ -359,6 +380,17 @@ def _cycle(dataloader: Iterable):
             yield batch
         if empty:
             raise ValueError(f"the dataloader yielded no batch in epoch {epoch}; check the dataset")
+
+
+def _position_of_last_batch(dataloader) -> dict | None:
+    """(epoch, position, offset) of the batch a PromptLoader-like dataloader (state_dict() with
+    epoch and position = batches handed out) has just yielded; offset is the batch's first record
+    within its batch (non-zero right after resuming mid-batch). None for other dataloaders."""
+    state = dataloader.state_dict() if hasattr(dataloader, "state_dict") else None
+    if not isinstance(state, dict) or not {"epoch", "position"} <= state.keys():
+        return None
+    return {"epoch": int(state["epoch"]), "position": int(state["position"]) - 1,
+            "offset": int(getattr(dataloader, "last_batch_offset", 0))}
 
 
 def _records(batch: Any) -> list[Any]:

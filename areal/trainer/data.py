@@ -57,7 +57,9 @@ class PromptLoader:
     """Batches of records, reshuffled each epoch from (seed, epoch); iterating gives one epoch.
 
     The position (epoch, batches handed out) is the recovery state: `load_state_dict` makes the
-    next iteration continue mid-epoch where the saved run stopped.
+    next iteration continue mid-epoch where the saved run stopped. A state may also hold
+    `offset`: the first batch then starts at that record of batch `position` (the rollout
+    executor's resume point, which can fall inside a batch).
     """
 
     def __init__(self, records: list[dict], batch_size: int, *, shuffle: bool = True, seed: int = 0):
@@ -65,7 +67,8 @@ class PromptLoader:
             raise ValueError(f"{len(records)} records are fewer than one batch of {batch_size} "
                              "(train_dataset.batch_size)")
         self.records, self.batch_size, self.shuffle, self.seed = records, batch_size, shuffle, seed
-        self.epoch, self.position = 0, 0
+        self.epoch, self.position, self.offset = 0, 0, 0
+        self.last_batch_offset = 0
         self._started = False
 
     def __len__(self) -> int:
@@ -80,12 +83,17 @@ class PromptLoader:
             random.Random(self.seed * 100003 + self.epoch).shuffle(order)
         while self.position < len(self):
             lo = self.position * self.batch_size
+            skip, self.offset = self.offset, 0
             self.position += 1
-            yield [self.records[i] for i in order[lo:lo + self.batch_size]]
+            self.last_batch_offset = skip  # the yielded batch's first record, within its batch
+            yield [self.records[i] for i in order[lo + skip:lo + self.batch_size]]
 
     def state_dict(self) -> dict[str, int]:
         return {"epoch": self.epoch, "position": self.position}
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        self.offset = int(state.get("offset", 0))
+        if not 0 <= self.offset < self.batch_size:
+            raise ValueError(f"loader state offset {self.offset} is outside a batch of {self.batch_size}")
         self._started = False

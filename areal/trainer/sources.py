@@ -79,7 +79,12 @@ class LiveRollouts:
             write_served_weights(record_root_of(self.cfg), path, version)
 
     def loader_state(self) -> dict:
-        return broadcast_from_rank0(self.loader.state_dict() if self.loader is not None else None)
+        """The dataloader position to save: that of the oldest prompt not trained on yet. The
+        loader itself has run ahead by the episodes queued and running in the executor."""
+        state = None
+        if self.loader is not None:
+            state = (self.engine.resume_state() if self.engine is not None else None) or self.loader.state_dict()
+        return broadcast_from_rank0(state)
 
     def destroy(self) -> None:
         if self.engine is not None:

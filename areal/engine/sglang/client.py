@@ -417,6 +417,11 @@ class RemoteSGLangEngine(InferenceEngine):
     def rollout_batch(self, data, workflow, should_accept=None) -> dict:
         return self.executor.rollout_batch(data, workflow, should_accept)
 
+    def resume_state(self) -> dict | None:
+        """Where prepare_batch's dataloader should restart after a recovery (see
+        RolloutExecutor.resume_state); None when no episode is in flight."""
+        return self._executor.resume_state() if self._executor is not None else None
+
 
 def request_retries(config) -> int:
     """rollout.request_retries; when the launcher restarts the run's failed servers
