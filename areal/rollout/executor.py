@@ -14,13 +14,16 @@ accepted never exceeds `(max_head_offpolicyness + version + 1) * consumer_batch_
 never exceeds `max_concurrent_rollouts`; the version is read from the engine, so the bound opens
 as soon as the trainer sets a new version.
 
+`pause()` stops admission (running episodes go on; the engine decides what happens to their
+requests) until `resume()`.
+
 Consumption is in submission order: `wait` hands out an accepted episode only once every episode
 submitted before it has finished. With admission in the same order, the k-th consumed episode
 started when at most (max_head_offpolicyness + v + 1) * batch episodes had, so it is trained at
 version v + max_head_offpolicyness at the latest: the bound holds for every sample. Taking episodes
 as they finished (as before) let a long answer started early reach the trainer many versions
-later (staleness 5 with a bound of 1 in a SmolLM2 run), and fed short answers first. `pause()` stops admission (running episodes go on;
-the engine decides what happens to their requests) until `resume()`.
+later (staleness 5 with a bound of 1 in a SmolLM2 run), and fed short answers first. The same
+order gives `resume_state`, the dataloader position a recovered run restarts from.
 
 A failing workflow raises `RolloutError` (with the data record attached) from the next `wait`,
 `prepare_batch` or `rollout_batch`; it never leaves a caller waiting for a result that will not come.
