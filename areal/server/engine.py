@@ -170,7 +170,8 @@ class ModelRunner:
         batch.reserve(1)
         cache = self._cache_over(batch.layers)
         with torch.inference_mode():
-            out = self.model(input_ids=ids, attention_mask=mask,
+            # A 4-D mask is used as given (no mask building per step); see server/attention.py.
+            out = self.model(input_ids=ids, attention_mask=mask.bool()[:, None, None, :],
                              position_ids=batch.lengths.unsqueeze(1), use_cache=True,
                              **{self._cache_kwarg: cache})
         batch.layers = [(layer.keys, layer.values) for layer in cache.layers]
@@ -246,14 +247,16 @@ def _check_full_attention(config) -> None:
 
 
 def load_model(model_path: str, dtype: str, device):
-    """from_pretrained in eval mode with SDPA attention; dtype 'auto' keeps the checkpoint's."""
+    """from_pretrained in eval mode with SDPA attention (grouped-query decode steps, see
+    server/attention.py); dtype 'auto' keeps the checkpoint's."""
     from transformers import AutoModelForCausalLM
 
     from areal.models.resolve import model_load_error
+    from areal.server.attention import register
 
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            model_path, attn_implementation="sdpa",
+            model_path, attn_implementation=register(),
             dtype="auto" if dtype == "auto" else torch_dtype(dtype))
     except Exception as exc:  # OSError, JSON, safetensors' own SafetensorError, ...
         raise ModelLoadError(model_load_error("--model-path", model_path, exc)) from exc
