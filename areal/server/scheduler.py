@@ -74,11 +74,14 @@ class BatchStats:
     requests_aborted: int = 0
     max_batch_size: int = 0
     _batch_size_sum: int = 0
+    prefill_s: float = 0.0  # wall seconds in prefill + merge (including the first token's sampling)
+    decode_s: float = 0.0  # wall seconds in decode steps (forward, sampling, reading the tokens back)
 
-    def record_decode(self, size: int) -> None:
+    def record_decode(self, size: int, seconds: float = 0.0) -> None:
         self.decode_steps += 1
         self._batch_size_sum += size
         self.max_batch_size = max(self.max_batch_size, size)
+        self.decode_s += seconds
 
     def as_dict(self) -> dict:
         mean = self._batch_size_sum / self.decode_steps if self.decode_steps else 0.0
@@ -87,7 +90,44 @@ class BatchStats:
                 "prefill_tokens": self.prefill_tokens, "generated_tokens": self.generated_tokens,
                 "requests_served": self.requests_served,
                 "requests_aborted": self.requests_aborted,
-                "max_batch_size": self.max_batch_size, "mean_batch_size": round(mean, 3)}
+                "max_batch_size": self.max_batch_size, "mean_batch_size": round(mean, 3),
+                "prefill_s": round(self.prefill_s, 3), "decode_s": round(self.decode_s, 3)}
+
+
+class ThroughputLog:
+    """One INFO line per `period` seconds while the server works (SGLang logs the same kind):
+    decode steps with their mean time and batch size, prefills, generated tokens/s, the share of
+    wall time spent in forward passes, and the queues. A step time that does not grow with the
+    batch size means the host (Python, kernel launches) is the limit, not the GPU."""
+
+    COUNTERS = ("decode_steps", "prefill_steps", "prefill_tokens", "generated_tokens", "prefill_s",
+                "decode_s", "_batch_size_sum")
+
+    def __init__(self, stats: BatchStats, period: float = 10.0):
+        self.stats, self.period = stats, period
+        self._last = time.monotonic()
+        self._seen = self._counters()
+
+    def _counters(self) -> dict:
+        return {k: getattr(self.stats, k) for k in self.COUNTERS}
+
+    def maybe_log(self, running: int, waiting: int) -> None:
+        now = time.monotonic()
+        elapsed = now - self._last
+        if elapsed < self.period:
+            return
+        cur = self._counters()
+        d = {k: cur[k] - self._seen[k] for k in self.COUNTERS}
+        self._last, self._seen = now, cur
+        if not (d["decode_steps"] or d["prefill_steps"]):
+            return
+        steps = max(d["decode_steps"], 1)
+        logger.info("last %.0fs: %d decode steps (%.1f ms each, mean batch %.0f), %d prefills "
+                    "(%d tokens, %.2fs), %.0f gen tok/s, forward passes %.0f%% of the time; "
+                    "running %d, waiting %d", elapsed, d["decode_steps"], 1e3 * d["decode_s"] / steps,
+                    d["_batch_size_sum"] / steps, d["prefill_steps"], d["prefill_tokens"], d["prefill_s"],
+                    d["generated_tokens"] / elapsed, 100 * (d["decode_s"] + d["prefill_s"]) / elapsed,
+                    running, waiting)
 
 
 def abort_reason(message: str, status_code: int | None = None) -> dict:
@@ -105,6 +145,7 @@ class Scheduler:
         self.max_prefill_tokens = max_prefill_tokens
         self.decode = decode
         self.stats = BatchStats()
+        self._throughput = ThroughputLog(self.stats)
         self._inbox: queue.Queue = queue.Queue()
         self._waiting: deque[Sequence] = deque()
         self._running: list[Sequence] = []  # row i of self._batch is self._running[i]
@@ -159,6 +200,7 @@ class Scheduler:
                     self._admit()
                 if self._running:
                     self._decode_step()
+                self._throughput.maybe_log(len(self._running), len(self._waiting))
             except Exception as exc:  # keep serving: fail the batch, not the server
                 logger.exception("forward pass failed")
                 self._fail_running(f"Internal server error during generation: {exc}")
@@ -217,6 +259,7 @@ class Scheduler:
             width = new_width
         if not chosen:
             return
+        t0 = time.perf_counter()
         prompts = [s.input_ids + s.output_ids for s in chosen]
         batch, logits = self.runner.prefill(prompts)
         self.stats.prefill_steps += 1
@@ -226,11 +269,14 @@ class Scheduler:
         self._pending.extend([-1] * len(chosen))
         self._sample_rows(logits, list(range(len(self._running) - len(chosen),
                                              len(self._running))))
+        self.stats.prefill_s += time.perf_counter() - t0
 
     def _decode_step(self) -> None:
+        t0 = time.perf_counter()
+        size = len(self._running)
         logits = self.runner.decode(self._batch, self._pending)
-        self.stats.record_decode(len(self._running))
         self._sample_rows(logits, list(range(len(self._running))))
+        self.stats.record_decode(size, time.perf_counter() - t0)
 
     def _sample_rows(self, logits, rows: list[int]) -> None:
         """Sample the next token of running `rows` (logits row j belongs to rows[j])."""
