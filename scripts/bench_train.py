@@ -117,13 +117,15 @@ def _timed(step, n_warmup: int, n_steps: int, device: str) -> list[float]:
     return times
 
 
-def bench_engine(args, model_dir: str, tok_dir: str, batch: dict) -> dict:
+def bench_engine(args, model_dir: str, tok_dir: str, batch: dict, *, compile: bool = False,
+                 profile: str | None = None) -> dict:
     from areal.engine.fsdp.engine import FSDPEngine
 
+    t0 = time.perf_counter()
     engine = FSDPEngine.from_pretrained(
         model_dir, tokenizer_path=tok_dir, dtype=args.dtype, learning_rate=1e-5, backend=args.backend,
         max_tokens_per_mb=args.max_tokens_per_mb, gradient_checkpointing=args.gradient_checkpointing,
-        device=args.device)
+        compile=compile, device=args.device)
     local = engine.dp_shard(batch)  # this data-parallel rank's rows; tensor-parallel peers get the same
     stats = {}
 
@@ -131,9 +133,11 @@ def bench_engine(args, model_dir: str, tok_dir: str, batch: dict) -> dict:
         stats.update(engine.train_batch(local, nll, lambda mb: float(mb["loss_mask"].sum())))
 
     times = _timed(step, args.warmup, args.steps, args.device)
-    if args.profile:
-        _profile(step, args.profile, args.device)
-    out = {"step_s": times, "n_microbatches": stats.get("n_microbatches"), "loss": stats.get("loss")}
+    if profile:
+        _profile(step, profile, args.device)
+    # warm-up steps included (they hold the compilation under --compile)
+    out = {"step_s": times, "n_microbatches": stats.get("n_microbatches"), "loss": stats.get("loss"),
+           "build_and_run_s": time.perf_counter() - t0}
     engine.destroy()
     return out
 
@@ -192,6 +196,12 @@ def bench_bare(args, model_dir: str, batch: dict) -> dict:
     return {"step_s": times, "n_microbatches": len(chunks)}
 
 
+def _release(device: str) -> None:
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
 def summarise(run: dict, real_tokens: int, padded_tokens: int, cfg, avg_len: float, args, world: int) -> dict:
     step = statistics.median(run["step_s"])
     tokens_s = real_tokens / step
@@ -227,6 +237,8 @@ def main(argv=None) -> None:
                         "fsdp:d1t2 (tensor parallel 2); its world size must equal the process count "
                         "(default: fsdp:dN for N processes)")
     p.add_argument("--skip-bare", action="store_true")
+    p.add_argument("--compile", action="store_true",
+                   help="also run the engine with actor.compile (torch.compile per decoder layer): engine_compiled")
     p.add_argument("--profile", metavar="TXT", help="also profile one engine step; write the kernel table here")
     p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "areal-bench-train"))
     p.add_argument("--out", required=True)
@@ -268,21 +280,29 @@ def main(argv=None) -> None:
               "max_tokens_per_mb": args.max_tokens_per_mb, "gradient_checkpointing": args.gradient_checkpointing,
               "matmul_params": matmul_params(cfg), "flops_per_token": flops_per_token(cfg, avg_len),
               "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None}
-    result["engine"] = summarise(bench_engine(args, model_dir, tok_dir, batch), real, padded, cfg, avg_len, args, world)
-    gc.collect()
-    if args.device == "cuda":
-        torch.cuda.empty_cache()
+    result["engine"] = summarise(bench_engine(args, model_dir, tok_dir, batch, profile=args.profile),
+                                 real, padded, cfg, avg_len, args, world)
+    _release(args.device)
+    if args.compile:
+        profile = args.profile and args.profile.replace(".txt", "") + "_compiled.txt"
+        result["engine_compiled"] = summarise(bench_engine(args, model_dir, tok_dir, batch, compile=True,
+                                                           profile=profile), real, padded, cfg, avg_len, args, world)
+        _release(args.device)
     if not args.skip_bare:
         result["bare_fsdp2_backend"] = f"fsdp:d{world}"
         result["bare_fsdp2"] = summarise(bench_bare(args, model_dir, batch), real, padded, cfg, avg_len, args, world)
-        result["engine_speedup_vs_bare"] = result["bare_fsdp2"]["median_step_s"] / result["engine"]["median_step_s"]
+        for name in ("engine", "engine_compiled"):
+            if name in result:
+                result[f"{name}_speedup_vs_bare"] = (result["bare_fsdp2"]["median_step_s"]
+                                                     / result[name]["median_step_s"])
     if rank == 0:
         Path(args.out).write_text(json.dumps(result, indent=1))
-        print(json.dumps({k: v for k, v in result.items() if k not in ("engine", "bare_fsdp2")}))
-        for name in ("engine", "bare_fsdp2"):
+        runs = ("engine", "engine_compiled", "bare_fsdp2")
+        print(json.dumps({k: v for k, v in result.items() if k not in runs}))
+        for name in runs:
             if name in result:
                 r = result[name]
-                print(f"{name} ({args.backend if name == 'engine' else f'fsdp:d{world}'}): "
+                print(f"{name} ({args.backend if name.startswith('engine') else f'fsdp:d{world}'}): "
                       f"{r['tokens_per_s']:.0f} tok/s ({r['tokens_per_s_per_device']:.0f} per device), step {r['median_step_s']:.3f} s"
                       + (f", MFU {r['mfu']:.3f}, peak {r['peak_memory_gib']:.1f} GiB" if "mfu" in r else ""))
     dist.destroy_process_group()

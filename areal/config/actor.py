@@ -38,6 +38,9 @@ class ActorConfig(Section):
     max_tokens_per_mb: int = Field(
         16384, ge=1, description="Token budget of one packed micro-batch (sequences are packed, never split).")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
+    compile: bool = Field(
+        False, description="torch.compile every decoder layer: fuses norms, rotary embeddings and activations "
+        "(the first two steps pay the compilation, tens of seconds; needs a C++ compiler on CPU).")
     # LoRA (peft)
     use_lora: bool = Field(False, description="Train LoRA adapters (peft) instead of all weights.")
     lora_rank: int = Field(16, ge=1, description="LoRA rank r.")

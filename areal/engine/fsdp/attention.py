@@ -85,12 +85,17 @@ def _varlen(query, key, value, cu, max_len, scaling):
     return out.unsqueeze(0)
 
 
-def register() -> str:
-    """Make ATTN_IMPLEMENTATION loadable by from_pretrained(attn_implementation=...); idempotent."""
+def register(compiled: bool = False) -> str:
+    """Make ATTN_IMPLEMENTATION loadable by from_pretrained(attn_implementation=...); idempotent.
+
+    compiled: the decoder layers will run under torch.compile (actor.compile); the attention call
+    then stays outside the graphs (a graph break), since its kernel choice is Python."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface
 
-    AttentionInterface.register(ATTN_IMPLEMENTATION, packed_sdpa_attention)
+    _VARLEN["compiled"] = _VARLEN.get("compiled", False) or compiled  # sticky: one registry per process
+    fn = torch.compiler.disable(packed_sdpa_attention) if _VARLEN["compiled"] else packed_sdpa_attention
+    AttentionInterface.register(ATTN_IMPLEMENTATION, fn)
     AttentionMaskInterface.register(ATTN_IMPLEMENTATION, _no_mask)
     return ATTN_IMPLEMENTATION
 

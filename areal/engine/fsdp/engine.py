@@ -29,7 +29,8 @@ from areal.api.train import Batch, LossFn, TrainEngine
 
 from . import packing, state, weight_sync
 from .optim import build_optimizer, build_scheduler, clip_grad_norm
-from .parallelize import apply_fsdp, apply_tp, build_mesh, check_tp_divisible, dp_mesh, flat_dp_mesh
+from .parallelize import (apply_fsdp, apply_tp, build_mesh, check_tp_divisible, compile_decoder_layers, dp_mesh,
+                          flat_dp_mesh)
 
 logger = logging.getLogger("areal.fsdp")
 
@@ -103,6 +104,8 @@ class FSDPEngine(TrainEngine):
             apply_tp(model, self.mesh["tp"])
         apply_fsdp(model, dp_mesh(self.mesh), param_dtype=self.param_dtype,
                    reduce_dtype=DTYPES[cfg.grad_reduce_dtype])
+        if cfg.compile:
+            compile_decoder_layers(model)
         self.model = model
         if self.trainable:
             self.optimizer = build_optimizer(model.parameters(), cfg.optimizer)
@@ -143,7 +146,7 @@ class FSDPEngine(TrainEngine):
         if attn == "areal_packed_sdpa":
             from .attention import register
 
-            register()
+            register(compiled=cfg.compile)
         self.attn_implementation = attn
         try:
             model = AutoModelForCausalLM.from_pretrained(cfg.path, dtype=torch.float32, attn_implementation=attn)
@@ -253,8 +256,10 @@ class FSDPEngine(TrainEngine):
         self._require_initialized()
         self.model.eval()
         shape, home = batch["input_ids"].shape, batch["input_ids"].device
-        logp = torch.zeros(shape, dtype=torch.float32)
-        ent = torch.zeros(shape, dtype=torch.float32) if with_entropy else None
+        # Filled on the device and copied back once: a copy per micro-batch would wait for that
+        # micro-batch's kernels before the host could queue the next one.
+        logp = torch.zeros(shape, dtype=torch.float32, device=self.device)
+        ent = torch.zeros(shape, dtype=torch.float32, device=self.device) if with_entropy else None
         for mb in self._microbatches(batch):
             logits = self._logits(mb)
             if mb.is_dummy:
@@ -262,9 +267,10 @@ class FSDPEngine(TrainEngine):
             lp, e = packing.token_logprobs(logits, mb.input_ids[0].to(self.device), mb.seqlens,
                                            temperature=temperature, with_entropy=with_entropy)
             width = max(mb.seqlens)
-            logp[mb.indices, :width] = packing.unpack(lp, mb, width).cpu()
+            rows = torch.tensor(mb.indices, device=self.device)
+            logp[rows, :width] = packing.unpack(lp, mb, width)
             if with_entropy:
-                ent[mb.indices, :width] = packing.unpack(e, mb, width).cpu()
+                ent[rows, :width] = packing.unpack(e, mb, width)
         logp = logp.to(home)
         return (logp, ent.to(home)) if with_entropy else logp
 
@@ -296,7 +302,9 @@ class FSDPEngine(TrainEngine):
                            "skipping the optimizer step")
             return {"loss": 0.0, "grad_norm": 0.0, "lr": self.lr, "skipped": 1.0}
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-        stat_sums: dict[str, float] = {}
+        # Weighted sums stay on the device until the step ends: reading a statistic back per
+        # micro-batch (float()) would stall the host until the GPU had finished that micro-batch.
+        stat_sums: dict[str, torch.Tensor] = {}
         n_tokens = 0
         for k, (mb, sub, w) in enumerate(zip(mbs, subs, weights)):
             self.model.set_requires_gradient_sync(k == len(mbs) - 1)
@@ -313,7 +321,8 @@ class FSDPEngine(TrainEngine):
             loss_sum += loss.detach().double() * (w / total)
             n_tokens += mb.n_tokens
             for key, value in stats.items():
-                stat_sums[key] = stat_sums.get(key, 0.0) + float(value) * w / total
+                term = torch.as_tensor(value, device=self.device).detach().double() * (w / total)
+                stat_sums[key] = stat_sums[key] + term if key in stat_sums else term
         grad_norm = clip_grad_norm(self.model.parameters(), self.config.optimizer.gradient_clipping)
         lr = self.lr
         if torch.isfinite(torch.tensor(grad_norm)):
@@ -331,8 +340,9 @@ class FSDPEngine(TrainEngine):
         out["step_s"] = time.perf_counter() - t0
         return out
 
-    def _sum_over_dp(self, values: dict[str, float]) -> dict[str, float]:
-        """Sum per-rank weighted stats over data-parallel ranks (keys may differ between ranks)."""
+    def _sum_over_dp(self, values: dict[str, torch.Tensor]) -> dict[str, float]:
+        """Sum per-rank weighted stats (0-d tensors) over data-parallel ranks (keys may differ
+        between ranks); one read-back for all of them."""
         import torch.distributed as dist
 
         keys: list[list[str]] = [None] * dist.get_world_size(self._dp_group)  # type: ignore[list-item]
@@ -340,7 +350,8 @@ class FSDPEngine(TrainEngine):
         names = sorted(set().union(*keys))
         if not names:
             return {}
-        vec = torch.tensor([values.get(n, 0.0) for n in names], dtype=torch.float64, device=self.device)
+        zero = torch.zeros((), dtype=torch.float64, device=self.device)
+        vec = torch.stack([values.get(n, zero).to(device=self.device, dtype=torch.float64) for n in names])
         dist.all_reduce(vec, group=self._dp_group)
         return dict(zip(names, vec.tolist()))
 

@@ -102,3 +102,16 @@ def apply_fsdp(model: nn.Module, mesh, *, param_dtype: torch.dtype, reduce_dtype
     for layer in decoder_layers(model):
         fully_shard(layer, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
     fully_shard(model, mesh=mesh, mp_policy=mp, reshard_after_forward=reshard_after_forward)
+
+
+def compile_decoder_layers(model: nn.Module) -> None:
+    """torch.compile each decoder layer in place (Module.compile keeps names and state-dict keys).
+
+    Per-layer graphs fuse the element-wise work around the matmuls (RMSNorm, rotary, SiLU x up,
+    residual adds), which is most of the non-matmul GPU time of a training step. All layers run
+    the same code, so dynamo compiles it once (dynamic sizes: packed micro-batches differ in
+    length) and reuses it for every layer. FSDP2's hooks stay outside the graphs (dynamo skips
+    them), and so does the attention kernel call (attention.packed_sdpa_attention is excluded).
+    """
+    for layer in decoder_layers(model):
+        layer.compile(dynamic=True)
