@@ -32,6 +32,7 @@ A failing workflow raises `RolloutError` (with the data record attached) from th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import queue
@@ -87,12 +88,15 @@ class _Result:
 
 
 class RolloutExecutor:
-    def __init__(self, engine: InferenceEngine, config):
-        """`config` is a RolloutConfig (rollout section of the experiment config)."""
+    def __init__(self, engine: InferenceEngine, config, loop_scope=None):
+        """`config` is a RolloutConfig (rollout section of the experiment config); `loop_scope`,
+        if given, is an async context manager factory entered around the executor's event loop
+        (RemoteSGLangEngine shares one HTTP session among its episodes this way)."""
         if config.consumer_batch_size is None:
             raise ValueError("rollout.consumer_batch_size is null: set it (or train_dataset.batch_size, "
                              "which it follows after validate_config)")
         self.engine = engine
+        self._loop_scope = loop_scope
         self.consumer_batch_size = config.consumer_batch_size
         self.max_concurrent = config.max_concurrent_rollouts or config.consumer_batch_size
         self.max_head_offpolicyness = config.max_head_offpolicyness
@@ -254,6 +258,10 @@ class RolloutExecutor:
             started.set()
 
     async def _main(self, started: threading.Event) -> None:
+        async with (self._loop_scope() if self._loop_scope else contextlib.nullcontext()):
+            await self._serve(started)
+
+    async def _serve(self, started: threading.Event) -> None:
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         tasks: set[asyncio.Task] = set()

@@ -88,7 +88,9 @@ def test_pause_continue_resubmits_aborted_requests(engine, models):
     """Requests in flight when the servers pause come back aborted; the client resubmits the
     rest after continue, and each token keeps the version that produced it."""
     engine.update_weights(WeightUpdateMeta("disk", path=models[0], version=1))
-    reqs = [ModelRequest(input_ids=[1, 5, 6], max_new_tokens=40, ignore_eos=True) for _ in range(4)]
+    # long enough that the pause lands mid-generation however fast the steps are (40 tokens
+    # could finish between the poll below and the pause: a rare failure)
+    reqs = [ModelRequest(input_ids=[1, 5, 6], max_new_tokens=160, ignore_eos=True) for _ in range(4)]
     out = {}
     thread = threading.Thread(target=lambda: out.setdefault("resps", run(engine, reqs)))
     start = {a: engine.server_info(a)["batching"]["generated_tokens"] for a in engine.addrs}
@@ -107,10 +109,10 @@ def test_pause_continue_resubmits_aborted_requests(engine, models):
     resps = out["resps"]
     assert all(a > 0 for a in aborted.values())
     for r in resps:
-        assert r.output_len == 40 and r.stop_reason == "length"
+        assert r.output_len == 160 and r.stop_reason == "length"
         assert r.output_versions == sorted(r.output_versions)
         assert set(r.output_versions) == {1, 2}
-        assert len(r.output_logprobs) == 40
+        assert len(r.output_logprobs) == 160
 
 
 def test_distributed_weight_update(engine, models):
@@ -186,6 +188,34 @@ def test_discovery_from_record_and_environment(engine, tmp_path, monkeypatch):
         assert run(found, greedy(1))[0].output_len == 12
 
 
+def test_requests_in_a_shared_session_reuse_their_connections(engine):
+    """Inside http.shared_session() (the rollout executor's loop runs in one), requests keep their
+    connections alive: one TCP connection per server for sequential requests, not one per request."""
+    import aiohttp
+
+    from areal.engine.sglang import http
+
+    created = []
+
+    async def count(session, ctx, params):
+        created.append(1)
+
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_create_end.append(count)
+
+    async def go():
+        async with http.shared_session(trace_configs=[trace]) as session:
+            loop = asyncio.get_running_loop()
+            assert http._LOOP_SESSIONS[loop] is session
+            for req in greedy(n=6, tokens=2):
+                resp = await engine.agenerate(req)
+                assert resp.output_len == 2
+        assert session.closed and loop not in http._LOOP_SESSIONS
+
+    asyncio.run(go())
+    assert len(created) == len(engine.addrs)  # 6 requests over 2 servers, 2 connections
+
+
 def test_destroy_stops_owned_servers(engine):
     procs = list(engine._own_servers.procs)
     engine.destroy()
@@ -205,3 +235,4 @@ def test_retries_outlast_a_server_restart_only_when_the_launcher_restarts_server
     assert n == retries_for(60) and sum(BACKOFF_S[min(i, len(BACKOFF_S) - 1)] for i in range(n)) >= 60
     trainer_only = cfg(restart_failed_servers=True, rollout_n_nodes=0)  # not the launcher's servers
     assert request_retries(trainer_only) == 2
+

@@ -400,7 +400,9 @@ class RemoteSGLangEngine(InferenceEngine):
         if self._executor is None:
             from areal.rollout.executor import RolloutExecutor
 
-            self._executor = RolloutExecutor(self, self._rcfg)
+            from areal.engine.sglang.http import shared_session
+
+            self._executor = RolloutExecutor(self, self._rcfg, loop_scope=shared_session)
             if self.paused:
                 self._executor.pause()
         return self._executor

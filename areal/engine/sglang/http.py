@@ -1,9 +1,13 @@
 """HTTP transport to inference servers: JSON posts with retries, async and blocking.
 
-Why per-call aiohttp sessions: the client's coroutines run on whatever event loop calls them
-(the rollout executor's thread, a test's asyncio.run, a notebook), and an aiohttp session is
-bound to one loop. A session per request costs a local TCP handshake, negligible next to a
-generation. Blocking calls (weight updates, pause/continue) use `requests` in threads so they
+aiohttp sessions: an aiohttp session is bound to one event loop, and the client's coroutines run
+on whatever loop calls them (the rollout executor's thread, a test's asyncio.run, a notebook).
+Inside `shared_session()` (the rollout executor's loop runs in one) requests on that loop share one
+session and its keep-alive connections; elsewhere each request opens its own. The session per
+request cost little wall time but a lot of Python: in a profile of the rollout client
+(scripts/bench_rollout_client.py) creating, connecting and closing sessions was ~10% of the
+executor thread's busy time, which in an asynchronous run is taken from the training thread
+through the GIL. Blocking calls (weight updates, pause/continue) use `requests` in threads so they
 can fan out to every server at once from synchronous trainer code.
 
 Errors always name the server (`host:port`) and the route: with several servers, "connection
@@ -13,6 +17,7 @@ refused" alone does not say which one went away.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
@@ -47,6 +52,26 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
+_LOOP_SESSIONS: dict = {}  # event loop -> the ClientSession its requests share (shared_session)
+
+
+@contextlib.asynccontextmanager
+async def shared_session(**session_kwargs):
+    """Within this scope, requests made on the running loop share one ClientSession (keep-alive
+    connections, no connection limit: hundreds of generations are in flight at once).
+    session_kwargs go to aiohttp.ClientSession (e.g. trace_configs)."""
+    import aiohttp
+
+    loop = asyncio.get_running_loop()
+    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), **session_kwargs)
+    _LOOP_SESSIONS[loop] = session
+    try:
+        yield session
+    finally:
+        _LOOP_SESSIONS.pop(loop, None)
+        await session.close()
+
+
 async def apost_json(addr: str, route: str, body: dict, *, timeout: float, retries: int,
                      headers: dict[str, str] | None = None) -> Any:
     """POST `body` to http://addr/route and return the JSON answer.
@@ -61,21 +86,37 @@ async def apost_json(addr: str, route: str, body: dict, *, timeout: float, retri
         if attempt:
             await asyncio.sleep(_backoff(attempt - 1))
         try:
-            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as session:
-                async with session.post(f"http://{addr}{route}", json=body, headers=headers) as resp:
-                    if resp.status in RETRY_STATUS:
-                        last = f"HTTP {resp.status}: {(await resp.text())[:300]}"
-                        continue
-                    if resp.status >= 400:
-                        raise ServerError(addr, route, f"HTTP {resp.status}: {(await resp.text())[:1000]}")
-                    return await resp.json(content_type=None)
+            shared = _LOOP_SESSIONS.get(asyncio.get_running_loop())
+            if shared is not None and not shared.closed:
+                status, answer = await _post(shared, addr, route, body, timeout, headers)
+            else:
+                async with aiohttp.ClientSession() as session:
+                    status, answer = await _post(session, addr, route, body, timeout, headers)
         except asyncio.TimeoutError:
             raise ServerError(addr, route, f"no answer within {timeout:.0f}s "
                               "(rollout.request_timeout_s); raise it for long generations") from None
-        except aiohttp.ClientConnectionError as e:
+        except aiohttp.ClientConnectionError as e:  # a kept-alive connection to a restarted server too
             last = f"{type(e).__name__}: {e}"
+            continue
+        if status in RETRY_STATUS:
+            last = f"HTTP {status}: {answer[:300]}"
+            continue
+        if status >= 400:
+            raise ServerError(addr, route, f"HTTP {status}: {answer[:1000]}")
+        return answer
     raise ServerError(addr, route, f"unreachable after {retries + 1} attempts ({last}); is the server "
                       "still running? (retries: rollout.request_retries)")
+
+
+async def _post(session, addr: str, route: str, body: dict, timeout: float, headers) -> tuple[int, Any]:
+    """(status, parsed JSON) for a 2xx/3xx answer, (status, text) otherwise."""
+    import aiohttp
+
+    async with session.post(f"http://{addr}{route}", json=body, headers=headers,
+                            timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+        if resp.status >= 400:
+            return resp.status, await resp.text()
+        return resp.status, await resp.json(content_type=None)
 
 
 def post_json(addr: str, route: str, body: dict | None, *, timeout: float, retries: int = 0,
