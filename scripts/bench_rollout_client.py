@@ -1,0 +1,92 @@
+"""CPU cost of the rollout client in the trainer process, per generated sample.
+
+In an asynchronous run the rollout client (RemoteSGLangEngine's executor thread: HTTP requests,
+answers, rewards, tensors) shares the trainer's process, so its Python time competes with the
+training thread for the GIL. This measures that time on its own: a built-in server in another
+process serves a tiny model, and this process runs the GSM8K RLVR workflow for a few batches.
+
+    python scripts/bench_rollout_client.py --out /tmp/bench_rollout_client.json
+    python scripts/bench_rollout_client.py --batches 3 --batch-size 64 --n-samples 8 --out ...
+
+Reports, per sample: the CPU seconds of this process while batches ran (the client's work; the
+main thread only waits), the wall time per batch, and the thread-time of the executor's thread.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--data", default=str(Path(__file__).resolve().parents[2] / "shared/data/gsm8k"))
+    p.add_argument("--batches", type=int, default=3, help="measured batches (one more warms up)")
+    p.add_argument("--batch-size", type=int, default=64, help="prompts per batch")
+    p.add_argument("--n-samples", type=int, default=8)
+    p.add_argument("--max-new-tokens", type=int, default=4,
+                   help="kept small: the server runs on CPU here; the client's work per sample barely depends on it")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> dict:
+    import tempfile
+
+    from areal.api.inference import WeightUpdateMeta
+    from areal.dataset import load_gsm8k
+    from areal.engine.sglang.client import RemoteSGLangEngine
+    from areal.models.tiny import make_tiny_model_dir
+    from areal.server.testing import start_server
+    from areal.workflow.rlvr import RLVRWorkflow
+
+    args = parse_args(argv)
+    model_dir = str(make_tiny_model_dir(Path(tempfile.gettempdir()) / "bench-rollout-client-model",
+                                        max_position=2048))
+    records = load_gsm8k(args.data, "train")
+    need = (args.batches + 2) * args.batch_size  # the executor queues one batch ahead
+    loader = [records[i:i + args.batch_size] for i in range(0, need, args.batch_size)]
+    server = start_server(model_dir, extra_args=["--dtype", "float32", "--max-running-requests",
+                                                 str(args.batch_size * args.n_samples), "--log-level", "warning"],
+                          env={"OMP_NUM_THREADS": "1"})
+    engine = RemoteSGLangEngine.from_pretrained(
+        model_dir, server_addrs=[server.url], max_concurrent_rollouts=args.batch_size,
+        rollout={"consumer_batch_size": args.batch_size, "max_head_offpolicyness": 0},
+        gconfig={"n_samples": args.n_samples, "max_new_tokens": args.max_new_tokens, "min_new_tokens": 0,
+                 "ignore_eos": True, "temperature": 1.0})
+    workflow = RLVRWorkflow("gsm8k", engine.config.gconfig, model_dir)
+    rows = []
+    try:
+        for b in range(args.batches + 1):  # batch 0 warms up
+            # a synchronous trainer: a new version before each batch (offpolicyness 0 holds the
+            # next batch's episodes until then)
+            engine.update_weights(WeightUpdateMeta("disk", path=model_dir, version=b))
+            cpu0, wall0 = time.process_time(), time.perf_counter()
+            batch = engine.prepare_batch(loader, workflow)
+            cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+            if b == 0:
+                continue
+            n = int(batch["rewards"].numel())
+            rows.append({"samples": n, "wall_s": round(wall, 3), "client_cpu_s": round(cpu, 3),
+                         "client_cpu_ms_per_sample": round(1e3 * cpu / n, 3)})
+            print(rows[-1], flush=True)
+    finally:
+        engine.destroy()
+        workflow.close()
+        server.stop()
+    per_sample = sorted(r["client_cpu_ms_per_sample"] for r in rows)[len(rows) // 2]
+    out = {"batch_size": args.batch_size, "n_samples": args.n_samples, "max_new_tokens": args.max_new_tokens,
+           "rows": rows, "median_client_cpu_ms_per_sample": per_sample}
+    Path(args.out).write_text(json.dumps(out, indent=1))
+    print(f"client CPU per sample: {per_sample} ms (median of {len(rows)} batches)")
+    return out
+
+
+if __name__ == "__main__":
+    main()
