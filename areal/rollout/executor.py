@@ -51,6 +51,7 @@ logger = logging.getLogger(__name__)
 
 _POLL_S = 0.05  # admission re-check period (the engine's version can change at any time)
 _PREPARE_WAIT_S = 0.5  # prepare_batch tops up the queue at least this often
+STALL_WARNING_S = 60.0  # prepare_batch says why it waits after this long with nothing running
 
 
 class RolloutError(RuntimeError):
@@ -178,6 +179,7 @@ class RolloutExecutor:
         """
         if self._data_source is not dataloader:
             self._data_source, self._data_iter = dataloader, _cycle(dataloader)
+        stalled_since = None
         while True:
             # one consumer batch queued beyond what may run: when this call returns, those episodes
             # start as soon as the staleness bound allows (during training in async RL), without
@@ -193,7 +195,28 @@ class RolloutExecutor:
             try:
                 return self.wait(self.consumer_batch_size, timeout=_PREPARE_WAIT_S)
             except TimeoutError:
-                continue
+                stalled_since = self._warn_if_held(stalled_since)
+
+    def _warn_if_held(self, since: float | None) -> float | None:
+        """Warn (every STALL_WARNING_S) when queued episodes cannot start because the staleness
+        bound waits for a newer version: a loop that never advances it waits for ever, silently."""
+        s = self.stats()
+        if self.paused or s["running"] or not s["queued"]:
+            return None
+        now = time.monotonic()
+        if since is None:
+            return now
+        if now - since < STALL_WARNING_S:
+            return since
+        version = self.engine.get_version()
+        logger.warning(
+            "prepare_batch has waited %.0fs: %d episodes are queued but none may start, because the "
+            "staleness bound (rollout.max_head_offpolicyness=%d, consumer_batch_size %d) admits no "
+            "more episodes at weight version %d. The version advances when the trainer updates the "
+            "weights (engine.update_weights / set_version after each training step); a loop that "
+            "never does this waits for ever.", now - since, s["queued"], self.max_head_offpolicyness,
+            self.consumer_batch_size, version)
+        return now
 
     def resume_state(self) -> dict | None:
         """The dataloader position (epoch, position, offset) of the oldest record whose episode

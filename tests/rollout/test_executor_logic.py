@@ -101,6 +101,38 @@ def test_synchronous_mode_blocks_until_the_version_moves():
         ex.destroy()
 
 
+def test_prepare_batch_says_why_it_waits_when_the_version_never_moves(caplog, monkeypatch):
+    """A loop that never advances the version waits for ever in synchronous mode; after
+    STALL_WARNING_S it is told so, with the key and the version, and it resumes once it moves."""
+    import logging
+
+    from areal.rollout import executor as executor_module
+
+    monkeypatch.setattr(executor_module, "STALL_WARNING_S", 0.3)
+    cfg = RolloutConfig(consumer_batch_size=2, max_concurrent_rollouts=2, max_head_offpolicyness=0)
+    engine, ex = make(cfg)
+    wf = SleepyWorkflow([ex], cfg)
+    loader = [[{"i": i}, {"i": i + 1}] for i in range(0, 20, 2)]
+    got = {}
+    try:
+        ex.prepare_batch(loader, wf)
+        with caplog.at_level(logging.WARNING, logger=executor_module.logger.name):
+            t = threading.Thread(target=lambda: got.setdefault("batch", ex.prepare_batch(loader, wf)))
+            t.start()
+            deadline = time.monotonic() + 10
+            while not any("max_head_offpolicyness=0" in r.getMessage() for r in caplog.records):
+                assert time.monotonic() < deadline, "no warning about the held episodes"
+                time.sleep(0.05)
+            assert "batch" not in got and t.is_alive()
+            message = next(r.getMessage() for r in caplog.records if "max_head_offpolicyness" in r.getMessage())
+            assert "weight version 0" in message and "update_weights" in message
+            engine.version = 1
+            t.join(timeout=10)
+        assert got["batch"]["rewards"].shape == (2,)
+    finally:
+        ex.destroy()
+
+
 def test_pause_stops_admission_until_resume():
     cfg = RolloutConfig(consumer_batch_size=4, max_concurrent_rollouts=4)
     engine, ex = make(cfg)
