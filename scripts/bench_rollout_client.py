@@ -9,7 +9,8 @@ process serves a tiny model, and this process runs the GSM8K RLVR workflow for a
     python scripts/bench_rollout_client.py --batches 3 --batch-size 64 --n-samples 8 --out ...
 
 Reports, per sample: the CPU seconds of this process while batches ran (the client's work; the
-main thread only waits), the wall time per batch, and the thread-time of the executor's thread.
+main thread only waits), the wall time per batch, and the time spent in garbage collection by
+generation (a stop-the-world pause for every thread of the process, the training thread included).
 """
 
 from __future__ import annotations
@@ -33,7 +34,29 @@ def parse_args(argv=None):
     p.add_argument("--n-samples", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=4,
                    help="kept small: the server runs on CPU here; the client's work per sample barely depends on it")
+    p.add_argument("--gc-freeze", action="store_true",
+                   help="gc.freeze() after the warm-up batch (what the trainer does after building its engines)")
     return p.parse_args(argv)
+
+
+class GcClock:
+    """Seconds this process spent in garbage collection, by generation (gc.callbacks)."""
+
+    def __init__(self):
+        import gc
+
+        self.seconds, self.count, self._t0 = [0.0, 0.0, 0.0], [0, 0, 0], None
+        gc.callbacks.append(self._on)
+
+    def _on(self, phase, info):
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        elif self._t0 is not None:
+            self.seconds[info["generation"]] += time.perf_counter() - self._t0
+            self.count[info["generation"]] += 1
+
+    def snapshot(self):
+        return list(self.seconds), list(self.count)
 
 
 def main(argv=None) -> dict:
@@ -62,19 +85,29 @@ def main(argv=None) -> dict:
                  "ignore_eos": True, "temperature": 1.0})
     workflow = RLVRWorkflow("gsm8k", engine.config.gconfig, model_dir)
     rows = []
+    gc_clock = GcClock()
     try:
         for b in range(args.batches + 1):  # batch 0 warms up
             # a synchronous trainer: a new version before each batch (offpolicyness 0 holds the
             # next batch's episodes until then)
             engine.update_weights(WeightUpdateMeta("disk", path=model_dir, version=b))
-            cpu0, wall0 = time.process_time(), time.perf_counter()
+            (gc_s0, gc_n0), cpu0, wall0 = gc_clock.snapshot(), time.process_time(), time.perf_counter()
             batch = engine.prepare_batch(loader, workflow)
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+            gc_s, gc_n = gc_clock.snapshot()
             if b == 0:
+                if args.gc_freeze:
+                    import gc
+
+                    gc.collect()
+                    gc.freeze()
                 continue
             n = int(batch["rewards"].numel())
             rows.append({"samples": n, "wall_s": round(wall, 3), "client_cpu_s": round(cpu, 3),
-                         "client_cpu_ms_per_sample": round(1e3 * cpu / n, 3)})
+                         "client_cpu_ms_per_sample": round(1e3 * cpu / n, 3),
+                         # stop-the-world pauses: they stall a training thread in the same process too
+                         "gc_s_by_generation": [round(a - b, 4) for a, b in zip(gc_s, gc_s0)],
+                         "gc_collections_by_generation": [a - b for a, b in zip(gc_n, gc_n0)]})
             print(rows[-1], flush=True)
     finally:
         engine.destroy()
