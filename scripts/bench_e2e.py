@@ -493,6 +493,10 @@ def summarise(args, k: int, steps: list[dict], arrivals: list[float], sampler, s
            "step_s": [r.get("timing/step_s") for r in steps],
            "step_s_mean": mean("timing/step_s"),
            "phase_s_mean": {p: mean(f"timing/{p}_s") for p in PHASES},
+           # CPU seconds of the trainer's training thread and of its other threads (the rollout
+           # client, in an async run) per phase: the GIL share the training thread gave up
+           "phase_cpu_s_mean": {p: {"main": mean(f"cpu/{p}_main_s"), "others": mean(f"cpu/{p}_others_s")}
+                                for p in ("recompute_logprob", "train")},
            "weight_update_s_mean": mean("weight_update/seconds"),
            # generated tokens over the trainer's seconds (logprob recompute + train): the trainer's
            # rate on this pipeline, prompts not counted (bench_train reports all tokens)

@@ -16,15 +16,33 @@ from areal.algo.actor import loss_weight_fn, ppo_loss_fn, prepare_ppo_batch, spl
 
 @dataclass
 class Phases:
-    """Seconds per named phase of one step (logged as timing/<phase>_s)."""
+    """Seconds per named phase of one step (logged as timing/<phase>_s), and the CPU seconds
+    spent meanwhile by the training thread and by the process's other threads (logged as
+    cpu/<phase>_main_s and cpu/<phase>_others_s).
+
+    The other threads are mostly the rollout client (HTTP, rewards, tensors) in an asynchronous
+    run: their CPU time during `train` is time the training thread may have waited for the GIL,
+    which is the first thing to look at when training is slower in an async run than in a sync one.
+    """
 
     seconds: dict[str, float] = field(default_factory=dict)
+    cpu: dict[str, list[float]] = field(default_factory=dict)  # name -> [main thread, others]
 
     @contextmanager
     def __call__(self, name: str):
-        t = time.perf_counter()
+        t, main, process = time.perf_counter(), time.thread_time(), time.process_time()
         yield
+        main, process = time.thread_time() - main, time.process_time() - process
         self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t
+        acc = self.cpu.setdefault(name, [0.0, 0.0])
+        acc[0] += main
+        acc[1] += max(process - main, 0.0)
+
+    def metrics(self) -> dict[str, float]:
+        out = {f"timing/{k}_s": v for k, v in self.seconds.items()}
+        for k, (main, others) in self.cpu.items():
+            out[f"cpu/{k}_main_s"], out[f"cpu/{k}_others_s"] = main, others
+        return out
 
 
 def grpo_step(ctx, step: int) -> dict[str, Any]:
@@ -70,7 +88,7 @@ def _metrics(step, ctx, batch, train_stats, update, evaluation, phases, step_s) 
     out["train/loss"] = sum(float(s.get("loss", 0.0)) for s in train_stats) / len(train_stats)
     out.update({f"weight_update/{k.removeprefix('weight_update/')}": float(v)
                 for k, v in update.items() if isinstance(v, (int, float))})
-    out.update({f"timing/{k}_s": v for k, v in phases.seconds.items()})
+    out.update(phases.metrics())
     out.update(evaluation)
     return out
 
