@@ -94,9 +94,11 @@ def stack_samples(samples: list[dict], rewards: list[float]) -> dict:
 
     from areal.rollout.batch import pad_sequences
 
+    input_ids = pad_sequences([s["input_ids"] for s in samples], 0, torch.long)
+    lengths = torch.tensor([len(s["input_ids"]) for s in samples], dtype=torch.long)
     out = {
-        "input_ids": pad_sequences([s["input_ids"] for s in samples], 0, torch.long),
-        "attention_mask": pad_sequences([[1] * len(s["input_ids"]) for s in samples], 0, torch.long),
+        "input_ids": input_ids,
+        "attention_mask": (torch.arange(input_ids.shape[1]) < lengths[:, None]).long(),
         "loss_mask": pad_sequences([s["loss_mask"] for s in samples], 0, torch.long),
         "logprobs": pad_sequences([s["logprobs"] for s in samples], 0.0, torch.float32),
         "versions": pad_sequences([s["versions"] for s in samples], -1, torch.long),
