@@ -9,6 +9,11 @@ from pydantic import BeforeValidator, Field
 from .base import Section
 
 
+# launcher/procs.py child_env; why 1 on GPU: docs/benchmarks.md section 4
+_OMP_DEFAULT = ("OMP_NUM_THREADS, unless set here or in the launcher's environment: 1 on GPU, "
+                "the node's cores shared out on CPU.")
+
+
 def _env_text(value):
     """Environment values are text; `+launcher.trainer_env.X=1` arrives from Hydra as an int."""
     if isinstance(value, bool):
@@ -31,8 +36,12 @@ class LauncherConfig(Section):
         1, ge=0,
         description="Nodes for inference servers; 0 gives a trainer-only run against rollout.server_addrs "
         "or rollout.replay_path.")
-    server_env: EnvVars = Field(default_factory=dict, description="Extra environment for inference servers.")
-    trainer_env: EnvVars = Field(default_factory=dict, description="Extra environment for trainer workers.")
+    server_env: EnvVars = Field(
+        default_factory=dict,
+        description="Extra environment for inference servers. " + _OMP_DEFAULT)
+    trainer_env: EnvVars = Field(
+        default_factory=dict,
+        description="Extra environment for trainer workers. " + _OMP_DEFAULT)
     driver_env: EnvVars = Field(default_factory=dict, description="Extra environment for the rollout driver.")
     server_base_port: int = Field(
         30000, ge=1024, le=65000,
