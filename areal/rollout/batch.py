@@ -56,6 +56,8 @@ def pad_sequences(rows: list[list], value, dtype) -> "Any":
     import torch
 
     width = max((len(r) for r in rows), default=0)
+    if dtype == torch.bfloat16:  # numpy has no bfloat16: fill float32, then cast
+        return pad_sequences(rows, value, torch.float32).to(dtype)
     out = np.full((len(rows), width), value, dtype=torch.empty((), dtype=dtype).numpy().dtype)
     for i, row in enumerate(rows):
         out[i, :len(row)] = row

@@ -31,3 +31,7 @@ def test_mismatched_keys_and_empty():
 
 def test_pad_sequences():
     assert pad_sequences([[1], [2, 3]], -1, torch.long).tolist() == [[1, -1], [2, 3]]
+    for dtype in (torch.float32, torch.bfloat16, torch.bool):
+        out = pad_sequences([[1.0], []], 0, dtype)
+        assert out.dtype == dtype and out.tolist() == [[1], [0]]
+    assert pad_sequences([], 0, torch.long).shape == (0, 0)
