@@ -34,6 +34,12 @@ class RolloutConfig(Section):
         None, description="Trainer-only runs: replay rollouts saved by an inference-only run (a rollouts/ folder).")
     pause_mode: Literal["abort", "retract", "in_place"] = Field(
         "abort", description="How servers pause for a weight update (aborted requests are resubmitted).")
+    gil_switch_interval_ms: float | None = Field(
+        0.2, gt=0,
+        description="sys.setswitchinterval (in ms) of a process running the rollout client thread, e.g. "
+        "an asynchronous trainer. Every torch op releases the GIL; with Python's 5 ms default the "
+        "client thread, once it has the GIL, keeps the training thread waiting up to 5 ms per op. "
+        "Only lowers the interval; null keeps Python's.")
 
 
 class GenerationConfig(Section):
