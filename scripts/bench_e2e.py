@@ -498,6 +498,11 @@ def summarise(args, k: int, steps: list[dict], arrivals: list[float], sampler, s
            "phase_cpu_s_mean": {p: {"main": mean(f"cpu/{p}_main_s"), "others": mean(f"cpu/{p}_others_s")}
                                 for p in ("recompute_logprob", "train")},
            "weight_update_s_mean": mean("weight_update/seconds"),
+           # its parts (gather, transfer, ...) and, around it, pausing and resuming generation
+           # (pause_s on the trainer, server_pause_s the server's own, requests_aborted)
+           "weight_update_parts_mean": {key.removeprefix("weight_update/"): mean(key) for key in sorted(
+               {k for r in measured for k in r if k.startswith("weight_update/")
+                and (k.endswith("_s") or k.endswith("requests_aborted"))})},
            # generated tokens over the trainer's seconds (logprob recompute + train): the trainer's
            # rate on this pipeline, prompts not counted (bench_train reports all tokens)
            "train_gen_tokens_per_s": (total("rollout/gen_tokens")

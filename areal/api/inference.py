@@ -116,8 +116,9 @@ class InferenceEngine(abc.ABC):
         """Make every server receive the tensors the trainer broadcasts; resolves when loaded."""
 
     @abc.abstractmethod
-    def pause(self) -> None:
-        """Stop generation on every server (in-flight requests abort or wait, per pause mode)."""
+    def pause(self) -> dict[str, float] | None:
+        """Stop generation on every server (in-flight requests abort or wait, per pause mode).
+        May return what the pause cost (logged under weight_update/ by the trainer)."""
 
     @abc.abstractmethod
     def resume(self) -> None:

@@ -348,12 +348,16 @@ class Handlers:
             raise BadRequest(f"/pause_generation: mode {mode!r} is invalid; use one of "
                              f"{list(PAUSE_MODES)}.")
         self.s.gate.clear()
+        t0 = time.perf_counter()
         if mode == "abort":
-            await asyncio.wrap_future(
+            held = await asyncio.wrap_future(
                 self.s.scheduler.abort(None, "Aborted by /pause_generation."))
         else:
-            await asyncio.wrap_future(self.s.scheduler.pause(mode))
-        return web.json_response({"message": "Generation paused successfully.", "status": "ok"})
+            held = await asyncio.wrap_future(self.s.scheduler.pause(mode))
+        # beyond SGLang's answer: what the pause cost here (a weight update waits for it)
+        count_key = "requests_aborted" if mode == "abort" else "requests_held"
+        return web.json_response({"message": "Generation paused successfully.", "status": "ok",
+                                  count_key: held, "pause_s": time.perf_counter() - t0})
 
     async def resume(self, request: web.Request) -> web.Response:
         body = await read_json(request, allow_empty=True)

@@ -11,6 +11,7 @@ Every trainer rank calls the same methods (collectives inside); only rank 0 talk
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import torch.distributed as dist
@@ -57,18 +58,25 @@ class LiveRollouts:
         if self._meta is None or self._meta.type == "disk":
             self._meta = broadcast_from_rank0(weight_update_meta(self.cfg, version) if self.engine else None)
         self._meta.version = version
+        paused: dict[str, float] = {}
         if self.engine is not None:
-            self.engine.pause()
+            t0 = time.perf_counter()
+            paused = dict(self.engine.pause() or {})
+            paused["pause_s"] = time.perf_counter() - t0
         try:
             stats = self.actor.update_weights(self._meta, inference=self.engine)
             # an adapter folder (lora_push=adapter) is no model a restarted server could load
             if self.engine is not None and self._meta.type == "disk" and self._meta.path \
                     and self._meta.lora_name is None:
                 self._record_served_weights(self._meta.path, version)
-            return stats
         finally:
             if self.engine is not None:
+                t0 = time.perf_counter()
                 self.engine.resume()
+                paused["resume_s"] = time.perf_counter() - t0
+        # rank 0's pause and resume: in an asynchronous run, the part of the update that
+        # waits for in-flight generation (the servers' own share in server_pause_s)
+        return {**stats, **{f"weight_update/{k}": v for k, v in paused.items()}}
 
     def _record_served_weights(self, path: str, version: int) -> None:
         """Name the folder the servers now serve, so a server the launcher restarts loads it

@@ -99,8 +99,9 @@ def test_pause_continue_resubmits_aborted_requests(engine, models):
     while any(engine.server_info(a)["batching"]["generated_tokens"] - start[a] < 8 for a in engine.addrs):
         assert time.monotonic() < deadline, "servers did not start generating"
         time.sleep(0.05)
-    engine.pause()
+    report = engine.pause()
     aborted = {a: engine.server_info(a)["batching"]["requests_aborted"] for a in engine.addrs}
+    assert 1 <= report["requests_aborted"] <= len(reqs) and report["server_pause_s"] >= 0
     engine.update_weights(WeightUpdateMeta("disk", path=models[1], version=2))
     time.sleep(0.3)
     assert thread.is_alive()  # waiting for continue, not failed

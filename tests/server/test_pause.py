@@ -60,6 +60,7 @@ def test_pause_holds_requests_and_continue_resumes(server, reference, mode):
         wait_until_running(server, len(PROMPTS))
         r = post(server, "/pause_generation", {"mode": mode})
         assert r.status_code == 200 and r.json()["status"] == "ok"
+        assert r.json()["requests_held"] == len(PROMPTS) and r.json()["pause_s"] >= 0
         before = stats(server)[0]["generated_tokens"]
         late = pool.submit(generate, server, PROMPTS[0], 5)  # arrives while paused
         time.sleep(0.5)
@@ -78,7 +79,8 @@ def test_pause_abort_returns_partial_outputs_and_gates_new_requests(server, refe
     with ThreadPoolExecutor(5) as pool:
         futures = [pool.submit(generate, server, p) for p in PROMPTS]
         wait_until_running(server, len(PROMPTS))
-        assert post(server, "/pause_generation", {}).status_code == 200  # default mode: abort
+        r = post(server, "/pause_generation", {})  # default mode: abort
+        assert r.status_code == 200 and r.json()["requests_aborted"] == len(PROMPTS)
         outs = [f.result(timeout=10) for f in futures]  # returned right away
         late = pool.submit(generate, server, PROMPTS[1], 5)
         time.sleep(0.5)

@@ -259,11 +259,15 @@ class RemoteSGLangEngine(InferenceEngine):
 
     # ---- pause / continue -------------------------------------------------------------------
 
-    def pause(self) -> None:
-        """Stop new episodes (executor) and generation on every server (rollout.pause_mode)."""
+    def pause(self) -> dict[str, float]:
+        """Stop new episodes (executor) and generation on every server (rollout.pause_mode).
+
+        Returns what the pause cost where the servers say so (the built-in server does; SGLang
+        answers without it): `server_pause_s`, the slowest server's own seconds, and
+        `requests_aborted` / `requests_held`, summed over the servers."""
         if self._executor is not None:
             self._executor.pause()
-        self._pause_servers()
+        return pause_report(self._pause_servers())
 
     def resume(self) -> None:
         self._continue_servers()
@@ -274,11 +278,11 @@ class RemoteSGLangEngine(InferenceEngine):
     def paused(self) -> bool:
         return self._paused.is_set()
 
-    def _pause_servers(self) -> None:
+    def _pause_servers(self) -> list[Any]:
         self._require_initialized()
         self._paused.set()  # first: aborted requests must wait, not resubmit at once
         body = protocol.pause_payload(self._rcfg.pause_mode)
-        self._fanout_post(protocol.PAUSE, lambda i, a: body, _CONTROL_TIMEOUT_S)
+        return self._fanout_post(protocol.PAUSE, lambda i, a: body, _CONTROL_TIMEOUT_S)
 
     def _continue_servers(self) -> None:
         self._require_initialized()
@@ -434,3 +438,18 @@ def request_retries(config) -> int:
     if launcher.restart_failed_servers and launcher.rollout_n_nodes > 0 and not config.rollout.server_addrs:
         retries = max(retries, retries_for(launcher.server_startup_timeout_s))
     return retries
+
+
+def pause_report(answers: list[Any]) -> dict[str, float]:
+    """The servers' /pause_generation answers, summarised: the slowest server's own pause seconds
+    and the requests aborted or held, summed (keys only where some server reported them)."""
+    report: dict[str, float] = {}
+    for answer in answers:
+        if not isinstance(answer, dict):
+            continue
+        if isinstance(answer.get("pause_s"), (int, float)):
+            report["server_pause_s"] = max(report.get("server_pause_s", 0.0), float(answer["pause_s"]))
+        for key in ("requests_aborted", "requests_held"):
+            if isinstance(answer.get(key), int):
+                report[key] = report.get(key, 0) + answer[key]
+    return report
