@@ -616,12 +616,14 @@ def bench(args) -> int:
               "goal_met": None}
     runs = [(backend, k) for backend in args.trainer_backend for k in args.offpolicyness]
     for index, (backend, k) in enumerate(runs):
-        later = len(runs) - index - 1
-        timeout = min(args.run_timeout, args.budget - (time.time() - t_start) - RESERVE_S * later)
+        timeout, warning = mode_time_limit(args.run_timeout, args.budget, time.time() - t_start,
+                                           later=len(runs) - index - 1)
+        if warning:
+            say(warning)
         layout = result["layouts"].setdefault(backend, {"gpus": gpu_roles(args.servers, backend), "modes": {},
                                                         "speedup": {}, "balance": None, "goal_met": None})
         layout["modes"][mode_name(k)] = run_mode(args, k, index, model_dir, tok_dir, data, workdir,
-                                                 timeout=max(timeout, 60.0), backend=backend)
+                                                 timeout=timeout, backend=backend)
         finish(layout)
         first = result["layouts"][args.trainer_backend[0]]  # the top level: the first layout's
         result.update({key: first[key] for key in ("modes", "speedup", "balance", "goal_met")})
@@ -632,6 +634,18 @@ def bench(args) -> int:
     write(args.out, result)
     report(result)
     return 0 if all(m["status"] == "ok" for lay in result["layouts"].values() for m in lay["modes"].values()) else 1
+
+
+def mode_time_limit(run_timeout: float, budget: float, elapsed: float, later: int) -> tuple[float, str | None]:
+    """Seconds this mode may run (at least 60), keeping RESERVE_S for each of the `later` modes
+    within --budget; and a warning when that cuts it below --run-timeout (a sync run cut that
+    way measured a single step in one session-6 GPU call)."""
+    limit = max(min(run_timeout, budget - elapsed - RESERVE_S * later), 60.0)
+    if limit >= run_timeout:
+        return limit, None
+    return limit, (f"warning: --budget {budget:.0f} s leaves this mode {limit:.0f} s of its --run-timeout "
+                   f"{run_timeout:.0f} s ({elapsed:.0f} s spent, {RESERVE_S:.0f} s kept for each of "
+                   f"{later} later mode(s)); it may stop before its measured steps: raise --budget")
 
 
 def finish(result: dict) -> None:

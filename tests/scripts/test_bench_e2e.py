@@ -187,3 +187,11 @@ def test_gpu_benchmarks_script_parses_and_has_its_stages():
         assert stage in text
     for layout in ("fsdp:d2", "fsdp:d2r2", "fsdp:d1t2"):
         assert layout in text
+
+
+def test_mode_time_limit_warns_when_the_budget_cuts_a_mode():
+    mod = _script()
+    assert mod.mode_time_limit(120, 600, elapsed=10, later=2) == (120, None)
+    limit, warning = mod.mode_time_limit(120, 300, elapsed=40, later=2)  # session 6, call 2
+    assert limit == 60 and "--budget 300" in warning and "raise --budget" in warning
+    assert mod.mode_time_limit(120, 100, elapsed=90, later=0)[0] == 60  # never below a minute
