@@ -9,7 +9,7 @@
 #   scripts/run_gpu_benchmarks.sh recheck RESULTS_DIR   # gpu tests + the recipe pipeline at
 #                                                       # offpolicyness 0, 2 and 4 (one 10-min call)
 #   scripts/run_gpu_benchmarks.sh pause RESULTS_DIR     # what async weight updates wait for, with
-#                                                       # requests in flight (~7 min)
+#                                                       # requests in flight, per pause mode (~9 min)
 #
 # On a node with 4 GPUs (issue 10: two servers on GPUs 0,1, a 2-GPU trainer on 2,3; trainer
 # layouts fsdp:d2 = FSDP, fsdp:d2r2 = HSDP 2x1, fsdp:d1t2 = tensor parallel 2):
@@ -95,17 +95,20 @@ pause)
   # docs/benchmarks.md section 4, session 6: async updates cost 0.1 s when the server is idle at
   # the update and 0.3-0.6 s when it aborts requests in flight. At 192 tokens generation about
   # equals training, so updates find requests in flight; the per-step metrics keep
-  # weight_update/pause_s (trainer), server_pause_s (the server's own) and requests_aborted.
-  # Then async2 with two batches in flight (--max-concurrent 128): decode is host-bound, so a
-  # larger batch costs little per step and the server may finish before each update.
+  # weight_update/pause_s (trainer), server_pause_s (the server's own) and requests_aborted /
+  # requests_held. Sync + async2 with pause_mode=abort (resubmit the rest), then async2 with
+  # in_place (keep the KV cache, finish under the new weights) and retract (re-prefill under the
+  # new weights, no HTTP round trip).
   e2e="$py scripts/bench_e2e.py --device cuda --data ${AREAL_GSM8K_DIR:-}/train.jsonl --shape qwen2.5-0.5b
        --n-samples 8 --max-new-tokens 192 --steps 4 --warmup 1"
   runs=/tmp/areal-bench-e2e/runs/bench_e2e
-  step bench_e2e_192 340 $e2e --offpolicyness 0 2 --budget 330 --run-timeout 165 --out "$out/bench_e2e_192.json"
+  step bench_e2e_192 300 $e2e --offpolicyness 0 2 --budget 290 --run-timeout 165 --out "$out/bench_e2e_192.json"
   cp "$runs/async2/metrics.jsonl" "$out/metrics_async2_192.jsonl"
-  step bench_e2e_192_mc128 180 $e2e --offpolicyness 2 --max-concurrent 128 --budget 170 --run-timeout 165 \
-    --out "$out/bench_e2e_192_mc128.json"
-  cp "$runs/async2/metrics.jsonl" "$out/metrics_async2_192_mc128.jsonl"
+  for mode in in_place retract; do
+    step "bench_e2e_192_$mode" 130 $e2e --offpolicyness 2 --override "rollout.pause_mode=$mode" \
+      --budget 125 --run-timeout 120 --out "$out/bench_e2e_192_$mode.json"
+    cp "$runs/async2/metrics.jsonl" "$out/metrics_async2_192_$mode.jsonl"
+  done
   ;;
 x4_train)
   # The trainer alone on GPUs 2,3 (where areal-launch puts it beside two servers), 1.5B shape.
