@@ -242,7 +242,8 @@ class Handlers:
 
         stop_ids = [] if sampling.ignore_eos else sorted(self.s.eos_ids | sampling.stop_token_ids)
         seq = Sequence(rid=rid, input_ids=input_ids, params=sampling, stop_ids=stop_ids,
-                       return_logprob=return_logprob, on_finish=on_finish)
+                       return_logprob=return_logprob, on_finish=on_finish,
+                       version_spans=[(0, self.s.weight_version)])
         self.s.inflight[rid] = seq
         try:
             self.s.scheduler.submit(seq)
@@ -259,6 +260,7 @@ class Handlers:
         meta = {"id": seq.rid, "finish_reason": reason, "prompt_tokens": len(seq.input_ids),
                 "completion_tokens": len(seq.output_ids), "cached_tokens": 0,
                 "weight_version": self.s.weight_version,
+                "output_version_spans": version_spans(seq),
                 "total_retractions": seq.retractions,
                 "e2e_latency": time.time() - seq.created}
         if seq.return_logprob:
@@ -389,7 +391,7 @@ class Handlers:
             raise BadRequest(f"{where}: 'new_version' (string) is required.")
         if get_typed(body, "abort_all_requests", bool, True, where):  # SGLang's default
             await asyncio.wrap_future(self.s.scheduler.abort(None, "Aborted by " + where))
-        self.s.weight_version = version
+        self._set_weight_version(version)
         return web.json_response({"success": True, "new_version": version,
                                   "message": f"Weight version updated to {version}"})
 
@@ -533,10 +535,34 @@ class Handlers:
     def _weights_reply(self, ok: bool, message: str, version: str | None,
                        extra: dict | None = None, status: int = 400) -> web.Response:
         if ok and version is not None:
-            self.s.weight_version = version
+            self._set_weight_version(version)
             message += f" Weight version updated to {version}."
         return web.json_response({"success": ok, "message": message, **(extra or {})},
                                  status=200 if ok else status)
+
+    def _set_weight_version(self, version: str) -> None:
+        """Take `version` and mark where it starts in every sequence in flight. Paused (in_place
+        or retract, as a weight update pauses) no step runs meanwhile, so the index is exact;
+        a version set mid-generation lands on a step boundary seen from this thread."""
+        self.s.weight_version = version
+        for seq in list(self.s.inflight.values()):
+            seq.version_spans.append((len(seq.output_ids), version))
+
+
+def version_spans(seq: Sequence) -> list[list]:
+    """`[[start, version], ...]`: output tokens from `start` on (to the next start) came from
+    weights of `version`. Beyond SGLang's answer, which has only the version at the end: with
+    pause_mode in_place or retract a request lives through weight updates, and the client
+    labels each token with the version that produced it."""
+    spans: list[list] = []
+    for start, version in seq.version_spans:
+        if start >= len(seq.output_ids) and spans:
+            break  # a change after the last token produced nothing
+        if spans and spans[-1][0] == start:
+            spans[-1][1] = version  # two changes before the next token: the later one counts
+        elif not spans or spans[-1][1] != version:
+            spans.append([start, version])
+    return spans
 
 
 def _str_list(value, key: str, where: str) -> list[str]:

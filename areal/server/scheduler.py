@@ -53,6 +53,9 @@ class Sequence:
     output_logprobs: list[float] = field(default_factory=list)
     finish_reason: dict | None = None
     retractions: int = 0
+    # (output index, weight version) from which on tokens come from that version; the HTTP
+    # layer appends one when the version changes while the sequence is in flight
+    version_spans: list[tuple[int, str]] = field(default_factory=list)
 
 
 @dataclass

@@ -84,9 +84,13 @@ def test_disk_weight_update_changes_outputs_and_versions_on_both(engine, models)
     assert all(r.output_versions == [1] * r.output_len for r in after)
 
 
-def test_pause_continue_resubmits_aborted_requests(engine, models):
-    """Requests in flight when the servers pause come back aborted; the client resubmits the
-    rest after continue, and each token keeps the version that produced it."""
+@pytest.mark.parametrize("mode", ["retract", "abort", "in_place"])
+def test_requests_live_through_a_paused_weight_update(engine, models, monkeypatch, mode):
+    """Requests in flight when the servers pause for an update finish with every token labelled
+    by the version that produced it. abort: they come back aborted and the client resubmits the
+    rest after continue; retract (the default) and in_place: the servers hold them, finish them
+    after continue and report where the version changed."""
+    monkeypatch.setattr(engine._rcfg, "pause_mode", mode)
     engine.update_weights(WeightUpdateMeta("disk", path=models[0], version=1))
     # long enough that the pause lands mid-generation however fast the steps are (40 tokens
     # could finish between the poll below and the pause: a rare failure)
@@ -100,20 +104,25 @@ def test_pause_continue_resubmits_aborted_requests(engine, models):
         assert time.monotonic() < deadline, "servers did not start generating"
         time.sleep(0.05)
     report = engine.pause()
-    aborted = {a: engine.server_info(a)["batching"]["requests_aborted"] for a in engine.addrs}
-    assert 1 <= report["requests_aborted"] <= len(reqs) and report["server_pause_s"] >= 0
+    done_at_pause = {a: engine.server_info(a)["batching"]["generated_tokens"] - start[a]
+                     for a in engine.addrs}
+    count_key = "requests_aborted" if mode == "abort" else "requests_held"
+    assert 1 <= report[count_key] <= len(reqs) and report["server_pause_s"] >= 0
     engine.update_weights(WeightUpdateMeta("disk", path=models[1], version=2))
     time.sleep(0.3)
     assert thread.is_alive()  # waiting for continue, not failed
+    assert {a: engine.server_info(a)["batching"]["generated_tokens"] - start[a]
+            for a in engine.addrs} == done_at_pause  # nothing generated while paused
     engine.resume()
     thread.join(timeout=120)
     resps = out["resps"]
-    assert all(a > 0 for a in aborted.values())
     for r in resps:
         assert r.output_len == 160 and r.stop_reason == "length"
+        assert len(r.output_logprobs) == len(r.output_versions) == 160
         assert r.output_versions == sorted(r.output_versions)
         assert set(r.output_versions) == {1, 2}
-        assert len(r.output_logprobs) == 160
+    # every token generated before the pause is version 1, every later one version 2
+    assert sum(r.output_versions.count(1) for r in resps) == sum(done_at_pause.values())
 
 
 def test_distributed_weight_update(engine, models):

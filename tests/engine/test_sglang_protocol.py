@@ -119,6 +119,30 @@ def test_parse_rejects_malformed_bodies():
         protocol.parse_generate(body)
 
 
+def test_parse_output_version_spans_of_the_builtin_server():
+    body = load("generate_length.json")  # 4 tokens; SGLang's answer has no spans
+    assert protocol.parse_generate(body).output_versions is None
+    body["meta_info"]["output_version_spans"] = [[0, "11"], [3, "12"]]
+    assert protocol.parse_generate(body).output_versions == [11, 11, 11, 12]
+    body["meta_info"]["output_version_spans"] = [[0, "default"], [1, "1"]]
+    assert protocol.parse_generate(body).output_versions == [None, 1, 1, 1]
+    for bad in ([], [[1, "1"]], [[0, "1"], [0, "2"]], [[0, "1", 2]], "0:1"):
+        body["meta_info"]["output_version_spans"] = bad
+        with pytest.raises(protocol.ProtocolError, match="output_version_spans"):
+            protocol.parse_generate(body)
+
+
+def test_token_versions_prefer_spans_then_the_final_version_then_the_clients():
+    from areal.engine.sglang.client import token_versions
+
+    def result(final, per_token=None):
+        return protocol.GenerateResult([5, 6, 7], [-1.0] * 3, "length", final, "", per_token)
+    assert token_versions(result(4, [3, 3, 4]), sent_version=3) == [3, 3, 4]
+    assert token_versions(result(4, [None, 4, 4]), sent_version=3) == [3, 4, 4]
+    assert token_versions(result(4), sent_version=3) == [4, 4, 4]
+    assert token_versions(result(None), sent_version=3) == [3, 3, 3]
+
+
 def test_parse_weight_version():
     assert [protocol.parse_weight_version(v) for v in ("7", 7, "default", None, True, "-1")] == \
         [7, 7, None, None, None, -1]

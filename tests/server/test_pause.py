@@ -55,6 +55,7 @@ def wait_until_running(server, n):
 
 @pytest.mark.parametrize("mode", ["in_place", "retract"])
 def test_pause_holds_requests_and_continue_resumes(server, reference, mode):
+    start = stats(server)[0]["generated_tokens"]
     with ThreadPoolExecutor(5) as pool:
         futures = [pool.submit(generate, server, p) for p in PROMPTS]
         wait_until_running(server, len(PROMPTS))
@@ -62,6 +63,10 @@ def test_pause_holds_requests_and_continue_resumes(server, reference, mode):
         assert r.status_code == 200 and r.json()["status"] == "ok"
         assert r.json()["requests_held"] == len(PROMPTS) and r.json()["pause_s"] >= 0
         before = stats(server)[0]["generated_tokens"]
+        old_version = requests.get(server.url + "/get_weight_version").json()["weight_version"]
+        new_version = f"{mode}-1"  # as a weight update sets it, while the requests wait
+        assert post(server, "/update_weight_version", {"new_version": new_version,
+                                                       "abort_all_requests": False}).ok
         late = pool.submit(generate, server, PROMPTS[0], 5)  # arrives while paused
         time.sleep(0.5)
         assert stats(server)[0]["generated_tokens"] == before  # no new tokens while paused
@@ -69,7 +74,12 @@ def test_pause_holds_requests_and_continue_resumes(server, reference, mode):
         assert post(server, "/continue_generation", {}).status_code == 200
         outs = [f.result(timeout=120) for f in futures]
         assert late.result(timeout=60)["output_ids"] == reference[0][:5]
+        assert late.result()["meta_info"]["output_version_spans"] == [[0, new_version]]
     assert [o["output_ids"] for o in outs] == reference
+    # which tokens each version produced: the switch is where the pause stopped each request
+    spans = [o["meta_info"]["output_version_spans"] for o in outs]
+    assert all(s[0] == [0, old_version] and s[1][1] == new_version and len(s) == 2 for s in spans)
+    assert sum(s[1][0] for s in spans) == before - start
     assert all(o["meta_info"]["finish_reason"]["type"] == "length" for o in outs)
     retracted = [o["meta_info"]["total_retractions"] for o in outs]
     assert retracted == ([1] * 4 if mode == "retract" else [0] * 4)

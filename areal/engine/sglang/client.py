@@ -14,9 +14,10 @@ when the launcher restarts the run's failed servers, long enough to wait out a r
 When servers pause for a weight update (pause_mode=abort), a request
 comes back aborted with the tokens generated so far; the client resubmits prompt + those tokens
 with the remaining budget once generation continues, so no sample is lost, and every token
-keeps the weight version that produced it. With pause_mode retract or in_place the server
-finishes the request itself after continue, and all its tokens get the version the server
-reports at the end (the exact switch point is not visible to the client).
+keeps the weight version that produced it. With pause_mode retract (the default) or in_place
+the server holds the request over the update and finishes it itself after continue: no answers
+to build, no resubmissions. The built-in server then says which tokens each version produced
+(output_version_spans); SGLang reports only the version at the end, which all tokens get.
 
 The engine also fronts a RolloutExecutor (submit / wait / prepare_batch / rollout_batch), as
 AReaL-lite's engine does, so a training loop needs one object for rollouts.
@@ -43,6 +44,15 @@ logger = logging.getLogger(__name__)
 _PAUSE_POLL_S = 0.05
 _ABORT_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 _CONTROL_TIMEOUT_S = 60.0  # pause / continue / init group answer quickly
+
+
+def token_versions(result: protocol.GenerateResult, sent_version: int) -> list[int]:
+    """The weight version of each token of one /generate answer: the server's per-token spans,
+    else the version it reports at the end, else (no integer version) the client's at sending."""
+    if result.output_versions is not None:
+        return [sent_version if v is None else v for v in result.output_versions]
+    version = sent_version if result.weight_version is None else result.weight_version
+    return [version] * len(result.output_ids)
 
 
 class RemoteSGLangEngine(InferenceEngine):
@@ -203,10 +213,9 @@ class RemoteSGLangEngine(InferenceEngine):
                     lora_path=self._lora_name)
                 sent_version = self.get_version()
                 result = protocol.parse_generate(await self._apost(addr, protocol.GENERATE, body))
-                version = sent_version if result.weight_version is None else result.weight_version
                 out_ids += result.output_ids
                 out_lps += result.output_logprobs
-                out_versions += [version] * len(result.output_ids)
+                out_versions += token_versions(result, sent_version)
                 stop = result.stop_reason
                 if stop != "abort":
                     break

@@ -13,6 +13,8 @@ Wire facts the parsers rely on:
   `{"type": "length", "length": n}`, `{"type": "abort", "message": ...}`, or null (streaming).
   A request aborted before prefill comes back without `output_ids`.
 * `meta_info.weight_version` is a string ("default" until a weight update passes a version).
+* The built-in server (areal/server) also sends `meta_info.output_version_spans`,
+  `[[start, version], ...]`: the version each stretch of output tokens came from. SGLang does not.
 """
 
 from __future__ import annotations
@@ -69,6 +71,8 @@ class GenerateResult:
     stop_reason: StopReason
     weight_version: int | None  # None when the server reports a non-integer ("default")
     message: str = ""  # abort message, for logs
+    # per output token, from output_version_spans when the server sends them (None: it does not)
+    output_versions: list[int | None] | None = None
 
 
 def generate_payload(req: ModelRequest, *, rid: str, input_ids: list[int], max_new_tokens: int,
@@ -125,7 +129,24 @@ def parse_generate(body: Any) -> GenerateResult:
         raise ProtocolError("/generate: token ids in output_token_logprobs differ from output_ids")
     message = reason.get("message", "") if isinstance(reason, dict) else ""
     return GenerateResult(output_ids, logprobs, stop_reason,
-                          parse_weight_version(meta.get("weight_version")), str(message or ""))
+                          parse_weight_version(meta.get("weight_version")), str(message or ""),
+                          _versions_from_spans(meta.get("output_version_spans"), len(output_ids)))
+
+
+def _versions_from_spans(spans: Any, n_tokens: int) -> list[int | None] | None:
+    """Per-token versions from `[[start, version], ...]` (starts ascending from 0)."""
+    if spans is None:
+        return None
+    if (not isinstance(spans, list) or not spans
+            or not all(isinstance(s, list) and len(s) == 2 and isinstance(s[0], int) for s in spans)
+            or spans[0][0] != 0 or any(a[0] >= b[0] for a, b in zip(spans, spans[1:]))):
+        raise ProtocolError(f"/generate: output_version_spans {_short(spans)} are not "
+                            "[[start, version], ...] with starts ascending from 0")
+    versions: list[int | None] = []
+    ends = [start for start, _ in spans[1:]] + [n_tokens]
+    for (start, version), end in zip(spans, ends):
+        versions += [parse_weight_version(version)] * max(0, min(end, n_tokens) - start)
+    return versions
 
 
 def _stop_reason(reason: Any) -> StopReason:
