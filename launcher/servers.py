@@ -17,8 +17,8 @@ SERVER_MODULES = {"sglang": "sglang.launch_server", "builtin": "areal.server"}
 # Fields of SGLangConfig the built-in server understands; the others are SGLang tuning knobs.
 BUILTIN_FLAGS = {"model_path", "tokenizer_path", "dtype", "tp_size", "context_length",
                  "mem_fraction_static", "random_seed", "host", "api_key", "log_level",
-                 "max_running_requests", "max_queued_requests", "skip_tokenizer_init",
-                 "weight_dirs"}
+                 "max_running_requests", "max_queued_requests", "max_prefill_tokens",
+                 "skip_tokenizer_init", "weight_dirs"}
 BUILTIN_ONLY = {"weight_dirs"}  # SGLang has no such flag
 # Run-directory folders that hold weights a server may be told to load: disk weight updates
 # (weight_sync.disk_update_path), recovery checkpoints (checkpoint.checkpoint_root) and saved

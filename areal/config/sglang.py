@@ -30,6 +30,10 @@ class SGLangConfig(Section):
     max_queued_requests: int | None = Field(
         None, ge=0, description="Requests a server holds beyond its running batch; more are answered 503 "
         "(the client retries them). Null: the server's default (built-in 1024, SGLang unbounded).")
+    max_prefill_tokens: int | None = Field(
+        None, ge=1, description="Most prompt tokens prefilled in one forward pass (the built-in server counts "
+        "them padded to the longest prompt); null: the server's default, 16384 in both. Each prefill is a "
+        "host-bound pass, so a larger value admits a batch of prompts in fewer of them.")
     chunked_prefill_size: int | None = Field(None, description="SGLang chunked prefill size.")
     attention_backend: str | None = Field(None, description="SGLang attention backend (e.g. fa3, flashinfer).")
     disable_cuda_graph: bool = Field(False, description="Turn off SGLang CUDA graphs (faster start-up).")

@@ -136,12 +136,14 @@ def test_local_servers_bind_loopback_and_load_weights_only_from_the_run():
     from areal.engine.fsdp.checkpoint import checkpoint_root
     from areal.engine.fsdp.weight_sync import disk_update_path
 
-    c = cfg(cluster__device="cpu", sglang__weight_dirs=["/data/extra"], sglang__max_queued_requests=8)
+    c = cfg(cluster__device="cpu", sglang__weight_dirs=["/data/extra"], sglang__max_queued_requests=8,
+            sglang__max_prefill_tokens=65536)
     plan = make_plan(c, CPU)
     assert plan.server_kind == "builtin"
     for server in plan.by_role("server"):
         assert flag_values(server.command, "--host") == ["127.0.0.1"]
         assert flag_values(server.command, "--max-queued-requests") == ["8"]
+        assert flag_values(server.command, "--max-prefill-tokens") == ["65536"]
         dirs = flag_values(server.command, "--weight-dirs")
         assert dirs == [f"{c.run_dir}/weight_update", f"{c.run_dir}/checkpoints", f"{c.run_dir}/models",
                         "/data/extra"]
