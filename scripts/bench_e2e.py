@@ -502,7 +502,11 @@ def summarise(args, k: int, steps: list[dict], arrivals: list[float], sampler, s
            # (pause_s on the trainer, server_pause_s the server's own, requests_aborted)
            "weight_update_parts_mean": {key.removeprefix("weight_update/"): mean(key) for key in sorted(
                {k for r in measured for k in r if k.startswith("weight_update/")
-                and (k.endswith("_s") or k.endswith("requests_aborted"))})},
+                and (k.endswith("_s") or k.endswith(("requests_aborted", "requests_held")))})},
+           # the built-in server's work per step: prefills, decode steps, their seconds, the mean
+           # decode batch and forward_frac (the share of the step it spent in forward passes)
+           "server_mean": {key.removeprefix("server/"): mean(key) for key in sorted(
+               {k for r in measured for k in r if k.startswith("server/")})},
            # generated tokens over the trainer's seconds (logprob recompute + train): the trainer's
            # rate on this pipeline, prompts not counted (bench_train reports all tokens)
            "train_gen_tokens_per_s": (total("rollout/gen_tokens")

@@ -94,6 +94,7 @@ class BatchStats:
                 "requests_served": self.requests_served,
                 "requests_aborted": self.requests_aborted,
                 "max_batch_size": self.max_batch_size, "mean_batch_size": round(mean, 3),
+                "decode_rows": self._batch_size_sum,  # sequences stepped, over all decode steps
                 "prefill_s": round(self.prefill_s, 3), "decode_s": round(self.decode_s, 3)}
 
 

@@ -86,8 +86,8 @@ def _metrics(step, ctx, batch, train_stats, update, evaluation, phases, step_s) 
     for key, value in last.items():
         out[f"train/{key}"] = float(value)
     out["train/loss"] = sum(float(s.get("loss", 0.0)) for s in train_stats) / len(train_stats)
-    out.update({f"weight_update/{k.removeprefix('weight_update/')}": float(v)
-                for k, v in update.items() if isinstance(v, (int, float))})
+    out.update({k if k.startswith("server/") else f"weight_update/{k.removeprefix('weight_update/')}":
+                float(v) for k, v in update.items() if isinstance(v, (int, float))})
     out.update(phases.metrics())
     out.update(evaluation)
     return out

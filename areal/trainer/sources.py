@@ -45,9 +45,11 @@ class LiveRollouts:
         self.cfg, self.actor = cfg, actor
         self.engine, self.workflow, self.loader = rank0_engine, workflow, loader
         self._meta: WeightUpdateMeta | None = None
+        self._counters: tuple[float, dict[str, float]] | None = None  # (time, servers' counters)
         if self.engine is not None:
             actor.connect_servers([f"http://{a}" for a in self.engine.addrs],
                                   ranks_per_server=cfg.sglang.tp_size or 1, api_key=cfg.sglang.api_key)
+            self.server_work()  # the baseline of the first step's figures
 
     def next_batch(self) -> dict[str, Any]:
         batch = self.engine.prepare_batch(self.loader, self.workflow) if self.engine is not None else None
@@ -76,7 +78,29 @@ class LiveRollouts:
                 paused["resume_s"] = time.perf_counter() - t0
         # rank 0's pause and resume: in an asynchronous run, the part of the update that
         # waits for in-flight generation (the servers' own share in server_pause_s)
-        return {**stats, **{f"weight_update/{k}": v for k, v in paused.items()}}
+        return {**stats, **{f"weight_update/{k}": v for k, v in paused.items()}, **self.server_work()}
+
+    def server_work(self) -> dict[str, float]:
+        """What the built-in servers did since the previous call (one training step apart):
+        `server/prefill_steps`, `server/decode_steps`, `server/generated_tokens`, their seconds,
+        the mean decode batch, and `server/forward_frac`, the share of the time the servers spent
+        in forward passes (1.0: generation never waited for the client or the trainer). Empty on
+        the first call, for SGLang servers, and on ranks other than 0."""
+        if self.engine is None:
+            return {}
+        now, counters = time.monotonic(), self.engine.batching_counters()
+        previous, self._counters = self._counters, ((now, counters) if counters else None)
+        if not counters or previous is None:
+            return {}
+        then, before = previous
+        delta = {k: counters[k] - before.get(k, 0.0) for k in counters}
+        out = {f"server/{k}": v for k, v in delta.items() if k != "decode_rows"}
+        if delta["decode_steps"] > 0:
+            out["server/mean_decode_batch"] = delta["decode_rows"] / delta["decode_steps"]
+        window = (now - then) * len(self.engine.addrs)
+        if window > 0:
+            out["server/forward_frac"] = (delta["prefill_s"] + delta["decode_s"]) / window
+        return out
 
     def _record_served_weights(self, path: str, version: int) -> None:
         """Name the folder the servers now serve, so a server the launcher restarts loads it

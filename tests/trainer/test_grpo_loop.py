@@ -73,6 +73,10 @@ def test_trainer_only_run_against_external_server(tmp_path, server, arith_model)
     # around each update: pausing (the built-in server reports its own share) and resuming
     assert all(0 <= r["weight_update/server_pause_s"] <= r["weight_update/pause_s"] and r["weight_update/resume_s"] >= 0
                for r in steps)
+    # what the server did per step: every batch (and the evaluations) went through its counters
+    assert all(r["server/decode_steps"] > 0 and r["server/mean_decode_batch"] >= 1
+               and 0 < r["server/forward_frac"] <= 1.05 for r in steps)
+    assert sum(r["server/generated_tokens"] for r in steps) >= sum(r["rollout/gen_tokens"] for r in steps)
     run_dir = Path(cfg.run_dir)
     assert (run_dir / "models" / "final" / "config.json").exists()
     assert (run_dir / "models" / "step_00000002" / "tokenizer.json").exists()

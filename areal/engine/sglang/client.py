@@ -46,6 +46,11 @@ _ABORT_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 _CONTROL_TIMEOUT_S = 60.0  # pause / continue / init group answer quickly
 
 
+# /get_server_info "batching" counters that add up over time (and over servers)
+BATCHING_COUNTERS = ("prefill_steps", "prefill_tokens", "prefill_s", "decode_steps", "decode_rows",
+                     "decode_s", "generated_tokens")
+
+
 def token_versions(result: protocol.GenerateResult, sent_version: int) -> list[int]:
     """The weight version of each token of one /generate answer: the server's per-token spans,
     else the version it reports at the end, else (no integer version) the client's at sending."""
@@ -404,6 +409,24 @@ class RemoteSGLangEngine(InferenceEngine):
 
     def server_info(self, addr: str) -> dict:
         return get_json(addr, protocol.SERVER_INFO, timeout=_CONTROL_TIMEOUT_S, headers=self._headers)
+
+    def batching_counters(self) -> dict[str, float]:
+        """The built-in servers' work counters (/get_server_info "batching": forward passes,
+        tokens, seconds), summed over servers; {} when a server does not report them (SGLang)
+        or cannot be reached. Differences between two calls say what the servers did meanwhile."""
+        total: dict[str, float] = {}
+        try:
+            infos = fanout(self.addrs, lambda i, a: self.server_info(a))
+        except RuntimeError as e:  # fanout's error, naming the servers that failed
+            logger.debug("no batching counters: %s", e)
+            return {}
+        for info in infos:
+            batching = info.get("batching") if isinstance(info, dict) else None
+            if not isinstance(batching, dict):
+                return {}
+            for key in BATCHING_COUNTERS:
+                total[key] = total.get(key, 0.0) + float(batching.get(key) or 0)
+        return total
 
     # ---- rollout executor (AReaL-lite style front) ------------------------------------------
 
