@@ -32,12 +32,13 @@ class RolloutConfig(Section):
         description="host:port of servers already running; empty means discover the run's own servers.")
     replay_path: str | None = Field(
         None, description="Trainer-only runs: replay rollouts saved by an inference-only run (a rollouts/ folder).")
-    pause_mode: Literal["abort", "retract", "in_place"] = Field(
-        "retract", description="How servers pause for a weight update. retract: requests in flight "
-        "wait in the server and continue after the update, re-prefilled under the new weights. "
-        "abort: the server answers them, the client resubmits prompt + tokens so far (AReaL's "
-        "way; many answers and requests in the trainer process). in_place: like retract but "
-        "keeps the KV cache computed by the old weights.")
+    pause_mode: Literal["auto", "abort", "retract", "in_place"] = Field(
+        "auto", description="How servers pause for a weight update. retract: requests in flight wait "
+        "in the server and continue after the update, re-prefilled under the new weights. abort: the "
+        "server answers them, the client resubmits prompt + tokens so far (AReaL's way; many answers "
+        "and requests in the trainer process). in_place: like retract but keeps the KV cache computed "
+        "by the old weights. auto: retract on built-in servers, abort on SGLang (its weight updates "
+        "flush a cache that retracted requests keep busy).")
     gil_switch_interval_ms: float | None = Field(
         0.2, gt=0,
         description="sys.setswitchinterval (in ms) of a process running the rollout client thread, e.g. "

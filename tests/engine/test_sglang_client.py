@@ -90,7 +90,9 @@ def test_requests_live_through_a_paused_weight_update(engine, models, monkeypatc
     by the version that produced it. abort: they come back aborted and the client resubmits the
     rest after continue; retract (the default) and in_place: the servers hold them, finish them
     after continue and report where the version changed."""
+    assert engine.pause_mode == "retract"  # rollout.pause_mode auto, on built-in servers
     monkeypatch.setattr(engine._rcfg, "pause_mode", mode)
+    assert engine.pause_mode == mode
     engine.update_weights(WeightUpdateMeta("disk", path=models[0], version=1))
     # long enough that the pause lands mid-generation however fast the steps are (40 tokens
     # could finish between the poll below and the pause: a rare failure)

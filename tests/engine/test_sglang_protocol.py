@@ -132,6 +132,17 @@ def test_parse_output_version_spans_of_the_builtin_server():
             protocol.parse_generate(body)
 
 
+def test_pause_mode_auto_is_retract_only_when_every_server_is_builtin():
+    from areal.engine.sglang.client import resolve_pause_mode
+
+    assert resolve_pause_mode("auto", ["areal-builtin", "areal-builtin"]) == "retract"
+    assert resolve_pause_mode("auto", ["areal-builtin", "0.5.2"]) == "abort"  # an SGLang server
+    assert resolve_pause_mode("auto", ["areal-builtin", None]) == "abort"  # unknown: the safe mode
+    assert resolve_pause_mode("auto", []) == "abort"
+    assert resolve_pause_mode("in_place", ["0.5.2"]) == "in_place"  # an explicit mode is kept
+    assert resolve_pause_mode("abort", ["areal-builtin"]) == "abort"
+
+
 def test_token_versions_prefer_spans_then_the_final_version_then_the_clients():
     from areal.engine.sglang.client import token_versions
 

@@ -11,13 +11,13 @@ Servers come from rollout.server_addrs, $AREAL_SERVER_ADDRS or the launcher's na
 (see discovery.py). Requests go to the server with the fewest in flight from this client
 (round-robin among equals). Connection errors are retried with backoff (rollout.request_retries;
 when the launcher restarts the run's failed servers, long enough to wait out a restart).
-When servers pause for a weight update (pause_mode=abort), a request
-comes back aborted with the tokens generated so far; the client resubmits prompt + those tokens
-with the remaining budget once generation continues, so no sample is lost, and every token
-keeps the weight version that produced it. With pause_mode retract (the default) or in_place
-the server holds the request over the update and finishes it itself after continue: no answers
-to build, no resubmissions. The built-in server then says which tokens each version produced
-(output_version_spans); SGLang reports only the version at the end, which all tokens get.
+When servers pause for a weight update with pause_mode=abort (what `auto` picks for SGLang),
+a request comes back aborted with the tokens generated so far; the client resubmits prompt +
+those tokens with the remaining budget once generation continues, so no sample is lost, and
+every token keeps the weight version that produced it. With retract (what `auto` picks for the
+built-in server) or in_place the server holds the request over the update and finishes it after
+continue: no answers to build, no resubmissions. The built-in server then says which tokens each
+version produced (output_version_spans); SGLang reports only the version at the end.
 
 The engine also fronts a RolloutExecutor (submit / wait / prepare_batch / rollout_batch), as
 AReaL-lite's engine does, so a training loop needs one object for rollouts.
@@ -51,6 +51,22 @@ BATCHING_COUNTERS = ("prefill_steps", "prefill_tokens", "prefill_s", "decode_ste
                      "decode_s", "generated_tokens")
 
 
+BUILTIN_SERVER = "areal-builtin"  # the built-in server's /get_server_info "version"
+
+
+def resolve_pause_mode(configured: str, server_programs: list[str | None]) -> str:
+    """rollout.pause_mode `auto`: retract when every server is the built-in one, else abort.
+
+    Why not retract on SGLang: its weight updates flush the prefix cache, and its flush runs only
+    when the scheduler is fully idle, waiting queue included, where retracted requests wait;
+    abort-and-resubmit is the path AReaL uses with it. An explicit mode is used as given."""
+    if configured != "auto":
+        return configured
+    if server_programs and all(p == BUILTIN_SERVER for p in server_programs):
+        return "retract"
+    return "abort"
+
+
 def token_versions(result: protocol.GenerateResult, sent_version: int) -> list[int]:
     """The weight version of each token of one /generate answer: the server's per-token spans,
     else the version it reports at the end, else (no integer version) the client's at sending."""
@@ -69,6 +85,7 @@ class RemoteSGLangEngine(InferenceEngine):
         self._retries = request_retries(config)
         self._own_servers = _own_servers
         self.addrs: list[str] = []
+        self._server_programs: list[str | None] = []  # /get_server_info "version" per server
         self._inflight: dict[str, int] = {}
         self.request_counts: dict[str, int] = {}
         self._rr = 0
@@ -127,6 +144,27 @@ class RemoteSGLangEngine(InferenceEngine):
         logger.info("inference servers ready: %s", ", ".join(addrs))
         self._check_server_count()
         self._check_server_versions()
+        self._server_programs = self._read_server_programs()
+        logger.info("weight updates pause generation with mode %s (rollout.pause_mode=%s)",
+                    self.pause_mode, self._rcfg.pause_mode)
+
+    def _read_server_programs(self) -> list[str | None]:
+        """Each server's /get_server_info "version" ("areal-builtin" for the built-in server);
+        None where it cannot be read."""
+        def program(i, addr):
+            try:
+                info = self.server_info(addr)
+            except (ServerError, OSError, ValueError) as e:
+                logger.debug("cannot read %s's server info: %s", addr, e)
+                return None
+            return info.get("version") if isinstance(info, dict) else None
+        return fanout(self.addrs, program)
+
+    @property
+    def pause_mode(self) -> str:
+        """How servers pause for a weight update: rollout.pause_mode, with `auto` resolved by
+        the servers this client found (see resolve_pause_mode)."""
+        return resolve_pause_mode(self._rcfg.pause_mode, self._server_programs)
 
     def _check_server_count(self) -> None:
         from areal.config.parallel import ParallelStrategyError, parse_parallel
@@ -295,7 +333,7 @@ class RemoteSGLangEngine(InferenceEngine):
     def _pause_servers(self) -> list[Any]:
         self._require_initialized()
         self._paused.set()  # first: aborted requests must wait, not resubmit at once
-        body = protocol.pause_payload(self._rcfg.pause_mode)
+        body = protocol.pause_payload(self.pause_mode)
         return self._fanout_post(protocol.PAUSE, lambda i, a: body, _CONTROL_TIMEOUT_S)
 
     def _continue_servers(self) -> None:
