@@ -39,7 +39,8 @@ its role (server-0, ..., trainer-0, ...).
 
 Writes one JSON object (--out, rewritten after every run): config, hardware, and under "layouts"
 one entry per --trainer-backend with its per-mode results ("modes": sync, async2, async4),
-"speedup" (asyncK_vs_sync by samples/s), "balance" and "goal_met"; the top-level "modes",
+"speedup" (asyncK_vs_sync by samples/s), "balance", "async_losses" (what keeps each async mode
+from the ceiling, in seconds per step) and "goal_met"; the top-level "modes",
 "speedup", "balance" and "goal_met" are those of the first --trainer-backend.
 Exit status 0 when every run completed all its steps, 1 otherwise.
 """
@@ -575,6 +576,31 @@ def balance(modes: dict) -> dict | None:
             "generation_over_training": gen / train if train else None, "async_ceiling": ceiling}
 
 
+def async_losses(modes: dict) -> dict:
+    """Per async mode, the seconds per step that separate it from the ceiling: its step against
+    the sync run's longer phase (`over_ceiling_s`), split into training slower than in sync
+    (`train_s`: the rollout client shares the trainer's GIL), waiting for rollouts (`rollout_wait_s`:
+    generation did not keep up) and the weight update's extra time (`weight_update_s`)."""
+    sync = modes.get("sync")
+    if not sync or not sync.get("measured_steps"):
+        return {}
+    sph = sync["phase_s_mean"]
+
+    def training(ph):
+        return sum(ph.get(p) or 0.0 for p in ("advantages", "recompute_logprob", "train"))
+    floor = max(sph.get("rollout") or 0.0, training(sph)) + (sph.get("weight_update") or 0.0)
+    out = {}
+    for name, m in modes.items():
+        if name == "sync" or not m.get("measured_steps"):
+            continue
+        ph = m["phase_s_mean"]
+        out[name] = {"over_ceiling_s": (m.get("step_s_mean") or 0.0) - floor,
+                     "train_s": training(ph) - training(sph),
+                     "rollout_wait_s": ph.get("rollout") or 0.0,
+                     "weight_update_s": (ph.get("weight_update") or 0.0) - (sph.get("weight_update") or 0.0)}
+    return out
+
+
 def write(path: str, result: dict) -> None:
     tmp = Path(path).with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=1))
@@ -630,7 +656,7 @@ def bench(args) -> int:
                                                  timeout=timeout, backend=backend)
         finish(layout)
         first = result["layouts"][args.trainer_backend[0]]  # the top level: the first layout's
-        result.update({key: first[key] for key in ("modes", "speedup", "balance", "goal_met")})
+        result.update({key: first.get(key) for key in ("modes", "speedup", "balance", "async_losses", "goal_met")})
         write(args.out, result)
         if k == 0:
             say_balance(layout["balance"])
@@ -658,6 +684,7 @@ def finish(result: dict) -> None:
     result["speedup"] = {f"{name}_vs_sync": (m["samples_per_s"] / base if base and m.get("samples_per_s") else None)
                          for name, m in modes.items() if name != "sync"}
     result["balance"] = balance(modes)
+    result["async_losses"] = async_losses(modes)
     ups = [v for v in result["speedup"].values() if v is not None]
     result["goal_met"] = (max(ups) >= GOAL_SPEEDUP) if ups else None
 
@@ -688,6 +715,10 @@ def report(result: dict) -> None:
         for key, value in layout["speedup"].items():
             say(f"speedup {key}: {value:.2f}x (goal {GOAL_SPEEDUP}x)" if value else f"speedup {key}: -")
         say_balance(layout["balance"])
+        for name, loss in (layout.get("async_losses") or {}).items():
+            say(f"{name} over the ceiling: {loss['over_ceiling_s']:+.2f} s per step = training slower than "
+                f"sync {loss['train_s']:+.2f} s, waiting for rollouts {loss['rollout_wait_s']:.2f} s, "
+                f"weight update {loss['weight_update_s']:+.2f} s (and the rest)")
     say(f"total {result.get('total_s', 0):.0f} s")
 
 

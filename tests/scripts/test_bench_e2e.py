@@ -71,6 +71,8 @@ def test_cpu_smoke_sync_and_async_two_servers_two_ranks(tmp_path, gsm8k_file):
     assert result["modes"]["sync"]["staleness_max"] == 0
     assert set(result["speedup"]) == {"async2_vs_sync"} and result["speedup"]["async2_vs_sync"] > 0
     assert result["balance"]["sync_generation_s"] > 0 and result["balance"]["async_ceiling"] >= 1.0
+    assert set(result["async_losses"]) == {"async2"}
+    assert set(result["async_losses"]["async2"]) == {"over_ceiling_s", "train_s", "rollout_wait_s", "weight_update_s"}
     assert result["hardware"]["device"] == "cpu" and result["config"]["shape"] == "tiny"
     assert "gconfig.ignore_eos=true" in result["config"]["overrides_example"]
 
@@ -189,6 +191,21 @@ def test_gpu_benchmarks_script_parses_and_has_its_stages():
         assert stage in text
     for layout in ("fsdp:d2", "fsdp:d2r2", "fsdp:d1t2"):
         assert layout in text
+
+
+def test_async_losses_split_the_gap_to_the_ceiling():
+    mod = _script()
+
+    def mode(step, **phases):
+        return {"measured_steps": 3, "step_s_mean": step, "phase_s_mean": phases}
+    sync = mode(10.1, rollout=5.0, advantages=0.0, recompute_logprob=1.0, train=4.0, weight_update=0.1)
+    slow = mode(6.5, rollout=0.3, advantages=0.0, recompute_logprob=1.0, train=4.5, weight_update=0.4)
+    losses = mod.async_losses({"sync": sync, "async2": slow, "async4": {"measured_steps": 0}})
+    assert set(losses) == {"async2"}  # a mode without measured steps has nothing to split
+    got = {k: round(v, 6) for k, v in losses["async2"].items()}
+    # the ceiling's step: the longer sync phase (5.0) + the sync update (0.1)
+    assert got == {"over_ceiling_s": 1.4, "train_s": 0.5, "rollout_wait_s": 0.3, "weight_update_s": 0.3}
+    assert mod.async_losses({"async2": slow}) == {}  # no sync run, no ceiling
 
 
 def test_mode_time_limit_warns_when_the_budget_cuts_a_mode():
