@@ -165,3 +165,19 @@ def test_parse_success():
         protocol.parse_success("/u", load("update_weights_from_disk_fail.json"))
     with pytest.raises(protocol.ProtocolError):
         protocol.parse_success("/u", load("pause_generation_ok.json"))
+
+
+def test_batching_counters_ask_only_builtin_servers(monkeypatch):
+    from areal.engine.sglang.client import RemoteSGLangEngine
+
+    engine = RemoteSGLangEngine.__new__(RemoteSGLangEngine)  # no servers: only the guard is tested
+    engine.addrs = ["127.0.0.1:1", "127.0.0.1:2"]
+    monkeypatch.setattr(engine, "server_info", lambda addr: pytest.fail("asked a server"), raising=False)
+    for programs in ([], ["areal-builtin", "0.5.2"], ["areal-builtin", None]):
+        engine._server_programs = programs
+        assert engine.batching_counters() == {}
+    engine._server_programs = ["areal-builtin", "areal-builtin"]
+    monkeypatch.setattr(engine, "server_info", lambda addr: {"batching": {
+        "prefill_steps": 2, "decode_steps": 10, "decode_rows": 40, "generated_tokens": 42}}, raising=False)
+    counters = engine.batching_counters()
+    assert counters["decode_steps"] == 20 and counters["decode_rows"] == 80 and counters["prefill_s"] == 0

@@ -453,6 +453,8 @@ class RemoteSGLangEngine(InferenceEngine):
         tokens, seconds), summed over servers; {} when a server does not report them (SGLang)
         or cannot be reached. Differences between two calls say what the servers did meanwhile."""
         total: dict[str, float] = {}
+        if not self._server_programs or any(p != BUILTIN_SERVER for p in self._server_programs):
+            return {}  # only the built-in server counts its work (no request per step for nothing)
         try:
             infos = fanout(self.addrs, lambda i, a: self.server_info(a))
         except RuntimeError as e:  # fanout's error, naming the servers that failed
