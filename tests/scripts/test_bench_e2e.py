@@ -187,7 +187,7 @@ def test_gpu_benchmarks_script_parses_and_has_its_stages():
     path = REPO / "scripts" / "run_gpu_benchmarks.sh"
     assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
     text = path.read_text()
-    for stage in ("recheck)", "pause)", "micro)", "balance)", "holdmode)", "inplace)", "x4_train)", "x4_e2e_fsdp|x4_e2e_hsdp|x4_e2e_tp)", "x4)"):
+    for stage in ("recheck)", "pause)", "micro)", "balance)", "holdmode)", "inplace)", "recipe)", "x4_train)", "x4_e2e_fsdp|x4_e2e_hsdp|x4_e2e_tp)", "x4)"):
         assert stage in text
     for layout in ("fsdp:d2", "fsdp:d2r2", "fsdp:d1t2"):
         assert layout in text
