@@ -1,0 +1,114 @@
+"""A real weight change while requests are held (pause in_place or retract): the tokens after
+the update must be what each mode promises. retract re-prefills under the new weights, so the
+rest of the answer is the new model's alone; in_place keeps the KV cache the old weights
+computed, so the new weights continue from the old keys and values. The reference for both is
+transformers with an explicit cache, compared token by token and logprob by logprob."""
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import requests
+
+from tests.server.helpers import prompt_ids
+
+N_NEW = 200
+PROMPTS = [prompt_ids(200 + i, 5) for i in range(3)]
+
+
+@pytest.fixture(scope="module")
+def weight_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("weights")
+
+
+@pytest.fixture(scope="module")
+def new_model_dir(weight_dir):
+    from areal.server.testing import make_varied_model_dir
+
+    return str(make_varied_model_dir(weight_dir / "new", seed=1))
+
+
+@pytest.fixture(scope="module")
+def models(varied_model_dir, new_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    return [AutoModelForCausalLM.from_pretrained(d, dtype="float32").eval()
+            for d in (varied_model_dir, new_model_dir)]
+
+
+@pytest.fixture
+def server(varied_model_dir, weight_dir):
+    from areal.server.testing import start_server
+
+    handle = start_server(varied_model_dir, extra_args=["--dtype", "float32", "--weight-dirs", str(weight_dir)])
+    yield handle
+    assert handle.stop() == 0, handle.log()
+
+
+def post(server, path, body, timeout=120):
+    r = requests.post(server.url + path, json=body, timeout=timeout)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def generate(server, prompt):
+    return post(server, "/generate", {"input_ids": prompt, "return_logprob": True, "sampling_params": {
+        "max_new_tokens": N_NEW, "temperature": 0, "ignore_eos": True}}, timeout=300)
+
+
+def generated_tokens(server):
+    return requests.get(server.url + "/get_server_info").json()["batching"]["generated_tokens"]
+
+
+def reference_logprobs(models, prompt, output, switch, mode):
+    """Logprobs of output[switch:] as the mode defines them. The pause stopped each request
+    after sampling output[switch - 1]; that token's keys and values, and all later ones, come
+    from the new weights either way. Before it: the new weights too (retract), or the old
+    weights' cache (in_place)."""
+    import torch
+    from transformers import DynamicCache
+
+    old, new = models
+    start = len(prompt) + switch - 1  # positions before this one were cached before the pause
+    with torch.no_grad():
+        if mode == "retract":
+            logits = new(torch.tensor([prompt + output])).logits[0, start:-1]
+        else:
+            cache = DynamicCache()
+            old(torch.tensor([(prompt + output)[:start]]), past_key_values=cache, use_cache=True)
+            rest = torch.tensor([output[switch - 1:-1]])
+            positions = torch.arange(start, start + rest.shape[1]).unsqueeze(0)
+            logits = new(rest, past_key_values=cache, position_ids=positions, use_cache=True).logits[0]
+    logprobs = torch.log_softmax(logits.float(), -1)
+    target = torch.tensor(output[switch:])
+    return logprobs.gather(1, target[:, None])[:, 0], logprobs.argmax(-1)
+
+
+@pytest.mark.parametrize("mode", ["in_place", "retract"])
+def test_tokens_after_a_held_update_follow_the_modes_definition(server, models, new_model_dir, mode):
+    import torch
+
+    with ThreadPoolExecutor(len(PROMPTS)) as pool:
+        futures = [pool.submit(generate, server, p) for p in PROMPTS]
+        deadline = time.time() + 60
+        while generated_tokens(server) < 20 * len(PROMPTS):  # mid-answer, far from the end
+            assert time.time() < deadline, "the requests never started generating"
+            time.sleep(0.01)
+        assert post(server, "/pause_generation", {"mode": mode})["requests_held"] == len(PROMPTS)
+        post(server, "/update_weights_from_disk", {"model_path": new_model_dir, "abort_all_requests": False})
+        post(server, "/update_weight_version", {"new_version": "new", "abort_all_requests": False})
+        post(server, "/continue_generation", {})
+        outs = [f.result(timeout=300) for f in futures]
+    for prompt, out in zip(PROMPTS, outs):
+        spans = out["meta_info"]["output_version_spans"]
+        assert len(spans) == 2 and spans[1][1] == "new", spans
+        switch = spans[1][0]
+        assert 0 < switch < N_NEW - 50
+        served = torch.tensor([lp[0] for lp in out["meta_info"]["output_token_logprobs"][switch:]])
+        expected, greedy = reference_logprobs(models, prompt, out["output_ids"], switch, mode)
+        assert greedy.tolist() == out["output_ids"][switch:]  # the server's greedy picks
+        torch.testing.assert_close(served, expected, atol=1e-4, rtol=0)
+        # the other mode's reference must differ, or the test could not tell the two apart
+        other, _ = reference_logprobs(models, prompt, out["output_ids"], switch,
+                                      "retract" if mode == "in_place" else "in_place")
+        assert (other - expected).abs().max() > 0.1
