@@ -37,8 +37,9 @@ class RolloutConfig(Section):
         "in the server and continue after the update, re-prefilled under the new weights. abort: the "
         "server answers them, the client resubmits prompt + tokens so far (AReaL's way; many answers "
         "and requests in the trainer process). in_place: like retract but keeps the KV cache computed "
-        "by the old weights. auto: retract on built-in servers, abort on SGLang (its weight updates "
-        "flush a cache that retracted requests keep busy).")
+        "by the old weights (no re-prefill: 15-20% more async samples/s than retract on an H200 pair; "
+        "on the CPU demo 4 of 5 runs learned less, see docs/benchmarks.md). auto: retract on built-in "
+        "servers, abort on SGLang (its weight updates flush a cache that retracted requests keep busy).")
     gil_switch_interval_ms: float | None = Field(
         0.2, gt=0,
         description="sys.setswitchinterval (in ms) of a process running the rollout client thread, e.g. "
