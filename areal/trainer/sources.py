@@ -61,10 +61,14 @@ class LiveRollouts:
             self._meta = broadcast_from_rank0(weight_update_meta(self.cfg, version) if self.engine else None)
         self._meta.version = version
         paused: dict[str, float] = {}
+        work: dict[str, float] = {}
         if self.engine is not None:
             t0 = time.perf_counter()
             paused = dict(self.engine.pause() or {})
             paused["pause_s"] = time.perf_counter() - t0
+            # read while nothing runs: a step's figures then end where the next step's begin, and
+            # no token of the next batch (which starts at resume) lands in this step's window
+            work = self.server_work()
         try:
             stats = self.actor.update_weights(self._meta, inference=self.engine)
             # an adapter folder (lora_push=adapter) is no model a restarted server could load
@@ -78,10 +82,11 @@ class LiveRollouts:
                 paused["resume_s"] = time.perf_counter() - t0
         # rank 0's pause and resume: in an asynchronous run, the part of the update that
         # waits for in-flight generation (the servers' own share in server_pause_s)
-        return {**stats, **{f"weight_update/{k}": v for k, v in paused.items()}, **self.server_work()}
+        return {**stats, **{f"weight_update/{k}": v for k, v in paused.items()}, **work}
 
     def server_work(self) -> dict[str, float]:
-        """What the built-in servers did since the previous call (one training step apart):
+        """What the built-in servers did since the previous call (one weight update apart, read
+        while the servers are paused for it):
         `server/prefill_steps`, `server/decode_steps`, `server/generated_tokens`, their seconds,
         the mean decode batch, and `server/forward_frac`, the share of the time the servers spent
         in forward passes (1.0: generation never waited for the client or the trainer). Empty on
