@@ -515,6 +515,8 @@ def summarise(args, k: int, steps: list[dict], arrivals: list[float], sampler, s
                                       if total("timing/train_s") else None),
            "weight_update_bytes": mean("weight_update/bytes"),
            "staleness_max": max((r.get("rollout/staleness_max") or 0 for r in measured), default=None),
+           "staleness_mean": mean("rollout/staleness_mean"),
+           "mixed_version_frac": mean("rollout/mixed_version_frac"),
            "startup_s": (step_arrivals[0] - start - float(steps[0].get("timing/step_s") or 0)) if steps else None,
            "gpu": None}
     # the measured window: from the end of the last warm-up step to the end of the last step

@@ -71,6 +71,22 @@ def grpo_step(ctx, step: int) -> dict[str, Any]:
     return _metrics(step, ctx, batch, train_stats, update, evaluation, phases, time.perf_counter() - t0)
 
 
+def _staleness(versions, generated, trained_version: int) -> dict[str, float]:
+    """How far behind the policy that trained on them the generated tokens were: the largest and
+    the mean lag in versions, and the share of samples whose tokens span more than one version
+    (requests that lived through a weight update)."""
+    gen = versions[generated]
+    if not gen.numel():
+        return {}
+    rows = generated.any(dim=1)
+    big = versions.max() + 1  # so that non-generated positions never win a min
+    row_min = versions.masked_fill(~generated, big).amin(dim=1)[rows]
+    row_max = versions.masked_fill(~generated, -1).amax(dim=1)[rows]
+    return {"rollout/staleness_max": int(trained_version - gen.min()),
+            "rollout/staleness_mean": float(trained_version - gen.float().mean()),
+            "rollout/mixed_version_frac": float((row_max > row_min).float().mean())}
+
+
 def _metrics(step, ctx, batch, train_stats, update, evaluation, phases, step_s) -> dict[str, Any]:
     rewards = batch["rewards"].float()
     n_tokens = int(batch["loss_mask"].sum())
@@ -79,9 +95,7 @@ def _metrics(step, ctx, batch, train_stats, update, evaluation, phases, step_s) 
            "rollout/n_samples": int(rewards.numel()), "rollout/gen_tokens": n_tokens,
            "timing/step_s": step_s, "throughput/samples_per_s": rewards.numel() / max(step_s, 1e-9)}
     if "versions" in batch:
-        gen = batch["versions"][batch["loss_mask"].bool()]
-        if gen.numel():
-            out["rollout/staleness_max"] = int(ctx.actor.get_version() - 1 - gen.min())
+        out.update(_staleness(batch["versions"], batch["loss_mask"].bool(), ctx.actor.get_version() - 1))
     last = train_stats[-1]
     for key, value in last.items():
         out[f"train/{key}"] = float(value)
