@@ -38,7 +38,7 @@ class RolloutConfig(Section):
         "server answers them, the client resubmits prompt + tokens so far (AReaL's way; many answers "
         "and requests in the trainer process). in_place: like retract but keeps the KV cache computed "
         "by the old weights (no re-prefill: 15-20% more async samples/s than retract on an H200 pair; "
-        "on the CPU demo 4 of 5 runs learned less, see docs/benchmarks.md). auto: retract on built-in "
+        "not yet shown to learn as well, see docs/benchmarks.md). auto: retract on built-in "
         "servers, abort on SGLang (its weight updates flush a cache that retracted requests keep busy).")
     gil_switch_interval_ms: float | None = Field(
         0.2, gt=0,
