@@ -55,7 +55,7 @@ def _run(args) -> int:
     if args.cfg == "all":
         print(_yaml(cfg.model_dump()), end="")
         return 0
-    from .host import detect_host_facts
+    from areal.infra.host import detect_host_facts
     from .plan import make_plan
 
     facts = detect_host_facts()

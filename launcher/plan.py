@@ -3,8 +3,8 @@
 Pure and torch-free: the same config and host facts always give the same plan, which
 `areal-launch --dry-run` prints and the local and Ray backends execute.
 
-Layout: on a single node the servers take the first devices and the trainer ranks the next;
-with several nodes, the rollout side gets nodes [0, rollout_n_nodes) and the trainer side the
+Layout: on a single node the servers take the first devices and the trainer ranks the next
+(with `launcher.colocate`, both sides start at device 0 and share the devices); with several nodes, the rollout side gets nodes [0, rollout_n_nodes) and the trainer side the
 following trainer_n_nodes. `launcher.trainer_n_nodes=0` drops the trainers and adds a rollout
 driver (inference-only); `launcher.rollout_n_nodes=0` drops the servers (trainer-only).
 """
@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass, field
 from areal.config import ExperimentConfig
 from areal.config.parallel import parse_parallel
 
-from .host import HostFacts
-from .servers import run_weight_dirs, server_command
+from areal.infra.host import HostFacts, resolve_device, resolve_server_kind  # noqa: F401 (re-exported)
+from areal.infra.servers import indexed_server_command
 
 # Placeholder in a multi-node trainer's MASTER_ADDR: the backend substitutes the address of the
 # node that runs trainer rank 0 (only known once the nodes are).
@@ -47,13 +47,14 @@ class LaunchPlan:
     server_kind: str | None  # "sglang" | "builtin" | None when no servers run
     processes: list[ProcessSpec] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    colocated: bool = False  # servers and trainers share devices (launcher.colocate)
 
     def by_role(self, role: str) -> list[ProcessSpec]:
         return [p for p in self.processes if p.role == role]
 
     def to_dict(self) -> dict:
         return {"run_dir": self.run_dir, "device": self.device, "server": self.server_kind,
-                "warnings": self.warnings,
+                "colocated": self.colocated, "warnings": self.warnings,
                 "processes": [{k: v for k, v in asdict(p).items()} for p in self.processes]}
 
     def to_json(self) -> str:
@@ -62,7 +63,8 @@ class LaunchPlan:
     def describe(self) -> str:
         """The plan as people read it (areal-launch --dry-run)."""
         lines = [f"run directory: {self.run_dir}",
-                 f"device: {self.device}    server program: {self.server_kind or '(none: trainer-only)'}",
+                 f"device: {self.device}    server program: {self.server_kind or '(none: trainer-only)'}"
+                 + ("    colocated: servers and trainers share devices" if self.colocated else ""),
                  f"processes: {len(self.processes)}"]
         for p in self.processes:
             devs = ",".join(map(str, p.devices)) or "-"
@@ -75,24 +77,13 @@ class LaunchPlan:
         return "\n".join(lines)
 
 
-def resolve_device(cfg: ExperimentConfig, facts: HostFacts) -> str:
-    if cfg.cluster.device == "auto":
-        return "cuda" if facts.cuda_available else "cpu"
-    return cfg.cluster.device
-
-
-def resolve_server_kind(cfg: ExperimentConfig, facts: HostFacts, device: str) -> str:
-    if cfg.rollout.server != "auto":
-        return cfg.rollout.server
-    return "sglang" if facts.sglang_version and device == "cuda" else "builtin"
-
-
 def make_plan(cfg: ExperimentConfig, facts: HostFacts) -> LaunchPlan:
     device = resolve_device(cfg, facts)
     la = cfg.launcher
     run_servers, run_trainers = la.rollout_n_nodes > 0, la.trainer_n_nodes > 0
     plan = LaunchPlan(run_dir=cfg.run_dir, device=device,
-                      server_kind=resolve_server_kind(cfg, facts, device) if run_servers else None)
+                      server_kind=resolve_server_kind(cfg, facts, device) if run_servers else None,
+                      colocated=la.colocate)
     slots = _DeviceSlots(cfg)
     base_env = {"AREAL_RUN_DIR": cfg.run_dir, "AREAL_CONFIG": f"{cfg.run_dir}/config.yaml",
                 "PYTHONUNBUFFERED": "1"}
@@ -115,6 +106,8 @@ class _DeviceSlots:
     def take(self, side: str, index: int, count: int, side_world: int) -> tuple[int, list[int]]:
         cl, la = self.cfg.cluster, self.cfg.launcher
         if cl.n_nodes == 1:
+            if la.colocate:  # each side from device 0: server i and trainer rank i share devices
+                return 0, list(range(index * count, (index + 1) * count))
             start = self.shared_next
             self.shared_next += count
             return 0, list(range(start, start + count))
@@ -137,14 +130,8 @@ def _servers(cfg, facts, plan, slots, base_env) -> list[ProcessSpec]:
     for i in range(st.dp):
         node, devices = slots.take("rollout", i, st.tp, st.world_size)
         port = cfg.launcher.server_base_port + i
-        # each server its own sampling seed: identical seeds give identical samples inside a GRPO group;
-        # disk weight loads limited to the run's folders (built-in server; see servers.py)
-        server_cfg = cfg.sglang.model_copy(update={
-            "random_seed": cfg.sglang.random_seed + i,
-            "weight_dirs": [*run_weight_dirs(cfg.run_dir), *cfg.sglang.weight_dirs]})
-        command = server_command(server_cfg, port=port, kind=plan.server_kind, python=facts.python,
-                                 sglang_version=facts.sglang_version, sglang_flags=facts.sglang_flags,
-                                 warnings=plan.warnings if i == 0 else None)
+        command = indexed_server_command(cfg, i, port=port, kind=plan.server_kind, facts=facts,
+                                         warnings=plan.warnings if i == 0 else None)
         env = {**base_env, **_visible(plan.device, devices), **cfg.launcher.server_env}
         procs.append(ProcessSpec("server", i, node, devices, command, env, port=port))
     return procs

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from areal.config import ConfigIssue, ExperimentConfig
 
-from .host import HostFacts
+from areal.infra.host import HostFacts
 
 HUB_HOST = ("huggingface.co", 443)
 
@@ -35,6 +35,11 @@ def preflight(cfg: ExperimentConfig, facts: HostFacts, *, hub_reachable=None) ->
         issue = _check_model_location(key, path, reach)
         if issue:
             issues.append(issue)
+    wandb_mode = cfg.stats_logger.wandb.mode
+    if wandb_mode != "disabled" and cfg.launcher.trainer_n_nodes > 0 and importlib.util.find_spec("wandb") is None:
+        issues.append(ConfigIssue("stats_logger.wandb.mode", wandb_mode, "the wandb package is not installed",
+                                  "pip install wandb (or the project's [wandb] extra), or set "
+                                  "stats_logger.wandb.mode=disabled"))
     return issues
 
 

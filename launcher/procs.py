@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +22,9 @@ from pathlib import Path
 from typing import Callable, TextIO
 
 import psutil
+
+from areal.infra import ports
+from areal.infra.ports import port_is_free  # noqa: F401 (the launcher's tests use it from here)
 
 # One lock for every console line, so lines of different processes never interleave mid-line.
 _CONSOLE_LOCK = threading.Lock()
@@ -270,27 +272,13 @@ def tail_lines(path: str, n: int = 20) -> list[str]:
     return data.decode("utf-8", errors="replace").splitlines()[-n:]
 
 
-def port_is_free(port: int) -> bool:
-    """True when nothing listens on the port on any IPv4 interface of this host.
-
-    SO_REUSEADDR matches what servers set, so ports in TIME_WAIT from an earlier run count as free.
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("0.0.0.0", port))
-        except OSError:
-            return False
-    return True
-
-
 def next_free_port(port: int, avoid: set[int] = frozenset(), limit: int = 65535) -> int:
     """`port` itself when free, else the next free port above it that is not in `avoid`."""
-    for candidate in range(port, limit + 1):
-        if candidate not in avoid and port_is_free(candidate):
-            return candidate
-    raise LaunchError(f"no free TCP port in [{port}, {limit}]: stop other servers or change "
-                      "launcher.server_base_port / launcher.trainer_master_port")
+    found = ports.next_free_port(port, avoid, limit)
+    if found is None:
+        raise LaunchError(f"no free TCP port in [{port}, {limit}]: stop other servers or change "
+                          "launcher.server_base_port / launcher.trainer_master_port")
+    return found
 
 
 def cpu_threads_per_process(n_processes: int, cores: int | None = None) -> int:

@@ -18,7 +18,7 @@ import time
 def _in_process(config: str) -> dict[str, float]:
     t0 = time.perf_counter()
     from launcher.compose import compose
-    from launcher.host import detect_host_facts
+    from areal.infra.host import detect_host_facts
     from launcher.plan import make_plan
     from areal.config import validate_config
 

@@ -6,6 +6,8 @@ Weight updates, as the trainer drives them (RemoteSGLangEngine implements this):
     distributed:  engine.init_weights_update_group(meta).result() after the trainer joined the group
                   (both sides must run concurrently: start the future, then init the trainer side);
                   per update: fut = engine.update_weights_from_distributed(meta); broadcast; fut.result()
+    tensor:       engine.update_weights_from_tensor(meta, named_tensors) for servers on the trainer's
+                  own device(s): the tensors travel as CUDA IPC handles (shared memory on CPU)
 
 Both kinds pause generation on the servers unless the caller already paused (engine.pause()),
 and set the engine's version to meta.version once every server has the new weights.
@@ -76,7 +78,7 @@ class ModelResponse:
 class WeightUpdateMeta:
     """How a weight update reaches the servers."""
 
-    type: Literal["disk", "distributed"]
+    type: Literal["disk", "distributed", "tensor"]
     path: str | None = None  # disk: the saved Hugging Face folder
     version: int | None = None  # the version the servers report after the update
     # disk, LoRA adapter pushes (actor.lora_push=adapter): path is a peft adapter folder that the
@@ -90,6 +92,8 @@ class WeightUpdateMeta:
     names: list[str] = field(default_factory=list)
     dtypes: list[str] = field(default_factory=list)
     shapes: list[list[int]] = field(default_factory=list)
+    # distributed and tensor updates come in buckets: the servers flush caches after the last
+    flush_cache: bool = True
 
 
 class InferenceEngine(abc.ABC):
@@ -114,6 +118,27 @@ class InferenceEngine(abc.ABC):
     @abc.abstractmethod
     def update_weights_from_distributed(self, meta: WeightUpdateMeta) -> Future:
         """Make every server receive the tensors the trainer broadcasts; resolves when loaded."""
+
+    @abc.abstractmethod
+    def destroy_weights_update_group(self, meta: WeightUpdateMeta) -> Future:
+        """Make every server leave the broadcast group meta.group_name; resolves when all left."""
+
+    @abc.abstractmethod
+    def update_weights_from_tensor(self, meta: WeightUpdateMeta, named_tensors: list) -> list[dict]:
+        """Servers on the trainer's device copy (name, tensor) pairs handed over through memory."""
+
+    @property
+    @abc.abstractmethod
+    def group_world_size(self) -> int:
+        """Ranks of a distributed update group: the trainer (rank 0) and every server's ranks."""
+
+    @abc.abstractmethod
+    def release_memory_occupation(self, tags: list[str] | None = None) -> None:
+        """Servers free their KV cache and/or move their weights off the device (tags; None: both)."""
+
+    @abc.abstractmethod
+    def resume_memory_occupation(self, tags: list[str] | None = None) -> None:
+        """Servers take back what release_memory_occupation freed."""
 
     @abc.abstractmethod
     def pause(self) -> dict[str, float] | None:

@@ -31,7 +31,7 @@ def make_cfg(tmp_path, *overrides: str, config: str = "gsm8k_grpo"):
 
 def make_plan(cfg, *, fake_servers: bool = True):
     """The real plan of cfg; with fake_servers the server module is the /health stand-in."""
-    from launcher.host import HostFacts
+    from areal.infra.host import HostFacts
     from launcher.plan import make_plan as plan_of
 
     plan = plan_of(cfg, HostFacts(python=PY))
@@ -83,7 +83,7 @@ def free_ports(n: int = 1) -> int:
     """A port p with p..p+n-1 free right now (for base ports that other tests do not collide on)."""
     import random
 
-    from launcher.procs import port_is_free
+    from areal.infra.ports import port_is_free
 
     rng = random.Random()
     for _ in range(200):

@@ -9,7 +9,7 @@ from tests.launcher.helpers import REPO, repo_env
 
 CHECK = """
 import sys
-import launcher.cli, launcher.local, launcher.ray, launcher.plan, launcher.procs, launcher.health
+import launcher.cli, launcher.local, launcher.ray, launcher.plan, launcher.procs, areal.infra.health
 heavy = [m for m in ("torch", "transformers", "sglang", "ray") if m in sys.modules]
 print(",".join(heavy))
 """

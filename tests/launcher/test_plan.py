@@ -5,9 +5,9 @@ import json
 import pytest
 
 from areal.config import ConfigError, validate_config
-from launcher.host import HostFacts
+from areal.infra.host import HostFacts
 from launcher.plan import TRAINER_HEAD, make_plan
-from launcher.servers import drop_unknown_flags
+from areal.infra.servers import drop_unknown_flags
 
 GPU = HostFacts(cuda_available=True, python="python")
 CPU = HostFacts(cuda_available=False, python="python")

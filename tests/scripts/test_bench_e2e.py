@@ -7,18 +7,19 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import sys
+import re
 import time
 from pathlib import Path
 
 import pytest
+
+from areal.server.testing import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 GSM8K = REPO.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
 
 
 def _script():
-    sys.path.insert(0, str(REPO / "scripts"))  # the script imports bench_train as its sibling
     spec = importlib.util.spec_from_file_location("bench_e2e", REPO / "scripts" / "bench_e2e.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -45,7 +46,7 @@ def test_cpu_smoke_sync_and_async_two_servers_two_ranks(tmp_path, gsm8k_file):
     rc = _script().main([
         "--device", "cpu", "--shape", "tiny", "--batch-size", "2", "--n-samples", "2", "--max-new-tokens", "4",
         "--steps", "1", "--warmup", "1", "--ppo-minibatches", "1", "--offpolicyness", "0", "2",
-        "--servers", "2", "--trainer-backend", "fsdp:d2",  # issue 10's layout, weight updates to both servers
+        "--servers", "2", "--trainer-backend", "fsdp:d2",  # the 4-GPU layout, weight updates to both servers
         "--data", str(gsm8k_file), "--workdir", str(tmp_path / "work"), "--out", str(out),
         "--port-base", "31450", "--master-port-base", "29450"])
     result = json.loads(out.read_text())
@@ -94,7 +95,7 @@ def test_gpu_sampler_and_measured_window(tmp_path, monkeypatch):
     monkeypatch.setattr(sampler, "_pynvml_reader", lambda: None)
     start = time.time()
     sampler.start()
-    time.sleep(0.5)
+    wait_for(lambda: len(sampler.samples) >= 4, lambda: f"two reads: {sampler.samples}")  # 2 GPUs each
     sampler.stop()
     assert sampler.source == "nvidia-smi" and len(sampler.samples) >= 4
     end = time.time()
@@ -126,7 +127,7 @@ def test_gpu_summary_line_skips_the_source_entry():
     assert mod.busy(None, "trainer") is None
 
 
-# issue 10's layouts on a 4-GPU node: two servers, a 2-GPU trainer (FSDP, HSDP 2x1, tensor parallel 2)
+# the layouts of a 4-GPU node: two servers, a 2-GPU trainer (FSDP, HSDP 2x1, tensor parallel 2)
 X4_LAYOUTS = ("fsdp:d2", "fsdp:d2r2", "fsdp:d1t2")
 
 
@@ -169,7 +170,7 @@ def test_x4_overrides_plan_servers_on_gpus_0_1_and_trainer_on_2_3(backend, tmp_p
     launcher's plan puts the servers and trainer ranks exactly where gpu_roles says."""
     from areal.config import validate_config
     from launcher.compose import compose
-    from launcher.host import HostFacts
+    from areal.infra.host import HostFacts
     from launcher.plan import make_plan
 
     mod = _script()
@@ -186,14 +187,18 @@ def test_x4_overrides_plan_servers_on_gpus_0_1_and_trainer_on_2_3(backend, tmp_p
     assert trainer["CUDA_VISIBLE_DEVICES"] == "3" and trainer["WORLD_SIZE"] == "2"
 
 
-def test_gpu_benchmarks_script_parses_and_has_its_stages():
+def test_gpu_benchmarks_script_parses_and_has_its_stages(tmp_path):
     import subprocess
 
     path = REPO / "scripts" / "run_gpu_benchmarks.sh"
     assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
     text = path.read_text()
-    for stage in ("recheck)", "pause)", "micro)", "balance)", "holdmode)", "inplace)", "recipe)", "x4_train)", "x4_e2e_fsdp|x4_e2e_hsdp|x4_e2e_tp)", "x4)"):
-        assert stage in text
+    stages = ("kernels", "server", "e2e", "learning", "x4_train", "x4_e2e_fsdp|x4_e2e_hsdp|x4_e2e_tp", "x4")
+    assert re.findall(r"^([a-z0-9_|]+)\)$", text, re.M) == list(stages)  # these stages and no others
+    for stage in ("kernels", "server", "e2e", "learning", "x4_train", "x4_e2e_fsdp", "x4"):
+        assert f"run_gpu_benchmarks.sh {stage} RESULTS_DIR" in text  # each one in the usage lines
+    unknown = subprocess.run(["bash", str(path), "recipe", str(tmp_path)], capture_output=True, text=True)
+    assert unknown.returncode == 2 and "unknown stage recipe" in unknown.stderr
     for layout in ("fsdp:d2", "fsdp:d2r2", "fsdp:d1t2"):
         assert layout in text
 
@@ -216,6 +221,6 @@ def test_async_losses_split_the_gap_to_the_ceiling():
 def test_mode_time_limit_warns_when_the_budget_cuts_a_mode():
     mod = _script()
     assert mod.mode_time_limit(120, 600, elapsed=10, later=2) == (120, None)
-    limit, warning = mod.mode_time_limit(120, 300, elapsed=40, later=2)  # session 6, call 2
+    limit, warning = mod.mode_time_limit(120, 300, elapsed=40, later=2)  # a budget too small for every mode
     assert limit == 60 and "--budget 300" in warning and "raise --budget" in warning
     assert mod.mode_time_limit(120, 100, elapsed=90, later=0)[0] == 60  # never below a minute

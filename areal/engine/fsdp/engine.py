@@ -59,12 +59,9 @@ class FSDPEngine(TrainEngine):
         self.model = self.optimizer = self.scheduler = self.tokenizer = self.mesh = None
         self._version = 0
         self._owns_process_group = False
-        self._server_urls: list[str] = []
-        self._api_key: str | None = None
+        self._servers = None  # ServerControl from connect_servers(), used when no InferenceEngine is given
         self._sender: weight_sync.DistributedSender | None = None
-        self._http: weight_sync.ServerClient | None = None
-        self._pushed_lora: str | None = None  # the adapter the servers serve (lora_push=adapter)
-        self._ranks_per_server = 1
+        self.offloaded = False  # parameters and optimizer state are in CPU memory (offload())
 
     @classmethod
     def from_pretrained(cls, model: str, **kwargs) -> "FSDPEngine":
@@ -459,14 +456,17 @@ class FSDPEngine(TrainEngine):
     # ---- weight updates --------------------------------------------------------------------------
     def connect_servers(self, urls: list[str], *, ranks_per_server: int = 1,
                         api_key: str | None = None) -> None:
-        """Base URLs of the inference servers (http://host:port) for weight updates over HTTP.
+        """Inference servers (http://host:port) to push weights to when update_weights gets no
+        InferenceEngine; a ServerControl (areal/engine/sglang/control.py) speaks to them.
 
         ranks_per_server: each server's tensor-parallel size (sglang.tp_size); a server takes that
         many ranks of the distributed weight-update group. api_key: the servers' bearer key
         (sglang.api_key), sent with every request."""
-        self._server_urls = list(urls)
-        self._ranks_per_server = ranks_per_server
-        self._api_key = api_key
+        from areal.engine.sglang.control import ServerControl
+
+        if not urls:
+            raise ValueError("connect_servers needs server URLs, e.g. ['http://127.0.0.1:30000']")
+        self._servers = ServerControl(list(urls), api_key=api_key, ranks_per_server=ranks_per_server)
 
     def weight_update_path(self, version: int) -> str:
         return weight_sync.disk_update_path(self.fileroot, self.experiment_name, self.trial_name, version)
@@ -474,25 +474,31 @@ class FSDPEngine(TrainEngine):
     def update_weights(self, meta: WeightUpdateMeta, inference: InferenceEngine | None = None) -> dict[str, float]:
         """Push the current weights to the servers and bump the version (collective).
 
-        disk: rank 0 saves the HF folder (meta.path or weight_update_path(version)); then
-        `inference.update_weights(meta)` when an InferenceEngine is given, else the servers from
-        connect_servers() load it over HTTP. distributed: pause, bucketed broadcast, resume
-        (pause/resume through `inference` when given). Returns seconds and bytes, and the
-        seconds of its phases (weight_update/gather_s, transfer_s, ...: see UpdateStats).
+        The weights go to `inference` (a RemoteSGLangEngine) when given, else to the servers of
+        connect_servers(); either speaks to the servers, this engine only produces the weights.
+        disk: rank 0 saves the HF folder (meta.path or weight_update_path(version)) and the
+        servers load it. distributed: pause, bucketed broadcast, resume. tensor (servers on this
+        process's device): pause, buckets of full tensors handed over as CUDA IPC handles (shared
+        memory on CPU), resume. Returns seconds and bytes, and the seconds of its phases
+        (weight_update/gather_s, transfer_s, ...: see UpdateStats).
         """
         import torch.distributed as dist
 
         self._require_initialized()
         version = meta.version if meta.version is not None else self._version + 1
+        servers = inference if inference is not None else self._servers
+        if servers is None and self.is_rank0:
+            raise ValueError("update_weights needs an InferenceEngine (inference=...) or servers "
+                             "from connect_servers(urls)")
         t0 = time.perf_counter()
         timer = weight_sync.PhaseTimer(sync=torch.cuda.synchronize if self.device_type == "cuda" else None)
         if meta.type == "disk":
-            nbytes = self._update_from_disk(meta, version, inference, timer)
-        elif meta.type == "distributed":
-            nbytes = self._update_distributed(meta, version, inference, timer)
+            nbytes = self._update_from_disk(meta, version, servers, timer)
+        elif meta.type in ("distributed", "tensor"):
+            nbytes = self._update_in_buckets(meta, version, servers, timer)
         else:
-            raise ValueError(f"weight update type {meta.type!r} is not 'disk' or 'distributed' "
-                             "(actor.weight_update)")
+            raise ValueError(f"weight update type {meta.type!r} is not 'disk', 'distributed' or "
+                             "'tensor' (actor.weight_update)")
         dist.barrier()
         self._version = version
         stats = weight_sync.UpdateStats(time.perf_counter() - t0, nbytes, version, meta.type, timer.seconds)
@@ -501,21 +507,18 @@ class FSDPEngine(TrainEngine):
                         nbytes / 2**20)
         return stats.as_dict()
 
-    def _update_from_disk(self, meta: WeightUpdateMeta, version: int, inference,
+    def _update_from_disk(self, meta: WeightUpdateMeta, version: int, servers,
                           timer: weight_sync.PhaseTimer) -> int:
         if self.config.use_lora and self.config.lora_push == "adapter":
-            return self._push_adapter(meta, version, inference, timer)
+            return self._push_adapter(meta, version, servers, timer)
         path = meta.path or self.weight_update_path(version)
         nbytes = self.save(path, timer=timer)
         if self.is_rank0:
             meta.path, meta.version = path, version
             with timer.phase("load"):
-                if inference is not None:
-                    inference.update_weights(meta)
-                    inference.set_version(version)
-                else:
-                    replies = weight_sync.update_from_disk(self._client(), path, version)
-                    timer.add_server_seconds("server_load", replies)
+                replies = servers.update_weights(meta)
+                servers.set_version(version)
+            timer.add_server_seconds("server_load", replies or [])
             self._prune_disk_updates(path, version)
         return nbytes
 
@@ -525,12 +528,11 @@ class FSDPEngine(TrainEngine):
         if path == self.weight_update_path(version):
             weight_sync.prune_disk_updates(Path(path).parent, version)
 
-    def _push_adapter(self, meta: WeightUpdateMeta, version: int, inference,
+    def _push_adapter(self, meta: WeightUpdateMeta, version: int, servers,
                       timer: weight_sync.PhaseTimer) -> int:
         """lora_push=adapter: write a peft adapter folder; servers load it as LoRA `v{version}`
         through SGLang's /load_lora_adapter route and report `version`; the previous adapter is
-        unloaded. Through `inference` (RemoteSGLangEngine), whose /generate requests then name
-        `v{version}` in lora_path; without it, over HTTP to the connect_servers() servers."""
+        unloaded, and later /generate requests name `v{version}` in lora_path."""
         import torch.distributed as dist
         from safetensors.torch import save_file
 
@@ -542,73 +544,90 @@ class FSDPEngine(TrainEngine):
             self.model.peft_config["default"].save_pretrained(path)
             meta.path, meta.version, meta.lora_name = path, version, f"v{version}"
             with timer.phase("load"):
-                if inference is not None:
-                    inference.update_weights(meta)
-                else:
-                    self._load_adapter_over_http(meta)
+                servers.update_weights(meta)
             self._prune_disk_updates(path, version)
         dist.barrier()
         return sum(t.numel() * t.element_size() for t in tensors.values())
 
-    def _load_adapter_over_http(self, meta: WeightUpdateMeta) -> None:
-        client = self._client()
-        client.post_all("/load_lora_adapter", {"lora_name": meta.lora_name, "lora_path": meta.path})
-        client.post_all("/update_weight_version", {"new_version": str(meta.version), "abort_all_requests": False})
-        previous, self._pushed_lora = self._pushed_lora, meta.lora_name
-        if previous is not None and previous != meta.lora_name:
-            client.post_all("/unload_lora_adapter", {"lora_name": previous})
-
-    def _update_distributed(self, meta: WeightUpdateMeta, version: int, inference,
-                            timer: weight_sync.PhaseTimer) -> int:
+    def _update_in_buckets(self, meta: WeightUpdateMeta, version: int, servers,
+                           timer: weight_sync.PhaseTimer) -> int:
+        """Distributed (broadcast) and tensor (IPC handles) updates: full tensors, bucket by bucket,
+        with generation paused once for all of them."""
+        on_device = meta.type == "tensor" or meta.backend == "nccl"
         if self.is_rank0:
-            if self._sender is None:
+            if meta.type == "distributed" and self._sender is None:
                 self._sender = weight_sync.DistributedSender(
-                    self._client(), backend=meta.backend, group_name=meta.group_name,
+                    servers, backend=meta.backend, group_name=meta.group_name,
                     master_address=meta.master_address, master_port=meta.master_port,
-                    ranks_per_server=self._ranks_per_server,
-                    device=str(self.device) if meta.backend == "nccl" else "cpu")
-            if inference is not None:
-                inference.pause()
-            else:
-                self._client().post_all("/pause_generation", {})
+                    device=str(self.device) if on_device else "cpu")
+            servers.pause()
         nbytes = 0
         try:
             bucket_bytes = self.config.weight_update_bucket_mb * 2**20
-            # NCCL broadcasts from the GPU: full tensors stay there (no round trip through host memory)
+            # NCCL broadcasts and IPC handles leave full tensors on the GPU (no host round trip)
             named = state.iter_full_state(self.model, keep=self.is_rank0, dtype=self.param_dtype,
                                           lora_scaling=self.lora_scaling, tied_lm_head=self.tied_lm_head,
-                                          to_cpu=meta.backend != "nccl")
+                                          to_cpu=not on_device)
             pending = None
             for bucket in timer.iterate("gather", weight_sync.buckets(named, bucket_bytes)):
                 if pending is not None and self.is_rank0:
-                    with timer.phase("transfer"):
-                        replies = self._sender.send_bucket(pending, version, last=False)
-                    timer.add_server_seconds("server_load", replies)
+                    self._send_bucket(meta, servers, pending, version, timer, last=False)
                 pending = bucket
                 nbytes += sum(t.numel() * t.element_size() for _, t in bucket if t is not None)
             if pending is not None and self.is_rank0:
-                with timer.phase("transfer"):
-                    replies = self._sender.send_bucket(pending, version, last=True)
-                timer.add_server_seconds("server_load", replies)
+                self._send_bucket(meta, servers, pending, version, timer, last=True)
         finally:
             if self.is_rank0:
-                if inference is not None:
-                    inference.set_version(version)
-                    inference.resume()
-                else:
-                    self._client().post_all("/continue_generation", {})
+                servers.set_version(version)
+                servers.resume()
         return nbytes
 
-    def _client(self) -> weight_sync.ServerClient:
-        if self._http is None:
-            self._http = weight_sync.ServerClient(self._server_urls, api_key=self._api_key)
-        return self._http
+    def _send_bucket(self, meta: WeightUpdateMeta, servers, bucket, version: int,
+                     timer: weight_sync.PhaseTimer, *, last: bool) -> None:
+        with timer.phase("transfer"):
+            if meta.type == "distributed":
+                replies = self._sender.send_bucket(bucket, version, last=last)
+            else:
+                replies = servers.update_weights_from_tensor(
+                    WeightUpdateMeta(type="tensor", version=version, flush_cache=last), bucket)
+        timer.add_server_seconds("server_load", replies)
 
     def get_version(self) -> int:
         return self._version
 
     def set_version(self, version: int) -> None:
         self._version = int(version)
+
+    # ---- offload (colocated, time-shared runs) ----------------------------------------------------
+    def offload(self) -> dict[str, float]:
+        """Move parameters and optimizer state to CPU memory (gradients are dropped: every
+        training step starts from none) and return the freed device cache to the driver, so a
+        server on this device can generate with the memory (actor.offload). Returns seconds."""
+        return self._move_state("cpu")
+
+    def onload(self) -> dict[str, float]:
+        """Bring what offload() moved back to this process's device, for training."""
+        return self._move_state(self.device)
+
+    def _move_state(self, device) -> dict[str, float]:
+        self._require_initialized()
+        t0 = time.perf_counter()
+        if self.optimizer is not None:
+            self.optimizer.zero_grad(set_to_none=True)
+        self.model.to(device)  # FSDP2 moves each rank's shards (DTensor parameters)
+        if self.optimizer is not None:
+            for per_param in self.optimizer.state.values():
+                for key, value in per_param.items():
+                    # the step count stays where Adam keeps it (CPU, or the device when fused): tiny
+                    if key == "step":
+                        continue
+                    if isinstance(value, torch.Tensor) and value.device != torch.device(device):
+                        per_param[key] = value.to(device, non_blocking=True)
+        if self.device_type == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+        self.offloaded = torch.device(device).type == "cpu" and self.device_type != "cpu"
+        return {"seconds": time.perf_counter() - t0}
 
     # ---- teardown --------------------------------------------------------------------------------
     def destroy(self) -> None:
@@ -621,9 +640,9 @@ class FSDPEngine(TrainEngine):
             except Exception as exc:  # the servers may already be gone at shutdown
                 logger.warning("destroying the weight update group failed: %s", exc)
             self._sender = None
-        if self._http is not None:
-            self._http.close()
-            self._http = None
+        if self._servers is not None:
+            self._servers.close()
+            self._servers = None
         self.model = self.optimizer = self.scheduler = None
         if self._owns_process_group and dist.is_initialized():
             dist.destroy_process_group()

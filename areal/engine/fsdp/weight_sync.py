@@ -13,9 +13,12 @@ distributed  trainer rank 0 and the servers form one process group (trainer = ra
              tensors come (POST /update_weights_from_distributed {names, dtypes, shapes, ...}) while
              rank 0 broadcasts the full (unsharded) tensors in that order.
 
-This module only knows the routes and the process-group rendezvous; the engine decides what to
-send. The requests are plain `requests` calls against a list of base URLs, so the trainer does not
-depend on the rollout client (which has its own update path for disk updates).
+tensor       servers on the trainer's own device (colocated): rank 0 gathers full tensors
+             bucket by bucket and the servers copy them through CUDA IPC handles (shared memory
+             on CPU) (POST /update_weights_from_tensor).
+
+This module knows the process-group rendezvous and the buckets; the engine decides what to send,
+and the server client (areal/engine/sglang/control.py) speaks to the servers.
 """
 
 from __future__ import annotations
@@ -23,10 +26,9 @@ from __future__ import annotations
 import logging
 import re
 import shutil
-import socket
 import threading
 import time
-from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_EXCEPTION, Future, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +36,8 @@ from typing import Callable, Iterable, Iterator, TypeVar
 
 import torch
 
-from areal.engine.sglang.http import auth_headers
+from areal.api.inference import WeightUpdateMeta
+from areal.infra.ports import free_port
 from areal.utils.dist_group import init_custom_process_group
 
 logger = logging.getLogger("areal.weight_sync")
@@ -139,76 +142,23 @@ class PhaseTimer:
             self.add(name, max(values))
 
 
-class ServerClient:
-    """POSTs to every server at once; any failure raises with the server's message."""
-
-    def __init__(self, urls: list[str], timeout_s: float = 600.0, api_key: str | None = None):
-        if not urls:
-            raise ValueError("no inference server URLs: pass server_urls (e.g. ['http://host:port']) "
-                             "or an InferenceEngine")
-        self.urls = [u.rstrip("/") for u in urls]
-        self.timeout_s = timeout_s
-        self.headers = auth_headers(api_key)
-        self._pool = ThreadPoolExecutor(max_workers=max(2, len(self.urls)))
-
-    def post_all(self, route: str, payloads: list[dict] | dict) -> list[dict]:
-        """Blocking: one request per server (payload per server or shared)."""
-        return [f.result() for f in self.post_all_async(route, payloads)]
-
-    def post_all_async(self, route: str, payloads: list[dict] | dict, timeout_s: float | None = None):
-        if isinstance(payloads, dict):
-            payloads = [payloads] * len(self.urls)
-        return [self._pool.submit(self._post, url + route, body, timeout_s or self.timeout_s)
-                for url, body in zip(self.urls, payloads)]
-
-    def _post(self, url: str, body: dict, timeout_s: float) -> dict:
-        import requests
-
-        resp = requests.post(url, json=body, headers=self.headers, timeout=timeout_s)
-        data = _json(resp)
-        if resp.status_code != 200 or data.get("success") is False:
-            raise RuntimeError(f"{url} answered {resp.status_code}: {data or resp.text[:500]}")
-        return data
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=False)
-
-
-def _json(resp) -> dict:
-    try:
-        data = resp.json()
-    except ValueError:
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def update_from_disk(client: ServerClient, path: str, version: int) -> list[dict]:
-    """Every server loads the folder; returns their replies."""
-    return client.post_all("/update_weights_from_disk", {"model_path": path, "weight_version": str(version)})
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
-
 class DistributedSender:
-    """Trainer rank 0's side of the distributed update: the group and the bucketed broadcast."""
+    """Trainer rank 0's side of the distributed update: the group and the bucketed broadcast.
 
-    def __init__(self, client: ServerClient, *, backend: str, group_name: str, master_address: str,
-                 master_port: int, ranks_per_server: int = 1, device: str = "cpu"):
-        self.client, self.group_name, self.device = client, group_name, device
-        world_size = 1 + ranks_per_server * len(client.urls)
+    `servers` is the InferenceEngine (or ServerControl) that tells the servers what comes; this
+    class only joins the group and broadcasts."""
+
+    def __init__(self, servers, *, backend: str, group_name: str, master_address: str,
+                 master_port: int, device: str = "cpu"):
+        self.servers, self.group_name, self.device = servers, group_name, device
+        world_size = servers.group_world_size
         master_port = master_port or free_port(master_address)
-        payloads = [{"master_address": master_address, "master_port": master_port,
-                     "rank_offset": 1 + i * ranks_per_server, "world_size": world_size,
-                     "group_name": group_name, "backend": backend} for i in range(len(client.urls))]
+        meta = WeightUpdateMeta(type="distributed", master_address=master_address,
+                                master_port=master_port, group_name=group_name, backend=backend)
         # Servers block in the rendezvous until rank 0 joins, so their requests run meanwhile;
         # rank 0 joins in a thread so that a server refusing the request fails fast instead of
         # leaving us in the rendezvous until its timeout.
-        pending = client.post_all_async("/init_weights_update_group", payloads, timeout_s=JOIN_TIMEOUT_S + 5)
+        pending = servers.init_weights_update_group(meta)
         joined: Future = Future()
 
         def join() -> None:
@@ -220,47 +170,44 @@ class DistributedSender:
                 joined.set_exception(exc)
 
         threading.Thread(target=join, daemon=True, name="weight-update-join").start()
-        done, _ = wait([joined, *pending], timeout=JOIN_TIMEOUT_S, return_when=FIRST_EXCEPTION)
+        done, _ = wait([joined, pending], timeout=JOIN_TIMEOUT_S, return_when=FIRST_EXCEPTION)
         for f in done:
             f.result()  # raises the first failure (e.g. a server refusing the request)
         if not joined.done():
             raise TimeoutError(
-                f"the servers {client.urls} did not join weight update group {group_name!r} at "
+                f"the servers did not join weight update group {group_name!r} at "
                 f"{master_address}:{master_port} within {JOIN_TIMEOUT_S:.0f} s; they must build the "
                 "group like SGLang (TCPStore wrapped in PrefixStore(group_name)) and reach that address")
         self.group = joined.result()
-        for f in pending:
-            f.result()
-        logger.info("weight update group %r ready: %d servers, world %d", group_name,
-                    len(client.urls), world_size)
+        pending.result(timeout=JOIN_TIMEOUT_S)
+        logger.info("weight update group %r ready: world %d", group_name, world_size)
 
     def send_bucket(self, bucket: list[tuple[str, torch.Tensor]], version: int, *, last: bool) -> list[dict]:
         """Announce the bucket to every server, then broadcast its tensors in the same order;
         returns the servers' replies (after they applied the bucket)."""
         import torch.distributed as dist
 
-        body = {"names": [n for n, _ in bucket],
-                "dtypes": [str(t.dtype).removeprefix("torch.") for _, t in bucket],
-                "shapes": [list(t.shape) for _, t in bucket],
-                "group_name": self.group_name, "flush_cache": last, "weight_version": str(version)}
-        pending = self.client.post_all_async("/update_weights_from_distributed", body)
+        meta = WeightUpdateMeta(type="distributed", version=version, group_name=self.group_name,
+                                names=[n for n, _ in bucket],
+                                dtypes=[str(t.dtype).removeprefix("torch.") for _, t in bucket],
+                                shapes=[list(t.shape) for _, t in bucket], flush_cache=last)
+        pending = self.servers.update_weights_from_distributed(meta)
         for _, tensor in bucket:
             dist.broadcast(tensor.to(self.device).contiguous(), src=0, group=self.group)
-        return [f.result() for f in pending]
+        return pending.result()
 
     def destroy(self, timeout_s: float = 60.0) -> None:
         """Tear the group down on both sides at once (a side waiting for the other to finish its
         destroy first could deadlock); server errors are logged, not raised."""
         import torch.distributed as dist
 
-        pending = self.client.post_all_async("/destroy_weights_update_group",
-                                             {"group_name": self.group_name}, timeout_s=timeout_s)
+        pending = self.servers.destroy_weights_update_group(
+            WeightUpdateMeta(type="distributed", group_name=self.group_name))
         dist.destroy_process_group(self.group)
-        for f in pending:
-            try:
-                f.result()
-            except Exception as exc:
-                logger.warning("a server did not destroy weight update group %r: %s", self.group_name, exc)
+        try:
+            pending.result(timeout=timeout_s)
+        except Exception as exc:
+            logger.warning("a server did not destroy weight update group %r: %s", self.group_name, exc)
 
 
 def buckets(named_tensors: Iterable[tuple[str, torch.Tensor | None]], bucket_bytes: int

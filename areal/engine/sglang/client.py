@@ -19,6 +19,10 @@ built-in server) or in_place the server holds the request over the update and fi
 continue: no answers to build, no resubmissions. The built-in server then says which tokens each
 version produced (output_version_spans); SGLang reports only the version at the end.
 
+Every control call (pause and continue, versions, LoRA, the disk, distributed and tensor weight
+updates, memory release and resume) goes through the engine's `ServerControl` (control.py), the
+one client of those routes; this module sends only /generate itself.
+
 The engine also fronts a RolloutExecutor (submit / wait / prepare_batch / rollout_batch), as
 AReaL-lite's engine does, so a training loop needs one object for rollouts.
 """
@@ -30,20 +34,20 @@ import itertools
 import logging
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any
 
 from areal.api.inference import InferenceEngine, ModelRequest, ModelResponse, WeightUpdateMeta
 from areal.engine.sglang import protocol
-from areal.engine.sglang.discovery import discover_server_addrs
-from areal.engine.sglang.http import (ServerError, apost_json, auth_headers, fanout, get_json,
-                                      is_healthy, post_json, retries_for)
+from areal.engine.sglang.control import ServerControl, pause_report  # noqa: F401 (re-exported)
+from areal.infra.discovery import discover_server_addrs
+from areal.engine.sglang.http import ServerError, apost_json, auth_headers, fanout, retries_for
+from areal.infra.health import is_healthy
 
 logger = logging.getLogger(__name__)
 
 _PAUSE_POLL_S = 0.05
 _ABORT_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
-_CONTROL_TIMEOUT_S = 60.0  # pause / continue / init group answer quickly
 
 
 # /get_server_info "batching" counters that add up over time (and over servers)
@@ -90,10 +94,9 @@ class RemoteSGLangEngine(InferenceEngine):
         self.request_counts: dict[str, int] = {}
         self._rr = 0
         self._lock = threading.Lock()
-        self._version = 0
-        self._lora_name: str | None = None  # the LoRA adapter requests name (adapter pushes)
-        self._paused = threading.Event()
-        self._bg = ThreadPoolExecutor(max_workers=4, thread_name_prefix="sglang-weights")
+        # the servers are known after initialize(); versions may be set before
+        self.control = ServerControl([], api_key=config.sglang.api_key, retries=self._retries,
+                                     timeout_s=self._rcfg.request_timeout_s, ranks_per_server=self._tp_size())
         self._executor = None
         self._initialized = False
 
@@ -138,27 +141,17 @@ class RemoteSGLangEngine(InferenceEngine):
             addrs = self._discover(timeout)
             self._wait_healthy(addrs, timeout)
         self.addrs = addrs
+        self.control.addrs = list(addrs)
         self._inflight = {a: 0 for a in addrs}
         self.request_counts = {a: 0 for a in addrs}
         self._initialized = True
         logger.info("inference servers ready: %s", ", ".join(addrs))
         self._check_server_count()
         self._check_server_versions()
-        self._server_programs = self._read_server_programs()
+        self._server_programs = self.control.server_programs()
+        self.control.pause_mode = self.pause_mode  # also for pauses the control client makes itself
         logger.info("weight updates pause generation with mode %s (rollout.pause_mode=%s)",
                     self.pause_mode, self._rcfg.pause_mode)
-
-    def _read_server_programs(self) -> list[str | None]:
-        """Each server's /get_server_info "version" ("areal-builtin" for the built-in server);
-        None where it cannot be read."""
-        def program(i, addr):
-            try:
-                info = self.server_info(addr)
-            except (ServerError, OSError, ValueError) as e:
-                logger.debug("cannot read %s's server info: %s", addr, e)
-                return None
-            return info.get("version") if isinstance(info, dict) else None
-        return fanout(self.addrs, program)
 
     @property
     def pause_mode(self) -> str:
@@ -181,11 +174,9 @@ class RemoteSGLangEngine(InferenceEngine):
         """Warn when servers hold weights of another version than this client assumes (e.g. a
         restarted trainer that did not recover): tokens are labelled with the servers' version."""
         try:
-            versions = {a: protocol.parse_weight_version(
-                get_json(a, protocol.WEIGHT_VERSION, timeout=_CONTROL_TIMEOUT_S, headers=self._headers)
-                .get("weight_version")) for a in self.addrs}
-        except ServerError as e:  # SGLang before 0.5 has no /get_weight_version
-            logger.debug("cannot read server weight versions: %s", e)
+            versions = self.control.server_versions()
+        except (RuntimeError, protocol.ProtocolError) as e:  # fanout names the servers that failed
+            logger.warning("cannot read the servers' weight versions from %s: %s", protocol.MODEL_INFO, e)
             return
         known = {v for v in versions.values() if v is not None}
         if known and known != {self.get_version()}:
@@ -223,7 +214,7 @@ class RemoteSGLangEngine(InferenceEngine):
         if self._executor is not None:
             self._executor.destroy()
             self._executor = None
-        self._bg.shutdown(wait=False, cancel_futures=True)
+        self.control.close()
         if self._own_servers is not None:
             self._own_servers.stop()
         self._initialized = False
@@ -253,7 +244,7 @@ class RemoteSGLangEngine(InferenceEngine):
                     req, rid=req.rid if round_ == 0 else f"{req.rid}-r{round_}",
                     input_ids=req.input_ids + out_ids, max_new_tokens=remaining,
                     min_new_tokens=max(0, req.min_new_tokens - len(out_ids)),
-                    lora_path=self._lora_name)
+                    lora_path=self.control.lora_name)
                 sent_version = self.get_version()
                 result = protocol.parse_generate(await self._apost(addr, protocol.GENERATE, body))
                 out_ids += result.output_ids
@@ -274,7 +265,7 @@ class RemoteSGLangEngine(InferenceEngine):
                              stop_reason=stop, latency=time.monotonic() - start, rid=req.rid)
 
     async def _wait_unpaused(self) -> None:
-        while self._paused.is_set():
+        while self.control.paused:
             await asyncio.sleep(_PAUSE_POLL_S)
 
     async def _abort_backoff(self, addr: str, result, start: float, round_: int) -> None:
@@ -319,89 +310,43 @@ class RemoteSGLangEngine(InferenceEngine):
         `requests_aborted` / `requests_held`, summed over the servers."""
         if self._executor is not None:
             self._executor.pause()
-        return pause_report(self._pause_servers())
+        self._require_initialized()
+        self.control.pause_mode = self.pause_mode
+        return self.control.pause()
 
     def resume(self) -> None:
-        self._continue_servers()
+        self._require_initialized()
+        self.control.resume()
         if self._executor is not None:
             self._executor.resume()
 
     @property
     def paused(self) -> bool:
-        return self._paused.is_set()
+        return self.control.paused
 
-    def _pause_servers(self) -> list[Any]:
-        self._require_initialized()
-        self._paused.set()  # first: aborted requests must wait, not resubmit at once
-        body = protocol.pause_payload(self.pause_mode)
-        return self._fanout_post(protocol.PAUSE, lambda i, a: body, _CONTROL_TIMEOUT_S)
+    # ---- weights, versions and memory (all through self.control) ---------------------------
 
-    def _continue_servers(self) -> None:
-        self._require_initialized()
-        self._fanout_post(protocol.CONTINUE, lambda i, a: protocol.continue_payload(), _CONTROL_TIMEOUT_S)
-        self._paused.clear()
-
-    def _fanout_post(self, route: str, body_of, timeout: float) -> list[Any]:
-        return fanout(self.addrs, lambda i, a: post_json(
-            a, route, body_of(i, a), timeout=timeout, retries=self._retries,
-            headers=self._headers))
-
-    # ---- weights and versions ---------------------------------------------------------------
-
-    def update_weights(self, meta: WeightUpdateMeta) -> None:
+    def update_weights(self, meta: WeightUpdateMeta) -> list[dict]:
         """Disk update: every server reloads meta.path; then the version becomes meta.version.
 
         With meta.lora_name (actor.lora_push=adapter), meta.path is a peft adapter folder: every
         server loads it under that name (/load_lora_adapter) and takes meta.version as its weight
         version, the previously pushed adapter is unloaded, and from then on every /generate
-        request names the new adapter in lora_path."""
+        request names the new adapter in lora_path. Returns the servers' answers."""
         if meta.type != "disk":
             raise ValueError("update_weights handles disk updates; for distributed ones call "
                              "update_weights_from_distributed(meta), which returns a future, and "
-                             "broadcast from the trainer while it runs")
-        if not meta.path:
-            raise ValueError("WeightUpdateMeta(type='disk') needs path: the saved Hugging Face folder")
+                             "broadcast from the trainer while it runs; for tensor ones "
+                             "update_weights_from_tensor(meta, named_tensors)")
         self._require_initialized()
-        if meta.lora_name is not None:
-            self._update_adapter(meta)
-            return
-        body = protocol.disk_update_payload(meta.path, meta.version)
-        self._paused_update(protocol.UPDATE_FROM_DISK, lambda i, a: body, meta.version)
-
-    def _update_adapter(self, meta: WeightUpdateMeta) -> None:
-        """Load the adapter, set the version, switch requests to it, unload the previous one;
-        all with generation paused, so no request names an adapter that is gone."""
-        paused_here = not self._paused.is_set()
-        if paused_here:
-            self._pause_servers()
-        try:
-            timeout = self._rcfg.request_timeout_s
-            body = protocol.load_lora_payload(meta.lora_name, meta.path)
-            for answer in self._fanout_post(protocol.LOAD_LORA, lambda i, a: body, timeout):
-                protocol.parse_success(protocol.LOAD_LORA, answer)
-            if meta.version is not None:
-                body = protocol.weight_version_payload(meta.version)
-                for answer in self._fanout_post(protocol.UPDATE_WEIGHT_VERSION, lambda i, a: body, timeout):
-                    protocol.parse_success(protocol.UPDATE_WEIGHT_VERSION, answer)
-                self.set_version(meta.version)
-            previous, self._lora_name = self._lora_name, meta.lora_name
-            if previous is not None and previous != meta.lora_name:
-                body = protocol.unload_lora_payload(previous)
-                for answer in self._fanout_post(protocol.UNLOAD_LORA, lambda i, a: body, timeout):
-                    protocol.parse_success(protocol.UNLOAD_LORA, answer)
-        finally:
-            if paused_here:
-                self._continue_servers()
+        return self.control.update_weights(meta)
 
     def init_weights_update_group(self, meta: WeightUpdateMeta) -> Future:
         """Every server joins the trainer's broadcast group (trainer = rank 0; server i with tp
         ranks owns ranks 1 + i*tp ...). Resolves once all have joined, which needs the trainer
         to init its side concurrently."""
         self._require_initialized()
-        tp = self._tp_size()
-        world = 1 + len(self.addrs) * tp
-        return self._bg.submit(self._fanout_post, protocol.INIT_GROUP, lambda i, a: protocol.init_group_payload(
-            meta, rank_offset=1 + i * tp, world_size=world), self._rcfg.request_timeout_s)
+        return self.control.init_weights_update_group(meta)
 
     def update_weights_from_distributed(self, meta: WeightUpdateMeta) -> Future:
         """Every server receives meta.names/dtypes/shapes from the trainer's broadcast.
@@ -410,43 +355,50 @@ class RemoteSGLangEngine(InferenceEngine):
         must broadcast meanwhile) and the engine's version became meta.version.
         """
         self._require_initialized()
-        body = protocol.distributed_update_payload(meta)
-        return self._bg.submit(self._paused_update, protocol.UPDATE_FROM_DISTRIBUTED,
-                               lambda i, a: body, meta.version)
+        return self.control.update_weights_from_distributed(meta)
 
-    def _paused_update(self, route: str, body_of, version: int | None) -> None:
-        """Run a weight route on all servers with generation paused (unless the caller paused)."""
-        paused_here = not self._paused.is_set()
-        if paused_here:
-            self._pause_servers()
-        try:
-            for answer in self._fanout_post(route, body_of, self._rcfg.request_timeout_s):
-                protocol.parse_success(route, answer)
-            if version is not None:
-                self.set_version(version)
-        finally:
-            if paused_here:
-                self._continue_servers()
+    def destroy_weights_update_group(self, meta: WeightUpdateMeta) -> Future:
+        self._require_initialized()
+        return self.control.destroy_weights_update_group(meta)
+
+    def update_weights_from_tensor(self, meta: WeightUpdateMeta, named_tensors: list) -> list[dict]:
+        """Servers sharing the trainer's device copy the tensors (CUDA IPC; shared memory on CPU)."""
+        self._require_initialized()
+        return self.control.update_weights_from_tensor(meta, named_tensors)
+
+    @property
+    def group_world_size(self) -> int:
+        return self.control.group_world_size
+
+    def release_memory_occupation(self, tags: list[str] | None = None) -> None:
+        """Servers free their KV cache and/or move weights off the device (colocated sync runs)."""
+        self._require_initialized()
+        self.control.release_memory_occupation(tags)
+
+    def resume_memory_occupation(self, tags: list[str] | None = None) -> None:
+        self._require_initialized()
+        self.control.resume_memory_occupation(tags)
 
     def _tp_size(self) -> int:
         if self.config.sglang.tp_size:
             return self.config.sglang.tp_size
-        from areal.config.parallel import parse_parallel
+        from areal.config.parallel import ParallelStrategyError, parse_parallel
 
-        return parse_parallel(self._rcfg.backend, allowed_backends=("sglang",)).tp
+        try:
+            return parse_parallel(self._rcfg.backend, allowed_backends=("sglang",)).tp
+        except ParallelStrategyError:
+            return 1
 
     def get_version(self) -> int:
-        with self._lock:
-            return self._version
+        return self.control.get_version()
 
     def set_version(self, version: int) -> None:
         """The version new tokens are attributed to when a server reports none (the servers'
         own version changes only with weight updates that pass one)."""
-        with self._lock:
-            self._version = int(version)
+        self.control.set_version(version)
 
     def server_info(self, addr: str) -> dict:
-        return get_json(addr, protocol.SERVER_INFO, timeout=_CONTROL_TIMEOUT_S, headers=self._headers)
+        return self.control.server_info(addr)
 
     def batching_counters(self) -> dict[str, float]:
         """The built-in servers' work counters (/get_server_info "batching": forward passes,
@@ -511,17 +463,3 @@ def request_retries(config) -> int:
         retries = max(retries, retries_for(launcher.server_startup_timeout_s))
     return retries
 
-
-def pause_report(answers: list[Any]) -> dict[str, float]:
-    """The servers' /pause_generation answers, summarised: the slowest server's own pause seconds
-    and the requests aborted or held, summed (keys only where some server reported them)."""
-    report: dict[str, float] = {}
-    for answer in answers:
-        if not isinstance(answer, dict):
-            continue
-        if isinstance(answer.get("pause_s"), (int, float)):
-            report["server_pause_s"] = max(report.get("server_pause_s", 0.0), float(answer["pause_s"]))
-        for key in ("requests_aborted", "requests_held"):
-            if isinstance(answer.get(key), int):
-                report[key] = report.get(key, 0) + answer[key]
-    return report

@@ -156,15 +156,6 @@ def get_json(addr: str, route: str, *, timeout: float, headers: dict[str, str] |
     return resp.json()
 
 
-def is_healthy(addr: str, *, timeout: float = 5.0, headers: dict[str, str] | None = None) -> bool:
-    import requests
-
-    try:
-        return requests.get(f"http://{addr}/health", headers=headers, timeout=timeout).status_code == 200
-    except requests.RequestException:
-        return False
-
-
 def fanout(addrs: list[str], call: Callable[[int, str], Any]) -> list[Any]:
     """Run `call(index, addr)` for every server at once; all answers, or one error naming
     every server that failed (the others' calls still completed)."""

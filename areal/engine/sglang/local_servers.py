@@ -1,8 +1,8 @@
 """Inference servers started by the client itself (RemoteSGLangEngine.from_pretrained).
 
-The command lines and environments come from the launcher's own plan (`launcher.plan.make_plan`),
-so a server started here is the same program with the same flags as one `areal-launch` starts.
-Only the ports differ: they are picked free on this machine. The servers live in their own
+The command lines come from the helpers the launcher's plan uses (`areal.infra.servers`), so a
+server started here is the same program with the same flags as one `areal-launch` starts. Only
+the ports differ: they are picked free on this machine. The servers live in their own
 process groups, log to `{run_dir}/logs/server-<i>.log`, and stop with the engine.
 """
 
@@ -10,38 +10,16 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
-from areal.engine.sglang.http import is_healthy
-
-
-def free_port_block(count: int, host: str = "127.0.0.1", start: int = 20000, stop: int = 60000) -> int:
-    """A base port such that base .. base+count-1 are free now (a short race remains).
-
-    The scan starts at a pid-dependent offset so concurrent processes rarely pick the same block.
-    """
-    for base in range(start + (os.getpid() % 1000) * 10, stop, count + 1):
-        if all(_port_free(host, base + i) for i in range(count)):
-            return base
-    raise RuntimeError(f"no {count} consecutive free ports between {start} and {stop} on {host}")
-
-
-def _port_free(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        try:
-            s.bind((host, port))
-        except OSError:
-            return False
-    return True
+from areal.infra.health import is_healthy
 
 
 def server_kind(cfg) -> str:
     """sglang or builtin, as the launcher would resolve rollout.server for this machine."""
-    from launcher.host import detect_host_facts
-    from launcher.plan import resolve_device, resolve_server_kind
+    from areal.infra.host import detect_host_facts, resolve_device, resolve_server_kind
 
     facts = detect_host_facts()
     return resolve_server_kind(cfg, facts, resolve_device(cfg, facts))
@@ -57,25 +35,33 @@ class LocalServers:
         self.logs: list[Path] = []
 
     def start(self) -> list[str]:
-        from launcher.host import detect_host_facts
-        from launcher.plan import make_plan
+        from areal.config.parallel import parse_parallel
+        from areal.infra.host import detect_host_facts, resolve_device, resolve_server_kind
+        from areal.infra.ports import free_port_block
+        from areal.infra.servers import indexed_server_command
 
-        st = self.cfg.rollout.backend
-        base = free_port_block(_dp(st), self.cfg.sglang.host)
-        cfg = self.cfg.model_copy(deep=True)
-        cfg.launcher.server_base_port = base
-        cfg.launcher.rollout_n_nodes = max(1, cfg.launcher.rollout_n_nodes)
-        plan = make_plan(cfg, detect_host_facts())
+        cfg = self.cfg
+        st = parse_parallel(cfg.rollout.backend, allowed_backends=("sglang",))
+        facts = detect_host_facts()
+        device = resolve_device(cfg, facts)
+        kind = resolve_server_kind(cfg, facts, device)
+        base = free_port_block(st.dp, cfg.sglang.host)
         log_dir = Path(cfg.run_dir) / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
-        for spec in plan.by_role("server"):
-            log = log_dir / f"{spec.name}.log"
+        for i in range(st.dp):
+            port = base + i
+            command = indexed_server_command(cfg, i, port=port, kind=kind, facts=facts)
+            # server i on devices i*tp ..: the servers take the first devices, as in the plan
+            devices = ",".join(str(d) for d in range(i * st.tp, (i + 1) * st.tp)) if device == "cuda" else ""
+            env = {**os.environ, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": devices,
+                   **cfg.launcher.server_env}
+            log = log_dir / f"server-{i}.log"
             with open(log, "ab") as out:
-                proc = subprocess.Popen(spec.command, env={**os.environ, **spec.env}, stdout=out,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
+                proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                        start_new_session=True)
             self.procs.append(proc)
             self.logs.append(log)
-            self.addrs.append(f"{cfg.sglang.host}:{spec.port}")
+            self.addrs.append(f"{cfg.sglang.host}:{port}")
         return list(self.addrs)
 
     def wait_healthy(self, timeout: float, headers: dict[str, str] | None = None) -> None:
@@ -111,12 +97,6 @@ class LocalServers:
                 _signal_group(proc, signal.SIGKILL)
                 proc.wait(timeout=10)
         self.procs.clear()
-
-
-def _dp(backend: str) -> int:
-    from areal.config.parallel import parse_parallel
-
-    return parse_parallel(backend, allowed_backends=("sglang",)).dp
 
 
 def _signal_group(proc: subprocess.Popen, sig: int) -> None:

@@ -1,8 +1,8 @@
 """SGLang's HTTP API as pure functions: build request bodies, parse response bodies.
 
-This is the one module that knows SGLang's wire format (checked against SGLang 0.5.2's
-`entrypoints/http_server.py` and `managers/io_struct.py`); the async client only sends what it
-builds. Why a fixed key set: SGLang silently ignores unknown top-level keys of /generate (a typo
+This is the one module that knows SGLang's wire format (checked against SGLang 0.5.2's and
+0.5.23's `entrypoints/http_server.py` and `managers/io_struct.py`); the clients (`control.py` for
+control routes, `client.py` for /generate) only send what it builds. Why a fixed key set: SGLang silently ignores unknown top-level keys of /generate (a typo
 such as `max_tokens` would vanish without a trace) and answers an unknown sampling key with
 HTTP 500, so every payload here is spelt from the constants below and tested on saved JSON.
 
@@ -12,7 +12,10 @@ Wire facts the parsers rely on:
 * `meta_info.finish_reason` is `{"type": "stop", "matched": int|str}`,
   `{"type": "length", "length": n}`, `{"type": "abort", "message": ...}`, or null (streaming).
   A request aborted before prefill comes back without `output_ids`.
-* `meta_info.weight_version` is a string ("default" until a weight update passes a version).
+* `meta_info.weight_version` is a string ("default" until a weight update passes a version); the
+  server's current one is `weight_version` in GET /model_info (/get_model_info before 0.5.10;
+  the older /get_weight_version route is gone from SGLang 0.5.9 on).
+* /release_memory_occupation and /resume_memory_occupation answer 200 with an empty body.
 * The built-in server (areal/server) also sends `meta_info.output_version_spans`,
   `[[start, version], ...]`: the version each stretch of output tokens came from. SGLang does not.
 """
@@ -28,7 +31,8 @@ from areal.api.inference import ModelRequest, WeightUpdateMeta
 GENERATE = "/generate"
 HEALTH = "/health"
 SERVER_INFO = "/get_server_info"
-WEIGHT_VERSION = "/get_weight_version"
+MODEL_INFO = "/model_info"
+MODEL_INFO_LEGACY = "/get_model_info"  # the same answer; the only name before SGLang 0.5.10
 PAUSE = "/pause_generation"
 CONTINUE = "/continue_generation"
 UPDATE_FROM_DISK = "/update_weights_from_disk"
@@ -37,6 +41,10 @@ LOAD_LORA = "/load_lora_adapter"
 UNLOAD_LORA = "/unload_lora_adapter"
 INIT_GROUP = "/init_weights_update_group"
 UPDATE_FROM_DISTRIBUTED = "/update_weights_from_distributed"
+DESTROY_GROUP = "/destroy_weights_update_group"
+UPDATE_FROM_TENSOR = "/update_weights_from_tensor"
+RELEASE_MEMORY = "/release_memory_occupation"
+RESUME_MEMORY = "/resume_memory_occupation"
 
 # Every key the client may send, exactly as SGLang spells it.
 GENERATE_KEYS = frozenset({"input_ids", "sampling_params", "rid", "return_logprob", "stream",
@@ -53,7 +61,12 @@ INIT_GROUP_KEYS = frozenset({"master_address", "master_port", "rank_offset", "wo
                              "group_name", "backend"})
 DISTRIBUTED_UPDATE_KEYS = frozenset({"names", "dtypes", "shapes", "group_name", "flush_cache",
                                      "abort_all_requests", "weight_version"})
+DESTROY_GROUP_KEYS = frozenset({"group_name"})
+TENSOR_UPDATE_KEYS = frozenset({"serialized_named_tensors", "load_format", "flush_cache",
+                                "abort_all_requests", "weight_version"})
+MEMORY_KEYS = frozenset({"tags"})
 PAUSE_MODES = ("abort", "retract", "in_place")
+MEMORY_TAGS = ("kv_cache", "weights")
 
 StopReason = Literal["stop", "length", "abort"]
 
@@ -236,13 +249,55 @@ def distributed_update_payload(meta: WeightUpdateMeta) -> dict[str, Any]:
         "dtypes": list(meta.dtypes),
         "shapes": [list(map(int, s)) for s in meta.shapes],
         "group_name": meta.group_name,
-        "flush_cache": True,
+        "flush_cache": bool(meta.flush_cache),
         "abort_all_requests": False,
     }
     if meta.version is not None:
         body["weight_version"] = str(meta.version)
     _check_keys(body, DISTRIBUTED_UPDATE_KEYS, UPDATE_FROM_DISTRIBUTED)
     return body
+
+
+def destroy_group_payload(group_name: str) -> dict[str, Any]:
+    body = {"group_name": group_name}
+    _check_keys(body, DESTROY_GROUP_KEYS, DESTROY_GROUP)
+    return body
+
+
+def tensor_update_payload(serialized: list[str], *, version: int | None,
+                          flush_cache: bool = True) -> dict[str, Any]:
+    """/update_weights_from_tensor: `serialized` holds one base64 text per tensor-parallel rank
+    of the server (each a pickled list of (name, tensor) pairs made with torch's multiprocessing
+    reductions: CUDA tensors travel as IPC handles; see areal/utils/tensor_ipc.py). The version
+    changes only when one is passed; flush_cache=False between buckets of one update."""
+    if not serialized or not all(isinstance(s, str) for s in serialized):
+        raise ValueError("tensor_update_payload needs one serialized text per tensor-parallel rank")
+    body: dict[str, Any] = {"serialized_named_tensors": list(serialized), "load_format": None,
+                            "flush_cache": bool(flush_cache), "abort_all_requests": False}
+    if version is not None:
+        body["weight_version"] = str(version)
+    _check_keys(body, TENSOR_UPDATE_KEYS, UPDATE_FROM_TENSOR)
+    return body
+
+
+def memory_payload(tags: list[str] | None, route: str = RELEASE_MEMORY) -> dict[str, Any]:
+    """/release_memory_occupation and /resume_memory_occupation: `tags` among MEMORY_TAGS, or
+    None for all of them (SGLang's meaning of a missing list)."""
+    if tags is not None:
+        bad = [t for t in tags if t not in MEMORY_TAGS]
+        if bad or not tags:
+            raise ValueError(f"{route}: tags {list(tags)!r} must be a non-empty subset of "
+                             f"{list(MEMORY_TAGS)}, or None for all")
+    body = {"tags": None if tags is None else list(tags)}
+    _check_keys(body, MEMORY_KEYS, route)
+    return body
+
+
+def parse_model_info_version(body: Any) -> int | None:
+    """The integer weight version in a /model_info answer (None: "default", or none given)."""
+    if not isinstance(body, dict):
+        raise ProtocolError(f"{MODEL_INFO} answered {_short(body)}, not a JSON object")
+    return parse_weight_version(body.get("weight_version"))
 
 
 def parse_success(route: str, body: Any) -> str:

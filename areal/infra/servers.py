@@ -18,7 +18,7 @@ SERVER_MODULES = {"sglang": "sglang.launch_server", "builtin": "areal.server"}
 BUILTIN_FLAGS = {"model_path", "tokenizer_path", "dtype", "tp_size", "context_length",
                  "mem_fraction_static", "random_seed", "host", "api_key", "log_level",
                  "max_running_requests", "max_queued_requests", "max_prefill_tokens",
-                 "skip_tokenizer_init", "weight_dirs"}
+                 "skip_tokenizer_init", "weight_dirs", "enable_memory_saver"}
 BUILTIN_ONLY = {"weight_dirs"}  # SGLang has no such flag
 # Run-directory folders that hold weights a server may be told to load: disk weight updates
 # (weight_sync.disk_update_path), recovery checkpoints (checkpoint.checkpoint_root) and saved
@@ -47,6 +47,19 @@ def server_flags(cfg: SGLangConfig, *, port: int, kind: str) -> list[str]:
         else:
             args += [flag] if value is True else [flag, str(value)]
     return args + ["--port", str(port)]
+
+
+def indexed_server_command(cfg, index: int, *, port: int, kind: str, facts,
+                           warnings: list[str] | None = None) -> list[str]:
+    """The command of the run's server `index` (an ExperimentConfig, HostFacts): each server its
+    own sampling seed (identical seeds give identical samples inside a GRPO group), and disk
+    weight loads limited to the run's folders (built-in server)."""
+    server_cfg = cfg.sglang.model_copy(update={
+        "random_seed": cfg.sglang.random_seed + index,
+        "weight_dirs": [*run_weight_dirs(cfg.run_dir), *cfg.sglang.weight_dirs]})
+    return server_command(server_cfg, port=port, kind=kind, python=facts.python,
+                          sglang_version=facts.sglang_version, sglang_flags=facts.sglang_flags,
+                          warnings=warnings)
 
 
 def server_command(cfg: SGLangConfig, *, port: int, kind: str, python: str,

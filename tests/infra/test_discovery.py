@@ -3,7 +3,7 @@
 import pytest
 
 from areal.config import ExperimentConfig
-from areal.engine.sglang import discovery
+from areal.infra import discovery
 
 
 def cfg_with(tmp_path, **rollout):

@@ -1,6 +1,6 @@
 """Waiting for inference servers to answer GET /health (SGLang's and the built-in server's route).
 
-Torch-free (urllib only). Waiting watches the server processes too: a server that exits while
+Torch-free (urllib only); the launcher and the library (RemoteSGLangEngine) both use it. Waiting watches the server processes too: a server that exits while
 starting is reported at once with its exit code instead of after the whole startup timeout.
 Once the run is going, `HealthWatch` keeps probing in a background thread and names any server
 that stopped answering (hung, or stopped with SIGSTOP) for launcher.server_health_timeout_s.
@@ -24,10 +24,12 @@ class ServerStartupError(RuntimeError):
         self.returncode = returncode
 
 
-def is_healthy(addr: str, timeout: float = 2.0) -> bool:
-    """One GET http://addr/health; True on 200."""
+def is_healthy(addr: str, timeout: float = 2.0, headers: dict[str, str] | None = None) -> bool:
+    """One GET http://addr/health; True on 200 (headers: e.g. the bearer key, which SGLang does
+    not ask for on /health but a proxy in front of it may)."""
+    request = urllib.request.Request(f"http://{addr}/health", headers=headers or {})
     try:
-        with urllib.request.urlopen(f"http://{addr}/health", timeout=timeout) as resp:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
             return resp.status == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False

@@ -1,6 +1,7 @@
 """Facts about the launching machine that a plan depends on, gathered without importing torch.
 
-make_plan stays pure by taking these as an argument; tests pass HostFacts they construct.
+The launcher's make_plan stays pure by taking these as an argument (tests pass HostFacts they
+construct); RemoteSGLangEngine.from_pretrained reads them to start servers the same way.
 """
 
 from __future__ import annotations
@@ -73,3 +74,17 @@ def _sglang_flags() -> frozenset[str] | None:
                      if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)]
             return frozenset("--" + n.replace("_", "-") for n in names)
     return None
+
+
+def resolve_device(cfg, facts: HostFacts) -> str:
+    """cluster.device with `auto` resolved on this host."""
+    if cfg.cluster.device == "auto":
+        return "cuda" if facts.cuda_available else "cpu"
+    return cfg.cluster.device
+
+
+def resolve_server_kind(cfg, facts: HostFacts, device: str) -> str:
+    """rollout.server with `auto` resolved: SGLang where it is installed and CUDA is present."""
+    if cfg.rollout.server != "auto":
+        return cfg.rollout.server
+    return "sglang" if facts.sglang_version and device == "cuda" else "builtin"

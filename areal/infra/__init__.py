@@ -1,0 +1,3 @@
+"""Torch-free helpers that the launcher and the library share: host facts (host.py), free ports
+(ports.py), the inference-server command line (servers.py), where servers are (discovery.py) and
+whether they answer (health.py). Nothing here imports torch, transformers or sglang."""
