@@ -6,7 +6,7 @@ as the base node `areal_base` and put first, so every schema key exists and is o
 without `+`, and Hydra's struct mode rejects a misspelt override at once.
 
 `--config` takes a name under the project's configs/ or a path to a YAML file anywhere; both
-see the project's config groups (actor/, rollout/, sglang/, cluster/, experiment/).
+see the project's config groups (actor/, rollout/, sglang/, cluster/, algo/, experiment/).
 """
 
 from __future__ import annotations

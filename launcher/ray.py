@@ -9,8 +9,8 @@ node's bundle), then runs every process through a small actor on that node (`Pro
 actor starts the command as a subprocess (own session), picks free ports on its node, probes
 /health there, and hands output back to the launcher, which writes `{run_dir}/logs/<name>.log`
 and the `[name]` console view. Trainers get MASTER_ADDR = the IP of the node of trainer rank 0.
-Server addresses are published in the run's file record, in AREAL_SERVER_ADDRS and in Ray's
-internal KV under `areal/<experiment>/<trial>/servers`.
+Server addresses are published in the run's file record and in AREAL_SERVER_ADDRS, as on the
+local backend.
 
 The project must be importable on every Ray node (installed, or the same checkout path), since
 actors import `launcher` and processes run `python -m ...` from the launcher's directory.
@@ -20,7 +20,6 @@ placement group, on success, failure, Ctrl-C or SIGTERM alike.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections import deque
@@ -64,16 +63,23 @@ def run_ray(plan: LaunchPlan, cfg: ExperimentConfig) -> int:
         ray.shutdown()
 
 
-def kv_key(cfg: ExperimentConfig) -> str:
-    return f"areal/{cfg.experiment_name}/{cfg.trial_name}/servers"
-
-
-def process_resources(spec: ProcessSpec, device: str) -> dict[str, float]:
-    """What one process reserves: a CPU, and its GPUs on CUDA plans."""
+def process_resources(spec: ProcessSpec, plan: LaunchPlan) -> dict[str, float]:
+    """What one process reserves: a CPU, and its GPUs on CUDA plans. Processes that share a device
+    (a colocated plan) each reserve their share of it, so Ray gives them the same GPU."""
     res = {"CPU": 1.0}
-    if device == "cuda" and spec.devices:
-        res["GPU"] = float(len(spec.devices))
+    if plan.device == "cuda" and spec.devices:
+        sharing = device_sharing(plan)
+        res["GPU"] = sum(1.0 / sharing[(spec.node, d)] for d in spec.devices)
     return res
+
+
+def device_sharing(plan: LaunchPlan) -> dict[tuple[int, int], int]:
+    """(node, device) -> how many of the plan's processes use that device."""
+    count: dict[tuple[int, int], int] = {}
+    for p in plan.processes:
+        for d in p.devices:
+            count[(p.node, d)] = count.get((p.node, d), 0) + 1
+    return count
 
 
 def node_bundles(plan: LaunchPlan) -> tuple[list[dict[str, float]], dict[int, int]]:
@@ -82,7 +88,7 @@ def node_bundles(plan: LaunchPlan) -> tuple[list[dict[str, float]], dict[int, in
     index = {node: i for i, node in enumerate(nodes)}
     bundles: list[dict[str, float]] = [{} for _ in nodes]
     for p in plan.processes:
-        for key, value in process_resources(p, plan.device).items():
+        for key, value in process_resources(p, plan).items():
             b = bundles[index[p.node]]
             b[key] = b.get(key, 0.0) + value
     return bundles, index
@@ -130,7 +136,7 @@ class ProcessHost:
         return self._take(), code
 
     def healthy(self, addr: str) -> bool:
-        from .health import is_healthy
+        from areal.infra.health import is_healthy
 
         return is_healthy(addr, timeout=1.0)
 
@@ -187,7 +193,6 @@ class RayRun(Supervisor):
         self.pg = None
         self.actors: dict[str, object] = {}
         self.nodes: dict[str, dict] = {}  # process name -> ProcessHost.node()
-        self.published = False
 
     # -- placement ----------------------------------------------------------------------------
 
@@ -220,7 +225,7 @@ class RayRun(Supervisor):
         _, index = node_bundles(self.plan)
         host = ray.remote(ProcessHost)
         for p in self.plan.processes:
-            res = process_resources(p, self.plan.device)
+            res = process_resources(p, self.plan)
             strategy = PlacementGroupSchedulingStrategy(
                 placement_group=self.pg, placement_group_bundle_index=index[p.node])
             self.actors[p.name] = host.options(
@@ -321,14 +326,6 @@ class RayRun(Supervisor):
                 lines, code = [], 1
             running[name].take(lines, code)
 
-    def publish(self, addrs: list[str]) -> str:
-        from ray.experimental import internal_kv
-
-        path = super().publish(addrs)
-        internal_kv._internal_kv_put(kv_key(self.cfg), json.dumps({"addrs": addrs}), overwrite=True)
-        self.published = True
-        return f"{path} and Ray KV {kv_key(self.cfg)}"
-
     def teardown(self) -> None:
         import ray
 
@@ -350,9 +347,5 @@ class RayRun(Supervisor):
             from ray.util.placement_group import remove_placement_group
 
             remove_placement_group(self.pg)
-        if self.published:
-            from ray.experimental import internal_kv
-
-            internal_kv._internal_kv_del(kv_key(self.cfg))
         for proc in self.procs.values():
             proc.close()

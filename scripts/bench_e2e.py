@@ -1,4 +1,4 @@
-"""End-to-end GRPO throughput, synchronous against asynchronous RL (issue 8, item 1).
+"""End-to-end GRPO throughput, synchronous against asynchronous RL.
 
 Inference servers (--servers, one GPU each) and an FSDP trainer (--trainer-backend: fsdp:d1 on
 one GPU by default; fsdp:d2, HSDP fsdp:d2r2 or tensor-parallel fsdp:d1t2 on two), run through
@@ -6,17 +6,17 @@ one GPU by default; fsdp:d2, HSDP fsdp:d2r2 or tensor-parallel fsdp:d1t2 on two)
 `rollout.max_head_offpolicyness` value:
 0 (synchronous: generation and training alternate) and 2 and 4 (asynchronous: the next batch is
 generated while the trainer trains). The model is a random-weight Qwen2.5 shape built from its
-public config (scripts/bench_train.py; the project's character tokenizer), the prompts are real
+public config (areal/models/shapes.py; the project's character tokenizer), the prompts are real
 GSM8K questions, and every sample generates exactly --max-new-tokens tokens (ignore_eos), so all
 modes do the same work per step. Per mode it reports, over the measured steps (the first
 --warmup steps are excluded): samples/s, generated tokens/s, seconds per phase of a step
 (rollout wait, logprob recompute, train, weight update) and the fraction of time each GPU was
-busy (NVML utilization sampled in a background thread; null on CPU). The goal of the issue:
-asynchronous at least 1.8x synchronous.
+busy (NVML utilization sampled in a background thread; null on CPU). The target: asynchronous
+at least 1.8x synchronous.
 
     # GPU: 2 devices (server on GPU 0, trainer on GPU 1); about 2-2.5 min per mode
     python scripts/bench_e2e.py --data data/gsm8k/train.jsonl --out bench_e2e.json
-    # 4 GPUs (issue 10): two servers on GPUs 0,1, a 2-GPU trainer on 2,3; one call per layout
+    # 4 GPUs: two servers on GPUs 0,1, a 2-GPU trainer on 2,3; one call per layout
     python scripts/bench_e2e.py --data ... --servers 2 --trainer-backend fsdp:d2r2 --offpolicyness 0 2 --out ...
     # or several layouts in one call (each runs every --offpolicyness value)
     python scripts/bench_e2e.py --data ... --servers 2 --trainer-backend fsdp:d2 fsdp:d2r2 fsdp:d1t2 ...
@@ -24,6 +24,8 @@ asynchronous at least 1.8x synchronous.
     python scripts/bench_e2e.py --data ... --batch-size 64 --n-samples 8 --max-new-tokens 192 --out ...
     # one mode per call when time is short (each call rebuilds nothing: models are cached in --workdir)
     python scripts/bench_e2e.py --data ... --offpolicyness 0 --out sync.json
+    # one GPU: server and trainer colocated; sync time-shares the GPU, async splits its memory
+    python scripts/bench_e2e.py --data ... --colocate --mem-fraction 0.4 --offpolicyness 0 2 --out ...
     # CPU smoke run (tiny model, about a minute on 2 cores)
     python scripts/bench_e2e.py --device cpu --shape tiny --batch-size 2 --n-samples 2 \
         --max-new-tokens 8 --steps 1 --warmup 1 --ppo-minibatches 1 --out /tmp/bench_e2e.json
@@ -72,7 +74,7 @@ def say(msg: str) -> None:
 
 
 def parse_args(argv=None):
-    from bench_train import SHAPES
+    from areal.models.shapes import SHAPES
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="where to write the JSON result")
@@ -103,8 +105,18 @@ def parse_args(argv=None):
     p.add_argument("--max-tokens-per-mb", type=int, default=16384, help="actor.max_tokens_per_mb")
     p.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=True,
                    help="actor.gradient_checkpointing (the recipe's default: on)")
-    p.add_argument("--weight-update", choices=("distributed", "disk"), default="distributed",
-                   help="actor.weight_update (distributed = NCCL on GPU, gloo on CPU)")
+    p.add_argument("--colocate", action="store_true",
+                   help="launcher.colocate: servers and trainer share the GPUs (one GPU runs both); the "
+                        "sync mode then time-shares the device (sglang.enable_memory_saver follows), the "
+                        "async modes split it (--mem-fraction)")
+    p.add_argument("--mem-fraction", type=float, default=0.8,
+                   help="sglang.mem_fraction_static: the servers' share of each GPU's memory")
+    p.add_argument("--offload", action="store_true",
+                   help="actor.offload: the trainer's state goes to CPU while the servers generate "
+                        "(colocated sync mode only; async modes ignore it)")
+    p.add_argument("--weight-update", choices=("distributed", "disk", "tensor"), default=None,
+                   help="actor.weight_update (distributed = NCCL on GPU, gloo on CPU; tensor = CUDA IPC to a "
+                        "colocated server); default: tensor with --colocate, else distributed")
     p.add_argument("--server", choices=("builtin", "sglang", "auto"), default="builtin", help="rollout.server")
     p.add_argument("--config", default="gsm8k_grpo.yaml", help="the experiment the overrides apply to")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
@@ -123,6 +135,8 @@ def parse_args(argv=None):
                    help="models (cached across calls) and run directories")
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
+    if args.weight_update is None:
+        args.weight_update = "tensor" if args.colocate else "distributed"
     if args.steps < 1 or args.warmup < 0:
         p.error("--steps must be >= 1 and --warmup >= 0")
     if len(set(args.offpolicyness)) != len(args.offpolicyness) or min(args.offpolicyness) < 0:
@@ -153,19 +167,25 @@ def trial_name(backend: str, k: int, args) -> str:
     return f"{backend.replace(':', '_')}_s{args.servers}_{mode_name(k)}"
 
 
-def gpu_roles(n_servers: int, trainer_backend: str) -> dict[str, int]:
+def gpu_roles(n_servers: int, trainer_backend: str, colocate: bool = False) -> dict[str, int]:
     """Role -> node-local GPU index, as launcher/plan.py places a single node: servers (tensor
-    parallel 1, sglang:dN) on the first N devices, then the trainer's ranks in rank order."""
+    parallel 1, sglang:dN) on the first N devices, then the trainer's ranks in rank order; with
+    colocate, the trainer's ranks from device 0 too (server i and trainer rank i share a GPU)."""
     from areal.config.parallel import parse_parallel
 
     world = parse_parallel(trainer_backend, allowed_backends=("fsdp",)).world_size
     roles = {f"server-{i}": i for i in range(n_servers)}
-    roles.update({f"trainer-{j}": n_servers + j for j in range(world)})
+    first = 0 if colocate else n_servers
+    roles.update({f"trainer-{j}": first + j for j in range(world)})
     return roles
 
 
+def gpus_of(args, backend: str) -> int:
+    return len(set(gpu_roles(args.servers, backend, args.colocate).values()))
+
+
 def gpus_needed(args) -> int:
-    return max(len(gpu_roles(args.servers, b)) for b in args.trainer_backend)
+    return max(gpus_of(args, b) for b in args.trainer_backend)
 
 
 # ---- set-up ---------------------------------------------------------------------------------------
@@ -193,7 +213,7 @@ def check_cuda_layout(args, n: int | None = None) -> None:
     n = gpu_count() if n is None else n
     need = gpus_needed(args)
     if n < need:
-        widest = max(args.trainer_backend, key=lambda b: len(gpu_roles(args.servers, b)))
+        widest = max(args.trainer_backend, key=lambda b: gpus_of(args, b))
         sys.exit(f"error: --device cuda with --servers {args.servers} and --trainer-backend {widest} needs "
                  f"{need} GPUs ({args.servers} for the servers, {need - args.servers} for the trainer); "
                  f"nvidia-smi lists {n}")
@@ -225,7 +245,7 @@ def resolve_data(path: str | None) -> str:
 
 
 def build_model(args, workdir: Path) -> tuple[str, str]:
-    from bench_train import build_model_dir
+    from areal.models.shapes import build_model_dir
 
     t = time.perf_counter()
     model_dir, tok_dir = build_model_dir(args.shape, workdir / "models")
@@ -242,7 +262,9 @@ def overrides(args, k: int, index: int, model_dir: str, tok_dir: str, data: str,
     return [
         "experiment_name=bench_e2e", f"trial_name={trial_name(backend, k, args)}", f"seed={args.seed}",
         f"cluster.fileroot={runs_root}", f"cluster.device={args.device}", "cluster.n_nodes=1",
-        f"cluster.n_gpus_per_node={max(2, len(gpu_roles(args.servers, backend)))}",
+        f"cluster.n_gpus_per_node={gpus_of(args, backend) if args.colocate else max(2, gpus_of(args, backend))}",
+        f"launcher.colocate={str(args.colocate).lower()}", f"sglang.mem_fraction_static={args.mem_fraction}",
+        f"actor.offload={str(args.offload and k == 0).lower()}",
         f"actor.path={model_dir}", f"actor.tokenizer_path={tok_dir}", f"actor.backend={backend}",
         f"actor.dtype={args.dtype}", f"actor.gradient_checkpointing={str(args.grad_ckpt).lower()}",
         f"actor.max_tokens_per_mb={args.max_tokens_per_mb}", f"actor.ppo_n_minibatches={args.ppo_minibatches}",
@@ -364,11 +386,11 @@ def run_mode(args, k: int, index: int, model_dir: str, tok_dir: str, data: str, 
     env.setdefault("HF_HUB_OFFLINE", "1")  # every path is local: never wait on the hub
     if args.device == "cuda":
         env.pop("CUDA_VISIBLE_DEVICES", None)  # see check_cuda_layout ("" would hide the GPUs from it)
-    roles = gpu_roles(args.servers, backend)
+    roles = gpu_roles(args.servers, backend, args.colocate)
     say(f"\n== {name} ({backend}, {args.servers} server(s), max_head_offpolicyness={k}): {total} steps, the first {args.warmup} excluded; "
         f"time limit {timeout:.0f} s")
     say("$ areal-launch " + " ".join(cmd[3:]))
-    sampler = GpuSampler(sorted(roles.values()), args.gpu_sample_s) if args.device == "cuda" else None
+    sampler = GpuSampler(sorted(set(roles.values())), args.gpu_sample_s) if args.device == "cuda" else None
     if sampler:
         sampler.start()
     launcher_log = run_dir / "launcher.log"
@@ -528,7 +550,7 @@ def summarise(args, k: int, steps: list[dict], arrivals: list[float], sampler, s
     # the measured seconds from arrival times of metrics rows (0.2 s resolution): a cross-check
     out["measured_wall_s"] = t1 - t0 if t0 is not None else None
     if sampler is not None:
-        roles = roles or gpu_roles(args.servers, args.trainer_backend[0])
+        roles = roles or gpu_roles(args.servers, args.trainer_backend[0], args.colocate)
         out["gpu"] = {role: sampler.summary(i, t0, t1) for role, i in roles.items()}
         out["gpu"]["source"] = sampler.source
     return out
@@ -614,7 +636,6 @@ def _terminated(signum, _frame):
 
 
 def main(argv=None) -> int:
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_train (model shapes)
     args = parse_args(argv)
     if threading.current_thread() is not threading.main_thread():
         return bench(args)
@@ -652,7 +673,7 @@ def bench(args) -> int:
                                            later=len(runs) - index - 1)
         if warning:
             say(warning)
-        layout = result["layouts"].setdefault(backend, {"gpus": gpu_roles(args.servers, backend), "modes": {},
+        layout = result["layouts"].setdefault(backend, {"gpus": gpu_roles(args.servers, backend, args.colocate), "modes": {},
                                                         "speedup": {}, "balance": None, "goal_met": None})
         layout["modes"][mode_name(k)] = run_mode(args, k, index, model_dir, tok_dir, data, workdir,
                                                  timeout=timeout, backend=backend)
@@ -670,8 +691,8 @@ def bench(args) -> int:
 
 def mode_time_limit(run_timeout: float, budget: float, elapsed: float, later: int) -> tuple[float, str | None]:
     """Seconds this mode may run (at least 60), keeping RESERVE_S for each of the `later` modes
-    within --budget; and a warning when that cuts it below --run-timeout (a sync run cut that
-    way measured a single step in one session-6 GPU call)."""
+    within --budget; and a warning when that cuts it below --run-timeout (a mode cut that way may
+    measure only one step)."""
     limit = max(min(run_timeout, budget - elapsed - RESERVE_S * later), 60.0)
     if limit >= run_timeout:
         return limit, None

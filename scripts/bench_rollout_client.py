@@ -17,12 +17,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import threading
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def parse_args(argv=None):
@@ -67,6 +64,7 @@ def main(argv=None) -> dict:
     from areal.engine.sglang.client import RemoteSGLangEngine
     from areal.models.tiny import make_tiny_model_dir
     from areal.server.testing import start_server
+    from areal.utils.gil import shorten_gil_switch_interval
     from areal.workflow.rlvr import RLVRWorkflow
 
     args = parse_args(argv)
@@ -83,6 +81,7 @@ def main(argv=None) -> dict:
         rollout={"consumer_batch_size": args.batch_size, "max_head_offpolicyness": 0},
         gconfig={"n_samples": args.n_samples, "max_new_tokens": args.max_new_tokens, "min_new_tokens": 0,
                  "ignore_eos": True, "temperature": 1.0})
+    shorten_gil_switch_interval(engine.config.rollout.gil_switch_interval_ms)  # as a trainer's rank 0 does
     workflow = RLVRWorkflow("gsm8k", engine.config.gconfig, model_dir)
     rows = []
     gc_clock = GcClock()

@@ -28,8 +28,8 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="Where to write the JSON result.")
     p.add_argument("--model-path", default=None, help="HF model folder; default: a tiny model.")
-    p.add_argument("--shape", default=None, help="A random-weight real architecture instead (bench_train.py "
-                   "SHAPES, e.g. qwen2.5-0.5b), with the project's tokenizer.")
+    p.add_argument("--shape", default=None, help="A random-weight real architecture instead "
+                   "(areal/models/shapes.py SHAPES, e.g. qwen2.5-0.5b), with the project's tokenizer.")
     p.add_argument("--hidden-size", type=int, default=256)
     p.add_argument("--num-layers", type=int, default=4)
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
@@ -132,7 +132,7 @@ def main(argv=None) -> dict:
     levels = sorted(set(args.concurrency) | ({256} if args.with_256 else set()))
     tokenizer_args = []
     if args.shape:
-        from bench_train import build_model_dir
+        from areal.models.shapes import build_model_dir
 
         args.model_path, tok_dir = build_model_dir(args.shape, Path(tempfile.gettempdir()) / "areal-bench-train")
         tokenizer_args = ["--tokenizer-path", tok_dir]

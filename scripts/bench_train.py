@@ -1,8 +1,8 @@
 """Trainer throughput: tokens/s and MFU of FSDPEngine (packed micro-batches) against a bare FSDP2
 loop (padded micro-batches, same model, same precision, same batch).
 
-The model is a random-weight Qwen2.5 shape built from its public config (no download), so the
-numbers measure the training step itself. Lengths vary (uniform in [min_len, max_len]) as
+The model is a random-weight Qwen2.5 shape built from its public config (no download;
+areal/models/shapes.py), so the numbers measure the training step itself. Lengths vary (uniform in [min_len, max_len]) as
 rollouts do, which is where packing pays: the bare loop computes on padding, the engine does not.
 
     # GPU (one process per GPU; dp = number of processes)
@@ -32,56 +32,13 @@ import gc
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-# Public config values of the Qwen2.5 base models (config.json on the hub).
-SHAPES = {
-    "qwen2.5-0.5b": dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
-                         num_key_value_heads=2, intermediate_size=4864, vocab_size=151936,
-                         tie_word_embeddings=True),
-    "qwen2.5-1.5b": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12,
-                         num_key_value_heads=2, intermediate_size=8960, vocab_size=151936,
-                         tie_word_embeddings=True),
-    "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                 intermediate_size=256, vocab_size=512, tie_word_embeddings=True),
-}
-
-
-def build_model_dir(shape: str, root: Path, dtype: str = "bfloat16") -> tuple[str, str]:
-    """Random-weight Qwen2 folder of the given shape, and a tokenizer folder for it.
-
-    The tokenizer is the project's character tokenizer (the engine needs one for padding and
-    saving); token ids in the batch are random over the model's vocabulary anyway.
-    """
-    from transformers import AutoModelForCausalLM, Qwen2Config
-
-    from areal.models.tiny import make_tiny_model_dir
-
-    tok_dir = make_tiny_model_dir(root / "tokenizer")
-    model_dir = root / shape
-    if not (model_dir / "config.json").exists():
-        config = Qwen2Config(max_position_embeddings=32768, rope_theta=1e6, rms_norm_eps=1e-6,
-                             **SHAPES[shape])
-        torch.manual_seed(0)
-        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
-        model.save_pretrained(model_dir)
-    return str(model_dir), str(tok_dir)
-
-
-def make_batch(n: int, min_len: int, max_len: int, vocab: int, seed: int = 0) -> dict:
-    g = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(min_len, max_len + 1, (n,), generator=g)
-    pos = torch.arange(max_len)[None]
-    attn = (pos < lengths[:, None]).long()
-    ids = torch.randint(3, vocab, (n, max_len), generator=g) * attn
-    return {"input_ids": ids, "attention_mask": attn, "loss_mask": attn * (pos >= 1).long()}
+from areal.models.shapes import SHAPES, build_model_dir, make_batch
 
 
 def nll(logprobs, entropy, mb):

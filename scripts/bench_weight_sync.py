@@ -1,15 +1,19 @@
 """Weight updates from the trainer to a built-in server: seconds and GB/s, split into gather,
-transfer and load, for disk and distributed (NCCL on GPU, gloo on CPU) updates.
+transfer and load, for disk, distributed (NCCL on GPU, gloo on CPU) and tensor (through memory:
+CUDA IPC handles on GPU, shared memory on CPU) updates.
 
 One process is the trainer (an FSDPEngine, dp=1, on the first GPU); it starts one built-in server
 (`python -m areal.server`, on the second GPU: CUDA_VISIBLE_DEVICES=<second visible GPU>) with the
-same random-weight Qwen2.5-shaped folder (built like scripts/bench_train.py, no download), then for
+same random-weight Qwen2.5-shaped folder (areal/models/shapes.py, no download), then for
 each mode (broadcast first, disk last) does a warm-up update and --repeats timed ones. Run it with
 plain python, not torchrun; SIGTERM (e.g. from `timeout`) stops the server and keeps the JSON.
 
     # GPU (2 GPUs: trainer on the first, server on the second); a few minutes
     python scripts/bench_weight_sync.py --shape qwen2.5-0.5b qwen2.5-1.5b --device cuda \
         --modes disk nccl --out bench_weight_sync.json
+    # ONE GPU: the server shares the trainer's GPU (colocated); tensor against disk
+    python scripts/bench_weight_sync.py --shape qwen2.5-0.5b qwen2.5-1.5b --device cuda \
+        --modes tensor disk --out bench_weight_sync_1gpu.json
     # CPU smoke run (tiny model; about half a minute on an idle 2-core machine)
     python scripts/bench_weight_sync.py --shape tiny --device cpu --modes disk gloo --repeats 2 \
         --out /tmp/ws.json
@@ -51,10 +55,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_train import SHAPES, build_model_dir  # noqa: E402  (the shared model shapes)
+from areal.models.shapes import SHAPES, build_model_dir
 
 T0 = time.perf_counter()
 PROMPT_LEN, NEW_TOKENS = 16, 16
@@ -67,7 +68,7 @@ def log(msg: str) -> None:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", nargs="+", choices=sorted(SHAPES), default=["qwen2.5-0.5b"])
-    p.add_argument("--modes", nargs="+", choices=["disk", "nccl", "gloo"], default=None,
+    p.add_argument("--modes", nargs="+", choices=["disk", "nccl", "gloo", "tensor"], default=None,
                    help="default: disk nccl on cuda, disk gloo on cpu")
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16",
@@ -79,7 +80,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--disk-dir", default=None,
                    help="where disk updates are written; default /dev/shm when it has room, else the temp dir")
     p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "areal-bench-train"),
-                   help="model folders (shared with bench_train.py)")
+                   help="model folders (shared with bench_train.py and bench_e2e.py)")
     p.add_argument("--server-gpu", default=None,
                    help="CUDA_VISIBLE_DEVICES of the server; default: the second visible GPU")
     p.add_argument("--server-timeout", type=float, default=600.0)
@@ -92,6 +93,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("--modes nccl needs --device cuda (use gloo on CPU)")
     if args.device == "cuda" and "gloo" in args.modes:
         p.error("--modes gloo is the CPU path; use nccl with --device cuda")
+    if "tensor" in args.modes and "nccl" in args.modes:
+        p.error("--modes tensor puts the server on the trainer's GPU, where nccl cannot reach it; "
+                "measure them in separate calls")
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda but torch sees no GPU")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
@@ -103,10 +107,13 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 # ---- setup -----------------------------------------------------------------------------------
 def server_gpu(args) -> str:
-    """The server's CUDA_VISIBLE_DEVICES: the second GPU the trainer can see."""
+    """The server's CUDA_VISIBLE_DEVICES: the second GPU the trainer can see, or the trainer's
+    own (the first) for tensor updates, which hand the server CUDA IPC handles."""
     if args.server_gpu is not None:
         return args.server_gpu
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if "tensor" in args.modes:
+        return visible.split(",")[0].strip() if visible else "0"
     if visible:
         ids = [v.strip() for v in visible.split(",") if v.strip()]
         if len(ids) >= 2:
@@ -164,8 +171,8 @@ def start_server_for(args, model_dir: str, disk_root: str):
 def make_meta(mode: str, version: int, group: str):
     from areal.api.inference import WeightUpdateMeta
 
-    if mode == "disk":
-        return WeightUpdateMeta(type="disk", version=version)
+    if mode in ("disk", "tensor"):
+        return WeightUpdateMeta(type=mode, version=version)
     return WeightUpdateMeta(type="distributed", backend=mode, version=version, group_name=group,
                             master_address="127.0.0.1", master_port=0)
 

@@ -8,7 +8,8 @@ The loop calls, per step:
         engine.train_batch(mb, ppo_loss_fn(actor_cfg), loss_weight_fn(actor_cfg))
 
 Batch keys (right-padded [B, L] unless noted): input_ids, attention_mask, loss_mask,
-logprobs (behaviour, from the inference servers), rewards [B]; added here: advantages.
+logprobs (behaviour, from the inference servers), rewards [B]; added here: advantages, and
+overlong_penalty [B] when actor.overlong_buffer_frac > 0.
 """
 
 from __future__ import annotations
@@ -17,20 +18,40 @@ from typing import Any, Callable
 
 import torch
 
-from .advantages import broadcast_to_tokens, compute_advantages, scale_rewards
+from .advantages import broadcast_to_tokens, compute_advantages, overlong_penalty, scale_rewards
+from .correction import mismatch_sums, rollout_is_weights
 from .masked import aggregate, aggregation_weight, masked_mean
-from .ppo import kl_penalty, ppo_actor_loss
+from .ppo import entropy_bonus, kl_penalty, ppo_actor_loss
 
 
-def prepare_ppo_batch(batch: dict[str, Any], cfg, *, group_size: int) -> dict[str, Any]:
-    """Shape rewards (bias, scaling, clip), normalise them into advantages and put them on tokens."""
-    rewards = scale_rewards(batch["rewards"], scaling=cfg.reward_scaling, bias=cfg.reward_bias,
-                            clip=cfg.reward_clip)
-    adv = compute_advantages(rewards, mode=cfg.adv_norm, group_size=group_size, std=cfg.adv_norm_std)
+def prepare_ppo_batch(batch: dict[str, Any], cfg, *, group_size: int,
+                      max_new_tokens: int | None = None) -> dict[str, Any]:
+    """Shape rewards (overlong penalty, bias, scaling, clip), normalise them into advantages and
+    put them on tokens. The overlong penalty (actor.overlong_buffer_frac > 0) needs the generation
+    budget `max_new_tokens` (gconfig.max_new_tokens) and counts an answer's loss tokens."""
     out = dict(batch)
+    rewards = batch["rewards"].float()
+    if cfg.overlong_buffer_frac > 0:
+        if max_new_tokens is None:
+            raise ValueError("actor.overlong_buffer_frac > 0 needs the generation budget: pass "
+                             "max_new_tokens=gconfig.max_new_tokens to prepare_ppo_batch")
+        penalty = overlong_penalty(batch["loss_mask"].sum(-1), max_len=max_new_tokens,
+                                   buffer_len=cfg.overlong_buffer_frac * max_new_tokens,
+                                   factor=cfg.overlong_penalty)
+        out["overlong_penalty"] = penalty
+        rewards = rewards + penalty
+    rewards = scale_rewards(rewards, scaling=cfg.reward_scaling, bias=cfg.reward_bias, clip=cfg.reward_clip)
+    adv = compute_advantages(rewards, mode=cfg.adv_norm, group_size=group_size, std=cfg.adv_norm_std)
     out["rewards"] = rewards
     out["advantages"] = broadcast_to_tokens(adv, batch["loss_mask"])
     return out
+
+
+def clip_bounds(cfg) -> tuple[float, float]:
+    """(eps low, eps high): actor.eps_clip_low / eps_clip_high, each following actor.eps_clip when null."""
+    low = cfg.eps_clip if cfg.eps_clip_low is None else cfg.eps_clip_low
+    high = cfg.eps_clip if cfg.eps_clip_high is None else cfg.eps_clip_high
+    return low, high
 
 
 def ppo_loss_fn(cfg) -> Callable:
@@ -38,25 +59,48 @@ def ppo_loss_fn(cfg) -> Callable:
     if cfg.use_decoupled_loss and not cfg.recompute_logprob:
         raise ValueError("actor.use_decoupled_loss needs actor.recompute_logprob=true "
                          "(the proximal logprobs come from the trainer)")
+    if cfg.rollout_is != "none" and not cfg.recompute_logprob:
+        raise ValueError(f"actor.rollout_is={cfg.rollout_is} needs actor.recompute_logprob=true "
+                         "(its weights compare the trainer's logprobs with the servers')")
+    eps_low, eps_high = clip_bounds(cfg)
 
     def loss_fn(logprobs: torch.Tensor, entropy: torch.Tensor, mb: dict[str, Any]):
         mask = mb["loss_mask"]
         behav = mb["logprobs"]
         prox = _require(mb, "prox_logprobs", "actor.recompute_logprob") if cfg.recompute_logprob else behav
+        is_weights = None
+        if cfg.rollout_is != "none":  # replaces the decoupled loss's raw behaviour weight
+            is_weights, _ = rollout_is_weights(prox, behav, mask, mode=cfg.rollout_is,
+                                               level=cfg.rollout_is_level, cap=cfg.rollout_is_cap)
         loss, stats = ppo_actor_loss(
-            logprobs, prox, mb["advantages"], mask, eps_clip=cfg.eps_clip, c_clip=cfg.c_clip,
-            behav_logprobs=behav if cfg.use_decoupled_loss else None,
-            behav_imp_weight_cap=cfg.behav_imp_weight_cap, aggregation=cfg.token_aggregation)
+            logprobs, prox, mb["advantages"], mask, eps_clip=eps_low, eps_clip_high=eps_high,
+            c_clip=cfg.c_clip, behav_logprobs=behav if cfg.use_decoupled_loss and is_weights is None else None,
+            behav_imp_weight_cap=cfg.behav_imp_weight_cap, is_weights=is_weights,
+            aggregation=cfg.token_aggregation, ratio_level=cfg.ratio_level)
         stats["pg_loss"] = loss.detach()
         if cfg.kl_ctl > 0:
             ref = _require(mb, "ref_logprobs", "actor.kl_ctl")
-            kl = aggregate(kl_penalty(logprobs, ref, "k3"), mask, cfg.token_aggregation)
+            kl = aggregate(kl_penalty(logprobs, ref, cfg.kl_estimator), mask, cfg.token_aggregation)
             loss = loss + cfg.kl_ctl * kl
             stats["kl_ref"] = kl.detach()
+        if cfg.entropy_coeff > 0:
+            bonus = aggregate(entropy_bonus(logprobs, entropy), mask, cfg.token_aggregation)
+            loss = loss - cfg.entropy_coeff * bonus
         stats["entropy"] = masked_mean(entropy.detach(), mask)
         return loss, stats
 
     return loss_fn
+
+
+def rollout_mismatch_sums(batch: dict[str, Any], cfg) -> dict[str, torch.Tensor]:
+    """`correction.mismatch_sums` of a batch holding prox_logprobs, at the configured level and
+    with the cap in force: actor.rollout_is_cap with a correction, else behav_imp_weight_cap
+    under the decoupled loss (token level), else none."""
+    if cfg.rollout_is != "none":
+        level, cap = cfg.rollout_is_level, cfg.rollout_is_cap
+    else:
+        level, cap = "token", cfg.behav_imp_weight_cap if cfg.use_decoupled_loss else None
+    return mismatch_sums(batch["prox_logprobs"], batch["logprobs"], batch["loss_mask"], level=level, cap=cap)
 
 
 def loss_weight_fn(cfg) -> Callable[[dict[str, Any]], float]:

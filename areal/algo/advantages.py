@@ -23,6 +23,21 @@ def scale_rewards(rewards: torch.Tensor, *, scaling: float = 1.0, bias: float = 
     return out
 
 
+def overlong_penalty(lengths: torch.Tensor, *, max_len: int, buffer_len: float,
+                     factor: float = 1.0) -> torch.Tensor:
+    """DAPO's soft overlong punishment, added to the reward of each sequence ([N] -> [N]).
+
+    0 for answers of at most max_len - buffer_len tokens; inside the last `buffer_len` tokens of
+    the budget it falls linearly to -factor at max_len (and stays there beyond). So an answer cut
+    off by the budget is penalised, and the penalty warns before the cut.
+    """
+    if buffer_len <= 0:
+        raise ValueError(f"overlong buffer of {buffer_len} tokens: it must be positive "
+                         "(set actor.overlong_buffer_frac > 0, or leave it 0 to disable the penalty)")
+    excess = (lengths.float() - (max_len - buffer_len)).clamp(min=0) / buffer_len
+    return -factor * excess.clamp(max=1.0)
+
+
 def group_normalize(rewards: torch.Tensor, group_size: int, *, std: bool = True,
                     eps: float = 1e-6) -> torch.Tensor:
     """GRPO advantages: (r - mean of its group) / (std of its group + eps).

@@ -12,6 +12,12 @@ off-policyness of the sample is corrected by the behaviour importance weight
 w = exp(prox - behav) (no gradient). Tokens with w above `behav_imp_weight_cap` are dropped from
 the loss (their term is zeroed, the normaliser is unchanged, as in AReaL), because a huge weight
 means the sample is too stale to be trusted. Without decoupling, prox is the behaviour policy.
+`areal.algo.correction` shapes that same weight differently (truncated or masked, per token or per
+sequence); its weights come in as `is_weights` (docs/algorithms.md says how the two combine).
+
+Loss shapes: the clip range may be asymmetric (eps_clip below, eps_clip_high above: DAPO's
+"clip-higher"), and the ratio may be taken per sequence (GSPO: the geometric mean of the
+sequence's token ratios, the same for each of its tokens).
 """
 
 from __future__ import annotations
@@ -22,13 +28,17 @@ import torch
 
 from .masked import Aggregation, aggregate, masked_mean
 
-KLEstimator = Literal["k1", "k3"]
+KLEstimator = Literal["k1", "k2", "k3"]
+RatioLevel = Literal["token", "sequence"]
 
 
 def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: KLEstimator = "k3") -> torch.Tensor:
     """Per-token estimate of KL(current || reference) from samples of the current policy.
 
     k1 = log p - log p_ref: unbiased but high variance and can be negative per token.
+    k2 = (log p - log p_ref)^2 / 2: biased, always >= 0, low variance; its gradient is that of
+    the squared log-ratio (the estimator that makes a KL penalty in the loss an exact
+    reverse-KL gradient on on-policy samples).
     k3 = exp(log p_ref - log p) - (log p_ref - log p) - 1: unbiased, always >= 0, low variance
     (Schulman's "Approximating KL divergence"; the estimator of DeepSeek's GRPO). We default to k3
     because the penalty is added to the loss and must not reward moving away on single tokens.
@@ -36,9 +46,33 @@ def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: KL
     d = ref_logprobs - logprobs
     if estimator == "k1":
         return -d
+    if estimator == "k2":
+        return 0.5 * d * d
     if estimator == "k3":
         return torch.exp(d) - d - 1
-    raise ValueError(f"KL estimator {estimator!r} is not one of 'k1', 'k3'")
+    raise ValueError(f"KL estimator {estimator!r} is not one of 'k1', 'k2', 'k3' (set actor.kl_estimator)")
+
+
+def sequence_log_ratio(logprobs: torch.Tensor, prox_logprobs: torch.Tensor, loss_mask: torch.Tensor) -> torch.Tensor:
+    """GSPO's log importance ratio: per sequence, the mean over its loss tokens of
+    (log p - log p_prox), put on every token of the sequence ([B, L]; 0 for a sequence without
+    loss tokens). exp of it is the geometric mean of the token ratios; its gradient reaches every
+    token of the sequence."""
+    m = loss_mask.to(logprobs.dtype)
+    per_seq = ((logprobs - prox_logprobs) * m).sum(-1) / m.sum(-1).clamp(min=1)
+    return per_seq[:, None].expand_as(logprobs)
+
+
+def entropy_bonus(logprobs: torch.Tensor, entropy: torch.Tensor) -> torch.Tensor:
+    """Per-token surrogate for the policy entropy H, to be maximised: its value is `entropy`
+    (exact, a statistic without gradient) and its gradient is the score-function estimate
+    (-log p(y) - H) * grad log p(y) of grad H from the sampled token y.
+
+    Over y ~ p, E[-log p(y) grad log p(y)] = grad H, and H is a baseline (E[grad log p] = 0).
+    Exact for on-policy samples; for stale ones it ignores the behaviour mismatch.
+    """
+    advantage = (-logprobs - entropy).detach()
+    return entropy.detach() + advantage * (logprobs - logprobs.detach())
 
 
 def ppo_actor_loss(
@@ -48,21 +82,37 @@ def ppo_actor_loss(
     loss_mask: torch.Tensor,
     *,
     eps_clip: float,
+    eps_clip_high: float | None = None,
     c_clip: float | None = None,
     behav_logprobs: torch.Tensor | None = None,
     behav_imp_weight_cap: float | None = None,
+    is_weights: torch.Tensor | None = None,
     aggregation: Aggregation = "token_mean",
+    ratio_level: RatioLevel = "token",
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Clipped surrogate loss (to minimise) and detached statistics.
 
-    per token: max(-A r, -A clip(r, 1-eps, 1+eps)); with dual clip (c_clip > 1) the loss of a
-    negative-advantage token is additionally bounded by -A * c_clip, so a huge ratio cannot blow
-    up the update. With `behav_logprobs` (decoupled) the term is multiplied by
-    w = exp(prox - behav), and tokens with w > behav_imp_weight_cap are zeroed.
+    per token: max(-A r, -A clip(r, 1 - eps_clip, 1 + eps_clip_high)) (eps_clip_high None: the
+    symmetric eps_clip); with dual clip (c_clip > 1) the loss of a negative-advantage token is
+    additionally bounded by -A * c_clip, so a huge ratio cannot blow up the update.
+    ratio_level="sequence" uses GSPO's ratio (`sequence_log_ratio`) instead of the token's.
+    With `behav_logprobs` (decoupled) the term is multiplied by w = exp(prox - behav), and tokens
+    with w > behav_imp_weight_cap are zeroed. `is_weights` ([B, L], from
+    areal.algo.correction) multiply the term instead; passing both is an error.
     """
+    if behav_logprobs is not None and is_weights is not None:
+        raise ValueError("pass behav_logprobs (the decoupled weight) or is_weights (a rollout "
+                         "correction's weight), not both: they weight by the same ratio")
     mask = loss_mask.bool()
-    ratio = torch.exp(logprobs - prox_logprobs)
-    clipped_ratio = ratio.clamp(1.0 - eps_clip, 1.0 + eps_clip)
+    high = eps_clip if eps_clip_high is None else eps_clip_high
+    if ratio_level == "token":
+        log_ratio = logprobs - prox_logprobs
+    elif ratio_level == "sequence":
+        log_ratio = sequence_log_ratio(logprobs, prox_logprobs, loss_mask)
+    else:
+        raise ValueError(f"ratio_level={ratio_level!r} is not one of 'token', 'sequence' (set actor.ratio_level)")
+    ratio = torch.exp(log_ratio)
+    clipped_ratio = ratio.clamp(1.0 - eps_clip, 1.0 + high)
     loss1, loss2 = -advantages * ratio, -advantages * clipped_ratio
     pg = torch.maximum(loss1, loss2)
     clipped = loss2 > loss1
@@ -81,10 +131,14 @@ def ppo_actor_loss(
         weight = torch.where(keep, weight, torch.zeros_like(weight))
         pg = pg * weight
         stats["behav_imp_weight"] = masked_mean(weight, keep)
+    if is_weights is not None:
+        pg = pg * is_weights.detach()
     loss = aggregate(pg, mask, aggregation)
     with torch.no_grad():
         stats.update(
             clip_frac=masked_mean(clipped.float(), mask),
+            clip_low_frac=masked_mean((clipped & (ratio < 1.0)).float(), mask),
+            clip_high_frac=masked_mean((clipped & (ratio > 1.0)).float(), mask),
             dual_clip_frac=masked_mean(dual_clipped.float(), mask),
             importance_ratio=masked_mean(ratio, mask),
             approx_kl=masked_mean(prox_logprobs - logprobs, mask),

@@ -52,7 +52,20 @@ class ActorConfig(Section):
     lora_push: Literal["merged", "adapter"] = Field(
         "merged", description="What weight updates send to servers: merged dense weights or adapters only.")
     # PPO / GRPO objective
-    eps_clip: float = Field(0.2, gt=0, description="PPO ratio clip epsilon.")
+    eps_clip: float = Field(
+        0.2, gt=0, description="PPO ratio clip epsilon on both sides: the shorthand that eps_clip_low and "
+        "eps_clip_high follow when they are null.")
+    eps_clip_low: float | None = Field(
+        None, gt=0, description="Lower clip epsilon: the ratio is clipped below at 1 - eps_clip_low "
+        "(below 1); null follows eps_clip.")
+    eps_clip_high: float | None = Field(
+        None, gt=0, description="Upper clip epsilon: the ratio is clipped above at 1 + eps_clip_high; null "
+        "follows eps_clip. Above eps_clip_low it is DAPO's clip-higher (e.g. 0.28 with 0.2): unlikely "
+        "tokens of good answers may gain more per step, which keeps entropy from collapsing.")
+    ratio_level: Literal["token", "sequence"] = Field(
+        "token", description="PPO importance ratio per token, or per sequence as the geometric mean of its "
+        "token ratios, the same on each of its tokens (GSPO; pair with small clip epsilons, e.g. "
+        "eps_clip_low=3e-4 and eps_clip_high=4e-4, and token_aggregation=seq_mean).")
     c_clip: float | None = Field(
         None, description="Dual-clip bound for negative advantages (must be > 1.0); null disables.")
     ppo_n_minibatches: int = Field(1, ge=1, description="PPO minibatches per training step.")
@@ -60,6 +73,13 @@ class ActorConfig(Section):
     reward_bias: float = Field(0.0, description="Added to rewards before scaling.")
     reward_clip: float = Field(20.0, gt=0, description="Rewards are clipped to [-reward_clip, reward_clip].")
     kl_ctl: float = Field(0.0, ge=0, description="KL penalty coefficient to the reference model; 0 disables.")
+    kl_estimator: Literal["k1", "k2", "k3"] = Field(
+        "k3", description="Per-token estimator of KL(policy || reference) in the penalty: k1 = log-ratio "
+        "(unbiased, can be negative), k2 = squared log-ratio / 2, k3 = ratio - 1 - log-ratio (unbiased, >= 0).")
+    entropy_coeff: float = Field(
+        0.0, ge=0, description="Entropy bonus: the loss subtracts entropy_coeff x the policy entropy "
+        "(aggregated like the loss; its gradient is a sampled-token estimate, docs/algorithms.md); 0 disables. "
+        "The entropy is logged every step either way.")
     recompute_logprob: bool = Field(
         True, description="Recompute logprobs with the current trainer weights before the update (proximal policy).")
     use_decoupled_loss: bool = Field(
@@ -70,12 +90,36 @@ class ActorConfig(Section):
     adv_norm: Literal["group", "batch", "none"] = Field(
         "group", description="Advantage normalisation: per prompt group (GRPO), over the batch, or none.")
     adv_norm_std: bool = Field(True, description="Divide by the std as well as subtracting the mean.")
-    token_aggregation: Literal["token_mean", "seq_mean"] = Field(
-        "token_mean", description="Loss aggregation: mean over all tokens, or mean of per-sequence means.")
-    weight_update: Literal["disk", "distributed"] = Field(
-        "disk", description="How new weights reach servers: save + reload from disk, or broadcast "
-        "over a process group (NCCL on GPU, gloo on CPU).")
-    weight_update_bucket_mb: int = Field(256, ge=1, description="Bucket size of distributed weight broadcasts.")
+    token_aggregation: Literal["token_mean", "seq_mean", "seq_mean_token_sum"] = Field(
+        "token_mean", description="Loss aggregation: mean over all tokens, mean of per-sequence means, or "
+        "mean of per-sequence sums (Dr. GRPO: no length normalisation; the loss scales with answer length).")
+    rollout_is: Literal["none", "tis", "mis"] = Field(
+        "none", description="Rollout-policy correction: weight the loss by rho = exp(trainer's proximal "
+        "logprob - server's behaviour logprob), truncated at rollout_is_cap (tis) or zeroed above it (mis). "
+        "It replaces the decoupled loss's raw behaviour weight; needs recompute_logprob (docs/algorithms.md).")
+    rollout_is_level: Literal["token", "sequence"] = Field(
+        "token", description="rho per token, or per sequence (the product over its tokens, one weight for "
+        "all of them: mis then drops whole sequences).")
+    rollout_is_cap: float = Field(
+        2.0, ge=1, description="Cap C of the rollout correction's weight (and the threshold of "
+        "mismatch/is_capped_frac).")
+    overlong_buffer_frac: float = Field(
+        0.0, ge=0, lt=1, description="Overlong reward shaping (DAPO): in the last overlong_buffer_frac x "
+        "gconfig.max_new_tokens tokens of the budget the reward falls linearly, down to -overlong_penalty at "
+        "the full budget; 0 disables.")
+    overlong_penalty: float = Field(
+        1.0, ge=0, description="Penalty at the full generation budget (see overlong_buffer_frac).")
+    weight_update: Literal["disk", "distributed", "tensor"] = Field(
+        "disk", description="How new weights reach servers: save + reload from disk; broadcast over a "
+        "process group (NCCL on GPU, gloo on CPU); or, for a server on the trainer's own device "
+        "(launcher.colocate), through memory: SGLang's /update_weights_from_tensor with CUDA IPC handles "
+        "(shared memory on CPU).")
+    weight_update_bucket_mb: int = Field(
+        256, ge=1, description="Bucket size of distributed and tensor weight updates.")
+    offload: bool = Field(
+        False, description="Colocated synchronous runs (sglang.enable_memory_saver): move the trainer's "
+        "parameters, gradients and optimizer state to CPU memory while the servers generate, and back "
+        "for training, so generation can use the whole device.")
 
 
 class RefConfig(Section):

@@ -10,14 +10,12 @@ from .base import Section
 
 
 class NameResolveConfig(Section):
-    type: Literal["file", "ray"] = Field(
-        "file",
-        description="How processes find each other's addresses: 'file' writes a record under the "
-        "run directory (local or shared storage), 'ray' uses Ray's internal KV store.")
     record_root: str | None = Field(
         None,
-        description="Directory for 'file' records; defaults to the run directory "
-        "(must be on storage every node sees for multi-node runs).")
+        description="Directory of the records through which processes find each other "
+        "(name_resolve/servers.json: the servers' addresses; name_resolve/served_weights.json: the "
+        "weights they serve); defaults to the run directory (must be on storage every node sees for "
+        "multi-node runs).")
 
 
 class ClusterConfig(Section):
@@ -31,4 +29,4 @@ class ClusterConfig(Section):
     device: Literal["auto", "cuda", "cpu"] = Field(
         "auto", description="'auto' uses CUDA when the launching machine has a GPU, else CPU.")
     name_resolve: NameResolveConfig = Field(
-        default_factory=NameResolveConfig, description="Server-address discovery.")
+        default_factory=NameResolveConfig, description="Where processes find each other's addresses.")

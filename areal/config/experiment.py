@@ -79,8 +79,19 @@ def resolve_follow_defaults(cfg: ExperimentConfig) -> ExperimentConfig:
         r.consumer_batch_size = cfg.train_dataset.batch_size
     if r.max_concurrent_rollouts is None:
         r.max_concurrent_rollouts = r.consumer_batch_size
+    if a.eps_clip_low is None:
+        a.eps_clip_low = a.eps_clip
+    if a.eps_clip_high is None:
+        a.eps_clip_high = a.eps_clip
+    wb = cfg.stats_logger.wandb
+    if wb.project is None:
+        wb.project = cfg.experiment_name
+    if wb.name is None:
+        wb.name = cfg.trial_name
     if cfg.ref.dtype is None:
         cfg.ref.dtype = a.dtype
     if cfg.ref.path is None and a.kl_ctl > 0:
         cfg.ref.path = a.path
+    if s.enable_memory_saver is None:
+        s.enable_memory_saver = cfg.launcher.colocate and r.max_head_offpolicyness == 0
     return cfg

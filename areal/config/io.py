@@ -23,10 +23,24 @@ class EvaluatorConfig(Section):
         None, description="Reward that decides correctness (pass@1 counts full rewards); null follows workflow.reward_fn.")
 
 
+class WandbConfig(Section):
+    mode: Literal["disabled", "online", "offline"] = Field(
+        "disabled", description="Weights & Biases: 'online' streams every step's metrics (the names of "
+        "metrics.jsonl) to the W&B server, 'offline' writes them under the run directory's wandb/ (or "
+        "$WANDB_DIR) for a later `wandb sync`, 'disabled' does neither. Needs the wandb package "
+        "(pip install wandb).")
+    project: str | None = Field(None, description="W&B project; null follows experiment_name.")
+    entity: str | None = Field(None, description="W&B entity (user or team); null uses your default entity.")
+    name: str | None = Field(None, description="W&B run name; null follows trial_name.")
+    group: str | None = Field(None, description="W&B run group, to compare runs side by side; null: none.")
+    tags: list[str] = Field(default_factory=list, description="W&B run tags.")
+
+
 class StatsLoggerConfig(Section):
     tensorboard: bool = Field(True, description="Write TensorBoard events when tensorboard is installed.")
     plot: bool = Field(True, description="Write metrics.png (reward, throughput) at the end of the run.")
     progress_bar: bool = Field(True, description="One-line console progress (step, reward, samples/s).")
+    wandb: WandbConfig = Field(default_factory=WandbConfig, description="Weights & Biases tracking.")
 
 
 class RecoverConfig(Section):

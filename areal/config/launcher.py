@@ -36,6 +36,13 @@ class LauncherConfig(Section):
         1, ge=0,
         description="Nodes for inference servers; 0 gives a trainer-only run against rollout.server_addrs "
         "or rollout.replay_path.")
+    colocate: bool = Field(
+        False,
+        description="Servers and trainer workers share the same devices (AReaL's allocation writes it "
+        "'sglang:d1|fsdp:d1'): one GPU runs both, the plan needs max(rollout, trainer) devices instead of "
+        "their sum. sglang.mem_fraction_static is the servers' share of each device; with "
+        "sglang.enable_memory_saver a synchronous run time-shares the device instead (the servers release "
+        "their memory while the trainer trains). Single-node runs only.")
     server_env: EnvVars = Field(
         default_factory=dict,
         description="Extra environment for inference servers. " + _OMP_DEFAULT)

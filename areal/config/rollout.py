@@ -23,6 +23,15 @@ class RolloutConfig(Section):
         None, ge=1, description="Prompts the trainer consumes per step; null uses train_dataset.batch_size.")
     max_head_offpolicyness: int = Field(
         0, ge=0, description="Bounded staleness: how many weight versions a sample may lag; 0 is synchronous.")
+    dynamic_sampling: bool = Field(
+        False, description="Dynamic sampling (DAPO): drop each group whose rewards are all equal (it has no "
+        "learning signal under group-normalised advantages) and generate more prompts until the batch is "
+        "full. Dropped groups count against no staleness bound; rollout.max_overgeneration bounds them.")
+    max_overgeneration: float = Field(
+        4.0, ge=0, description="Most groups a filter (rollout.dynamic_sampling, or a should_accept given to "
+        "prepare_batch) may drop between two batches, in multiples of consumer_batch_size. When reached, "
+        "the next groups are kept whatever their rewards until the batch is handed out, with a warning "
+        "naming this key; 0 keeps every group.")
     request_timeout_s: float = Field(3600.0, gt=0, description="Timeout of one generation request.")
     request_retries: int = Field(3, ge=0, description="Retries of a request after a connection error.")
     setup_timeout_s: float = Field(
@@ -37,15 +46,15 @@ class RolloutConfig(Section):
         "in the server and continue after the update, re-prefilled under the new weights. abort: the "
         "server answers them, the client resubmits prompt + tokens so far (AReaL's way; many answers "
         "and requests in the trainer process). in_place: like retract but keeps the KV cache computed "
-        "by the old weights (no re-prefill: 15-20% more async samples/s than retract on an H200 pair; "
-        "not yet shown to learn as well, see docs/benchmarks.md). auto: retract on built-in "
-        "servers, abort on SGLang (its weight updates flush a cache that retracted requests keep busy).")
+        "by the old weights (no re-prefill; its measured speed and open question: docs/benchmarks.md). "
+        "auto: retract on built-in servers, abort on SGLang (its weight updates "
+        "flush a cache that retracted requests keep busy).")
     gil_switch_interval_ms: float | None = Field(
         0.2, gt=0,
-        description="sys.setswitchinterval (in ms) of a process running the rollout client thread, e.g. "
-        "an asynchronous trainer. Every torch op releases the GIL; with Python's 5 ms default the "
-        "client thread, once it has the GIL, keeps the training thread waiting up to 5 ms per op. "
-        "Only lowers the interval; null keeps Python's.")
+        description="GIL switch interval (sys.setswitchinterval, in ms) that the processes running the "
+        "rollout client thread set at start: the trainer's rank 0 and the rollout driver. A shorter "
+        "interval hands the GIL back sooner to the training thread, which releases it at every torch "
+        "op. Only lowers the interval; null keeps Python's (5 ms).")
 
 
 class GenerationConfig(Section):

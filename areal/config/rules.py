@@ -115,14 +115,16 @@ def _devices_fit(cfg):
     if st is not None and trainer_runs(cfg):
         sides.append(("actor.backend", cfg.actor.backend, st.world_size, la.trainer_n_nodes))
     if cl.n_nodes == 1:
-        total = sum(s[2] for s in sides)
+        # colocated sides share devices: the larger side counts, not the sum
+        total = max(s[2] for s in sides) if la.colocate and sides else sum(s[2] for s in sides)
         if total > per_node:
             key, value = sides[-1][0], sides[-1][1]
-            yield ConfigIssue(key, value,
-                              f"the plan needs {total} devices on one node "
-                              f"({' + '.join(f'{s[1]}={s[2]}' for s in sides)}) but "
-                              f"cluster.n_gpus_per_node={per_node}",
-                              "shrink the backends or raise cluster.n_gpus_per_node / n_nodes")
+            joined = (" | " if la.colocate else " + ").join(f"{s[1]}={s[2]}" for s in sides)
+            fix = "shrink the backends or raise cluster.n_gpus_per_node / n_nodes"
+            if not la.colocate and max(s[2] for s in sides) <= per_node:
+                fix += ", or share the devices with launcher.colocate=true"
+            yield ConfigIssue(key, value, f"the plan needs {total} devices on one node ({joined}) but "
+                              f"cluster.n_gpus_per_node={per_node}", fix)
         return
     for key, value, need, nodes in sides:
         if need > nodes * per_node:
@@ -192,7 +194,7 @@ def _datasets(cfg):
 
 def _lora_push(cfg):
     a = cfg.actor
-    if a.use_lora and a.lora_push == "adapter" and a.weight_update == "distributed":
+    if a.use_lora and a.lora_push == "adapter" and a.weight_update != "disk":
         yield ConfigIssue("actor.lora_push", "adapter", "adapter pushes go through disk only",
                           "set actor.weight_update=disk or actor.lora_push=merged")
 
@@ -203,9 +205,9 @@ def _restart_needs_full_disk_updates(cfg):
     a = cfg.actor
     if not (cfg.launcher.restart_failed_servers and trainer_runs(cfg) and servers_run(cfg)):
         return
-    if a.weight_update == "distributed":
+    if a.weight_update != "disk":
         yield ConfigIssue("launcher.restart_failed_servers", True,
-                          "a restarted server cannot rejoin the distributed weight-update group",
+                          f"a restarted server cannot be given the {a.weight_update} weight updates it missed",
                           "set actor.weight_update=disk, or launcher.restart_failed_servers=false")
     elif a.use_lora and a.lora_push == "adapter":
         yield ConfigIssue("launcher.restart_failed_servers", True,
@@ -213,11 +215,117 @@ def _restart_needs_full_disk_updates(cfg):
                           "set actor.lora_push=merged, or launcher.restart_failed_servers=false")
 
 
+def _clip_bounds(cfg):
+    """actor.eps_clip is the symmetric shorthand that eps_clip_low / eps_clip_high follow when null
+    (resolve_follow_defaults fills them in). With both set (an algo preset sets them), a changed
+    eps_clip would do nothing: that is reported, not ignored. The lower bound 1 - eps must stay > 0."""
+    a = cfg.actor
+    low, high = a.eps_clip_low, a.eps_clip_high
+    if low is not None and high is not None and a.eps_clip != type(a).model_fields["eps_clip"].default \
+            and a.eps_clip not in (low, high):
+        yield ConfigIssue("actor.eps_clip", a.eps_clip,
+                          f"has no effect: actor.eps_clip_low={low} and actor.eps_clip_high={high} are both "
+                          "set (an algo preset sets them)",
+                          "set actor.eps_clip_low and actor.eps_clip_high instead, or null them to follow "
+                          "actor.eps_clip")
+    if low is not None and low >= 1:
+        yield ConfigIssue("actor.eps_clip_low", low,
+                          f"the ratio's lower clip bound 1 - {low} is not positive (eps_clip_low follows "
+                          "actor.eps_clip when not set)",
+                          "set actor.eps_clip_low (or actor.eps_clip) below 1, e.g. 0.2")
+
+
+def _rollout_correction(cfg):
+    a = cfg.actor
+    if a.rollout_is == "none":
+        return
+    if not a.recompute_logprob:
+        yield ConfigIssue("actor.rollout_is", a.rollout_is,
+                          "the correction compares the trainer's recomputed logprobs with the servers'; "
+                          "without actor.recompute_logprob both are the servers' and every weight is 1",
+                          "set actor.recompute_logprob=true, or actor.rollout_is=none")
+    if a.use_decoupled_loss and a.behav_imp_weight_cap is not None:
+        yield ConfigIssue("actor.behav_imp_weight_cap", a.behav_imp_weight_cap,
+                          f"two caps on one weight: actor.rollout_is={a.rollout_is} replaces the decoupled "
+                          "loss's behaviour weight, which this caps",
+                          f"set actor.behav_imp_weight_cap=null and cap with actor.rollout_is_cap (now "
+                          f"{a.rollout_is_cap}), or set actor.rollout_is=none")
+
+
+def _dynamic_sampling(cfg):
+    r = cfg.rollout
+    if not r.dynamic_sampling:
+        return
+    if cfg.gconfig.n_samples < 2:
+        yield ConfigIssue("rollout.dynamic_sampling", True,
+                          "a group of one answer always has equal rewards: every group would be dropped",
+                          "set gconfig.n_samples>=2, or rollout.dynamic_sampling=false")
+    if not trainer_runs(cfg) or r.replay_path:
+        yield ConfigIssue("rollout.dynamic_sampling", True,
+                          "it filters the live rollouts of a training run; an inference-only run "
+                          "(launcher.trainer_n_nodes=0) saves, and a replay (rollout.replay_path) trains, "
+                          "every group as generated",
+                          "set rollout.dynamic_sampling=false for this run")
+
+
+def _colocation(cfg):
+    """launcher.colocate: one node, both sides running, and weight updates that work inside a device."""
+    la, a = cfg.launcher, cfg.actor
+    if not la.colocate:
+        if a.weight_update == "tensor" and trainer_runs(cfg) and servers_run(cfg):
+            yield ConfigIssue("actor.weight_update", "tensor", "tensor updates hand CUDA IPC handles to a "
+                              "server on the trainer's own device, and the servers have devices of their own",
+                              "set launcher.colocate=true, or actor.weight_update=disk (or distributed)")
+        return
+    if cfg.cluster.n_nodes != 1:
+        yield ConfigIssue("launcher.colocate", True, f"colocation runs on one node; cluster.n_nodes="
+                          f"{cfg.cluster.n_nodes}", "set cluster.n_nodes=1, or launcher.colocate=false")
+    if not (trainer_runs(cfg) and servers_run(cfg)):
+        yield ConfigIssue("launcher.colocate", True, "colocation needs both servers and trainers, but "
+                          "launcher.trainer_n_nodes or launcher.rollout_n_nodes is 0",
+                          "drop launcher.colocate for inference-only or trainer-only runs")
+    if a.weight_update == "distributed" and cfg.cluster.device != "cpu":
+        yield ConfigIssue("actor.weight_update", "distributed", "NCCL refuses two ranks of one group on one "
+                          "GPU, which a colocated broadcast would need",
+                          "set actor.weight_update=tensor (through memory, CUDA IPC) or disk")
+    st = rollout_strategy(cfg)
+    if a.weight_update == "tensor" and st is not None and st.dp > 1:
+        yield ConfigIssue("rollout.backend", cfg.rollout.backend, "tensor updates reach the one server on "
+                          "trainer rank 0's device; this backend runs several servers",
+                          "use one server (sglang:d1, or sglang:d1tN with SGLang) or actor.weight_update=disk")
+
+
+def _memory_hand_off(cfg):
+    """Releasing server memory stops generation: only a synchronous colocated run can afford it."""
+    s, a, r = cfg.sglang, cfg.actor, cfg.rollout
+    time_shared = cfg.launcher.colocate and bool(s.enable_memory_saver)
+    if time_shared and r.max_head_offpolicyness > 0:
+        yield ConfigIssue("sglang.enable_memory_saver", True, "a colocated run with it releases the servers' "
+                          "memory while the trainer trains, but an asynchronous run "
+                          f"(rollout.max_head_offpolicyness={r.max_head_offpolicyness}) generates meanwhile",
+                          "set rollout.max_head_offpolicyness=0 (rollout=sync), or "
+                          "sglang.enable_memory_saver=false to split the memory statically")
+    if a.offload and not time_shared:
+        yield ConfigIssue("actor.offload", True, "the trainer offloads while the servers generate only in a "
+                          "time-shared run (launcher.colocate with sglang.enable_memory_saver)",
+                          "set launcher.colocate=true and rollout.max_head_offpolicyness=0, or actor.offload=false")
+    if cfg.launcher.colocate and not time_shared and s.mem_fraction_static > MAX_STATIC_SHARE:
+        yield ConfigIssue("sglang.mem_fraction_static", s.mem_fraction_static, "in a colocated run both "
+                          f"processes stay resident: the servers' share leaves the trainer less than "
+                          f"{1 - MAX_STATIC_SHARE:.0%} of each device",
+                          f"lower it to at most {MAX_STATIC_SHARE} (0.3-0.5 suits small models), or time-share "
+                          "the device: rollout.max_head_offpolicyness=0 with sglang.enable_memory_saver=true")
+
+
+MAX_STATIC_SHARE = 0.9
+
 RULES = [
     _backend_strings, _c_clip, _decoupled_needs_recompute, _group_norm_needs_samples,
     _batch_divisible, _node_counts, _devices_fit, _sglang_tp_matches, _context_fits,
     _model_paths, _trainer_only_source, _datasets, _lora_push, _restart_needs_full_disk_updates,
+    _colocation, _memory_hand_off,
 ]
+RULES += [_clip_bounds, _rollout_correction, _dynamic_sampling]  # algorithm knobs
 
 
 def check_rules(cfg: ExperimentConfig) -> list[ConfigIssue]:

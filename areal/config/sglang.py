@@ -21,7 +21,15 @@ class SGLangConfig(Section):
         None, ge=1, description="Tensor parallel per server; null follows the rollout backend's t.")
     context_length: int | None = Field(
         None, ge=1, description="Max prompt + generation tokens; null uses the model's.")
-    mem_fraction_static: float = Field(0.8, gt=0, lt=1, description="GPU memory share for weights and KV cache.")
+    mem_fraction_static: float = Field(
+        0.8, gt=0, lt=1, description="Share of each device's memory a server may use for its weights and KV "
+        "cache (the built-in server caps its allocator at it and admits requests while their KV cache fits). "
+        "With launcher.colocate the rest is the trainer's.")
+    enable_memory_saver: bool | None = Field(
+        None, description="Servers can release their KV cache and weights (/release_memory_occupation) and "
+        "take them back (/resume_memory_occupation); with launcher.colocate the trainer then releases them "
+        "for its training phase. SGLang's flag of the same name. Null: on for colocated synchronous runs "
+        "(rollout.max_head_offpolicyness=0), off otherwise.")
     random_seed: int | None = Field(None, description="Server sampling seed; null follows seed.")
     host: str = Field("127.0.0.1", description="Interface servers bind to (loopback for local runs).")
     api_key: str | None = Field(None, description="Require this bearer key on server routes; the client sends it.")

@@ -25,6 +25,15 @@ as they finished (as before) let a long answer started early reach the trainer m
 later (staleness 5 with a bound of 1 in a SmolLM2 run), and fed short answers first. The same
 order gives `resume_state`, the dataloader position a recovered run restarts from.
 
+Filtering (`should_accept`, e.g. dynamic sampling's zero-variance check): a rejected episode counts
+as not accepted, so the staleness bound admits a replacement at once and `prepare_batch` pulls
+more records until the batch is full; its record is no longer in flight for `resume_state`. For
+bounded episodes at most `max_overgeneration * consumer_batch_size` rejections are honoured
+between two handed-out batches; past that, episodes are kept as they come (and a warning names
+rollout.max_overgeneration) so a task whose groups all look alike cannot stall the run.
+`last_batch_stats()` says, for the batch last handed out, how many groups were dropped among the
+episodes submitted for it (exact: they all finished before it was handed out).
+
 A failing workflow raises `RolloutError` (with the data record attached) from the next `wait`,
 `prepare_batch` or `rollout_batch`; it never leaves a caller waiting for a result that will not come.
 """
@@ -36,7 +45,6 @@ import contextlib
 import itertools
 import logging
 import queue
-import sys
 import threading
 import time
 from collections import deque
@@ -53,26 +61,6 @@ logger = logging.getLogger(__name__)
 _POLL_S = 0.05  # admission re-check period (the engine's version can change at any time)
 _PREPARE_WAIT_S = 0.5  # prepare_batch tops up the queue at least this often
 STALL_WARNING_S = 60.0  # prepare_batch says why it waits after this long with nothing running
-
-
-def shorten_gil_switch_interval(ms: float | None) -> None:
-    """Lower this process's GIL switch interval to `ms` (never raise it; None leaves it alone).
-
-    The executor thread shares the process with the caller's thread, which in a trainer launches
-    torch ops, and each op releases the GIL. Python hands it back only after the holder has run
-    for the switch interval, so with the 5 ms default a busy executor thread (parsing answers,
-    padding tensors) stalls the training thread up to 5 ms per op. scripts/bench_gil_switch.py on
-    this project's 2-core CPU machine: a small tensor add took 4-8 us alone and, beside a thread
-    running Python, 1,590 us at 5 ms, 665 us at 0.5 ms and 390 us at 0.2 ms, while the Python
-    thread's own throughput did not change measurably (benchmarks/cpu/bench_gil_switch.json).
-    """
-    if ms is None:
-        return
-    seconds = ms / 1000.0
-    if seconds < sys.getswitchinterval():
-        logger.info("GIL switch interval %.3f ms -> %.3f ms (rollout.gil_switch_interval_ms)",
-                    sys.getswitchinterval() * 1000.0, ms)
-        sys.setswitchinterval(seconds)
 
 
 class RolloutError(RuntimeError):
@@ -107,6 +95,8 @@ class _Result:
     workflow: RolloutWorkflow
     trajectory: dict | None  # None: dropped by the workflow or should_accept
     error: BaseException | None = None
+    dropped_rows: int | None = None  # rejected by should_accept: how many samples it held
+    kept_past_limit: bool = False  # rejected, but kept because max_overgeneration was reached
 
 
 class RolloutExecutor:
@@ -133,6 +123,13 @@ class RolloutExecutor:
         self._running_bounded = 0  # running episodes under the staleness bound
         self._accepted = 0  # accepted episodes under the staleness bound, ever
         self._peak = {"running": 0, "started": 0}  # observed maxima, for tests and logs
+        # filtering: rejections honoured between two handed-out batches, at most max_dropped
+        self.max_overgeneration = config.max_overgeneration
+        self.max_dropped = int(config.max_overgeneration * config.consumer_batch_size)
+        self._dropped_since_batch = 0
+        self._limit_warned = False  # warned about max_overgeneration since the last batch
+        self._rejected: list[_Result] = []  # rejected, finished, not yet counted in a batch's stats
+        self._last_batch_stats: dict[str, int] = {}
         self._paused = threading.Event()
         self._stopping = False
         self._data_iter: Iterable | None = None
@@ -140,7 +137,6 @@ class RolloutExecutor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._wake: asyncio.Event | None = None
         self._loop_error: BaseException | None = None
-        shorten_gil_switch_interval(config.gil_switch_interval_ms)
         started = threading.Event()
         self._thread = threading.Thread(target=self._thread_main, args=(started,),
                                         name="rollout-executor", daemon=True)
@@ -173,6 +169,8 @@ class RolloutExecutor:
                 with self._lock:
                     for r in taken:
                         self._origins.pop(r.seq, None)
+                    self._dropped_since_batch, self._limit_warned = 0, False
+                self._count_batch(taken)
                 return concat_padded([r.trajectory for r in taken])
             self._keep(self._next_result(self._outputs, deadline, count, ready))
 
@@ -191,6 +189,27 @@ class RolloutExecutor:
         if result.trajectory is not None:
             self._ready.append(result)
             self._ready.sort(key=lambda r: r.seq)
+        elif result.dropped_rows is not None:
+            self._rejected.append(result)
+
+    def _count_batch(self, taken: list[_Result]) -> None:
+        """The filter's figures for a batch just handed out: the rejected episodes submitted before
+        its last one (all finished by now) and not counted for an earlier batch."""
+        if not taken:
+            return
+        last = taken[-1].seq
+        dropped = [r for r in self._rejected if r.seq < last]
+        self._rejected = [r for r in self._rejected if r.seq > last]
+        self._last_batch_stats = {"groups": len(taken), "dropped_groups": len(dropped),
+                                  "dropped_samples": sum(r.dropped_rows for r in dropped),
+                                  "kept_past_limit": sum(r.kept_past_limit for r in taken)}
+
+    def last_batch_stats(self) -> dict[str, int]:
+        """For the batch `wait`/`prepare_batch` handed out last: `groups` (episodes in it),
+        `dropped_groups` and `dropped_samples` (rejected by should_accept among the episodes
+        submitted for it: generated beyond the batch), `kept_past_limit` (episodes in it that
+        should_accept rejected but rollout.max_overgeneration kept). {} before the first batch."""
+        return dict(self._last_batch_stats)
 
     def prepare_batch(self, dataloader: Iterable, workflow: RolloutWorkflow,
                       should_accept: Callable[[dict], bool] | None = None) -> dict[str, Any]:
@@ -357,18 +376,25 @@ class RolloutExecutor:
         return admitted
 
     async def _episode(self, sub: _Submission) -> None:
-        trajectory, error = None, None
+        trajectory, error, rejected, dropped_rows = None, None, None, None
         try:
             trajectory = await sub.workflow.arun_episode(self.engine, sub.data)
             if trajectory is not None and sub.should_accept is not None and not sub.should_accept(trajectory):
-                trajectory = None
+                trajectory, rejected, dropped_rows = None, trajectory, _n_rows(trajectory)
         except asyncio.CancelledError:
             error = RuntimeError("the rollout executor was destroyed while this episode ran")
             raise
         except Exception as e:
             error = e
         finally:
+            kept_past_limit = warn = False
             with self._lock:
+                if rejected is not None and error is None and sub.bounded:
+                    if self._dropped_since_batch >= self.max_dropped:  # over-generation bound reached
+                        trajectory, dropped_rows, kept_past_limit = rejected, None, True
+                        warn, self._limit_warned = not self._limit_warned, True
+                    else:
+                        self._dropped_since_batch += 1
                 self._running -= 1
                 if sub.bounded:
                     self._running_bounded -= 1
@@ -377,7 +403,16 @@ class RolloutExecutor:
                 self._unfinished.discard(sub.seq)
                 if trajectory is None and error is None:
                     self._origins.pop(sub.seq, None)  # dropped: nothing to redo after recovery
-                sub.sink.put(_Result(sub.created, sub.seq, sub.data, sub.workflow, trajectory, error))
+                sub.sink.put(_Result(sub.created, sub.seq, sub.data, sub.workflow, trajectory, error,
+                                     dropped_rows=dropped_rows, kept_past_limit=kept_past_limit))
+            if warn:
+                logger.warning(
+                    "%d groups were dropped since the last batch (should_accept, e.g. rollout.dynamic_sampling), "
+                    "the bound rollout.max_overgeneration=%g x consumer_batch_size %d: the next groups are kept "
+                    "whatever their rewards until this batch is handed out. If this repeats, the prompts give "
+                    "all-equal rewards too often: raise rollout.max_overgeneration, change the data or "
+                    "gconfig.n_samples, or set rollout.dynamic_sampling=false.", self.max_dropped,
+                    self.max_overgeneration, self.consumer_batch_size)
             self._wake.set()
 
     # ---- helpers ----------------------------------------------------------------------------
@@ -447,6 +482,14 @@ def _position_of_last_batch(dataloader) -> dict | None:
         return None
     return {"epoch": int(state["epoch"]), "position": int(state["position"]) - 1,
             "offset": int(getattr(dataloader, "last_batch_offset", 0))}
+
+
+def _n_rows(trajectory: dict) -> int:
+    """Samples in a trajectory (its leading dimension)."""
+    first = trajectory.get("rewards")
+    if first is None:
+        first = next(iter(trajectory.values()))
+    return int(first.shape[0]) if first.dim() else 1
 
 
 def _records(batch: Any) -> list[Any]:

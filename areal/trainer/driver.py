@@ -14,6 +14,8 @@ import logging
 import sys
 import time
 
+from areal.utils.gil import shorten_gil_switch_interval
+
 logger = logging.getLogger("areal.driver")
 
 
@@ -68,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--config", required=True, help="the run's resolved config.yaml")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    drive(load_run_config(args.config))
+    cfg = load_run_config(args.config)
+    shorten_gil_switch_interval(cfg.rollout.gil_switch_interval_ms)
+    drive(cfg)
     return 0
 
 

@@ -11,7 +11,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from areal.algo.actor import loss_weight_fn, ppo_loss_fn, prepare_ppo_batch, split_minibatches
+from areal.algo.actor import (loss_weight_fn, ppo_loss_fn, prepare_ppo_batch, rollout_mismatch_sums,
+                              split_minibatches)
 
 
 @dataclass
@@ -50,15 +51,17 @@ def grpo_step(ctx, step: int) -> dict[str, Any]:
     cfg, actor, a = ctx.cfg, ctx.actor, ctx.cfg.actor
     phases, t0 = Phases(), time.perf_counter()
     with phases("rollout"):
-        batch = ctx.source.next_batch()
+        batch = ctx.source.next_batch()  # with dynamic sampling: only groups whose rewards differ
     with phases("advantages"):
-        batch = prepare_ppo_batch(batch, a, group_size=cfg.gconfig.n_samples)
+        batch = prepare_ppo_batch(batch, a, group_size=cfg.gconfig.n_samples,
+                                  max_new_tokens=cfg.gconfig.max_new_tokens)
         local = actor.dp_shard(batch)
     with phases("recompute_logprob"):
         if a.recompute_logprob:
             local["prox_logprobs"] = actor.forward(local, temperature=ctx.temperature)
         if ctx.ref is not None:
             local["ref_logprobs"] = ctx.ref.forward(local, temperature=ctx.temperature)
+    algo_metrics = {**ctx.source.batch_metrics(), **(_mismatch(local, a) if a.recompute_logprob else {})}
     with phases("train"):
         train_stats = [actor.train_batch(mb, ppo_loss_fn(a), loss_weight_fn(a), temperature=ctx.temperature)
                        for mb in split_minibatches(local, a.ppo_n_minibatches)]
@@ -68,7 +71,28 @@ def grpo_step(ctx, step: int) -> dict[str, Any]:
         ctx.save(step)
     with phases("eval"):
         evaluation = ctx.evaluate(step)
-    return _metrics(step, ctx, batch, train_stats, update, evaluation, phases, time.perf_counter() - t0)
+    return _metrics(step, ctx, batch, train_stats, update, evaluation, phases, time.perf_counter() - t0,
+                    algo_metrics)
+
+
+def _mismatch(local: dict[str, Any], actor_cfg) -> dict[str, float]:
+    """mismatch/* between the servers' and the trainer's logprobs over the whole batch: each
+    rank's sums, added up over all ranks (a shard copied to tensor-parallel ranks counts alike
+    in numerators and denominators, so the ratios hold)."""
+    import torch
+    import torch.distributed as dist
+
+    from areal.algo.correction import mismatch_metrics
+
+    sums = rollout_mismatch_sums(local, actor_cfg)
+    if dist.is_initialized() and dist.get_world_size() > 1:
+        names = sorted(k for k in sums if k != "weight_max")
+        total = torch.stack([sums[k] for k in names])
+        peak = sums["weight_max"].clone()
+        dist.all_reduce(total)
+        dist.all_reduce(peak, op=dist.ReduceOp.MAX)
+        sums = {**dict(zip(names, total)), "weight_max": peak}
+    return mismatch_metrics(sums)
 
 
 def _staleness(versions, generated, trained_version: int) -> dict[str, float]:
@@ -87,7 +111,11 @@ def _staleness(versions, generated, trained_version: int) -> dict[str, float]:
             "rollout/mixed_version_frac": float((row_max > row_min).float().mean())}
 
 
-def _metrics(step, ctx, batch, train_stats, update, evaluation, phases, step_s) -> dict[str, Any]:
+# push_weights' figures that keep their own prefix (the rest are the update's, weight_update/)
+OWN_PREFIXES = ("server/", "handoff/", "memory/")
+
+
+def _metrics(step, ctx, batch, train_stats, update, evaluation, phases, step_s, algo_metrics) -> dict[str, Any]:
     rewards = batch["rewards"].float()
     n_tokens = int(batch["loss_mask"].sum())
     out = {"step": step, "epoch": ctx.epoch(), "weight_version": ctx.actor.get_version(),
@@ -96,11 +124,16 @@ def _metrics(step, ctx, batch, train_stats, update, evaluation, phases, step_s) 
            "timing/step_s": step_s, "throughput/samples_per_s": rewards.numel() / max(step_s, 1e-9)}
     if "versions" in batch:
         out.update(_staleness(batch["versions"], batch["loss_mask"].bool(), ctx.actor.get_version() - 1))
+    if "overlong_penalty" in batch:
+        penalty = batch["overlong_penalty"].float()
+        out["rollout/overlong_frac"] = float((penalty < 0).float().mean())
+        out["rollout/overlong_penalty_mean"] = float(penalty.mean())
+    out.update(algo_metrics)  # dynamic sampling, rollout/trainer mismatch
     last = train_stats[-1]
     for key, value in last.items():
         out[f"train/{key}"] = float(value)
     out["train/loss"] = sum(float(s.get("loss", 0.0)) for s in train_stats) / len(train_stats)
-    out.update({k if k.startswith("server/") else f"weight_update/{k.removeprefix('weight_update/')}":
+    out.update({k if k.startswith(OWN_PREFIXES) else f"weight_update/{k.removeprefix('weight_update/')}":
                 float(v) for k, v in update.items() if isinstance(v, (int, float))})
     out.update(phases.metrics())
     out.update(evaluation)

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+
+from areal.utils.gil import shorten_gil_switch_interval
 
 logger = logging.getLogger("areal.trainer")
 
@@ -64,7 +67,7 @@ def build_context(cfg):
 
         sl = cfg.stats_logger
         ctx.stats = StatsLogger(cfg.run_dir, tensorboard=sl.tensorboard, plot=sl.plot, progress=sl.progress_bar,
-                                total_steps=total)
+                                total_steps=total, wandb=sl.wandb.model_dump(), run_config=cfg.model_dump())
     broadcast_from_rank0(None)  # every rank is set up before the first step
     return ctx
 
@@ -162,7 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         stream=sys.stderr)
-    run(load_run_config(args.config))
+    cfg = load_run_config(args.config)
+    if int(os.environ.get("RANK", "0")) == 0:  # rank 0 runs the rollout client thread
+        shorten_gil_switch_interval(cfg.rollout.gil_switch_interval_ms)
+    run(cfg)
     return 0
 
 

@@ -32,9 +32,9 @@ def broadcast_from_rank0(obj: Any) -> Any:
 def weight_update_meta(cfg, version: int) -> WeightUpdateMeta:
     import torch
 
-    if cfg.actor.weight_update == "disk":
-        return WeightUpdateMeta(type="disk", version=version)
-    from areal.engine.fsdp.weight_sync import free_port
+    if cfg.actor.weight_update in ("disk", "tensor"):
+        return WeightUpdateMeta(type=cfg.actor.weight_update, version=version)
+    from areal.infra.ports import free_port
 
     return WeightUpdateMeta(type="distributed", version=version, master_port=free_port(),
                             backend="nccl" if torch.cuda.is_available() else "gloo")
@@ -46,18 +46,37 @@ class LiveRollouts:
         self.engine, self.workflow, self.loader = rank0_engine, workflow, loader
         self._meta: WeightUpdateMeta | None = None
         self._counters: tuple[float, dict[str, float]] | None = None  # (time, servers' counters)
+        from .time_share import TimeShare
+
+        self.time_share = TimeShare(cfg, actor, rank0_engine)  # colocated synchronous runs take turns
         if self.engine is not None:
-            actor.connect_servers([f"http://{a}" for a in self.engine.addrs],
-                                  ranks_per_server=cfg.sglang.tp_size or 1, api_key=cfg.sglang.api_key)
             self.server_work()  # the baseline of the first step's figures
+        self.time_share.start()
 
     def next_batch(self) -> dict[str, Any]:
-        batch = self.engine.prepare_batch(self.loader, self.workflow) if self.engine is not None else None
-        return broadcast_from_rank0(batch)
+        """The next consumer batch; with rollout.dynamic_sampling, groups whose rewards are all
+        equal are dropped and replaced by the executor (areal.algo.dynamic_sampling)."""
+        batch = None
+        if self.engine is not None:
+            from areal.algo.dynamic_sampling import has_reward_variance
+
+            accept = has_reward_variance if self.cfg.rollout.dynamic_sampling else None
+            batch = self.engine.prepare_batch(self.loader, self.workflow, accept)
+        batch = broadcast_from_rank0(batch)
+        self.time_share.to_trainer()
+        return batch
+
+    def batch_metrics(self) -> dict[str, float]:
+        """Dynamic sampling's figures for the last batch (rank 0; {} elsewhere or when it is off)."""
+        if self.engine is None or not self.cfg.rollout.dynamic_sampling:
+            return {}
+        from areal.algo.dynamic_sampling import filter_metrics
+
+        return filter_metrics(self.engine.executor.last_batch_stats())
 
     def push_weights(self, version: int) -> dict[str, float]:
         """Pause generation, send the trainer's weights, continue; servers then report `version`."""
-        if self._meta is None or self._meta.type == "disk":
+        if self._meta is None or self._meta.type != "distributed":
             self._meta = broadcast_from_rank0(weight_update_meta(self.cfg, version) if self.engine else None)
         self._meta.version = version
         paused: dict[str, float] = {}
@@ -70,7 +89,9 @@ class LiveRollouts:
             # no token of the next batch (which starts at resume) lands in this step's window
             work = self.server_work()
         try:
+            self.time_share.weights_to_server()
             stats = self.actor.update_weights(self._meta, inference=self.engine)
+            self.time_share.to_server()
             # an adapter folder (lora_push=adapter) is no model a restarted server could load
             if self.engine is not None and self._meta.type == "disk" and self._meta.path \
                     and self._meta.lora_name is None:
@@ -82,7 +103,8 @@ class LiveRollouts:
                 paused["resume_s"] = time.perf_counter() - t0
         # rank 0's pause and resume: in an asynchronous run, the part of the update that
         # waits for in-flight generation (the servers' own share in server_pause_s)
-        return {**stats, **{f"weight_update/{k}": v for k, v in paused.items()}, **work}
+        return {**stats, **{f"weight_update/{k}": v for k, v in paused.items()}, **work,
+                **self.time_share.metrics()}
 
     def server_work(self) -> dict[str, float]:
         """What the built-in servers did since the previous call (one weight update apart, read
@@ -111,7 +133,7 @@ class LiveRollouts:
         """Name the folder the servers now serve, so a server the launcher restarts loads it
         (launcher.restart_failed_servers); only for the run's own servers."""
         if self.cfg.launcher.rollout_n_nodes > 0 and not self.cfg.rollout.server_addrs:
-            from areal.engine.sglang.discovery import record_root_of, write_served_weights
+            from areal.infra.discovery import record_root_of, write_served_weights
 
             write_served_weights(record_root_of(self.cfg), path, version)
 
@@ -141,14 +163,14 @@ class ReplayRollouts:
         self.entries = read_index(self.folder)["batches"]
         self.position = 0
         if self.push:
-            if external is not None:
-                actor.connect_servers([f"http://{a}" for a in external.addrs],
-                                      ranks_per_server=cfg.sglang.tp_size or 1, api_key=cfg.sglang.api_key)
             logger.info("replaying %s; weight updates go to external servers %s", self.folder,
                         cfg.rollout.server_addrs)
         else:
             logger.info("replaying %s; no servers (rollout.server_addrs is empty): weight updates are skipped",
                         self.folder)
+
+    def batch_metrics(self) -> dict[str, float]:
+        return {}  # replayed batches are trained as saved
 
     def next_batch(self) -> dict[str, Any]:
         from .rollouts import load_batch

@@ -9,6 +9,9 @@ The trainer (rank 0 only) makes one `StatsLogger(run_dir, total_steps=...)` and 
   have no loss.
 - TensorBoard scalars under `{run_dir}/tensorboard` when `torch.utils.tensorboard` (or
   tensorboardX) works; otherwise one INFO line says so.
+- Weights & Biases (stats_logger.wandb.mode online or offline): the same numeric metrics under
+  the same names, at the same step; offline runs go under `{run_dir}/wandb` (or $WANDB_DIR) for a
+  later `wandb sync`. wandb is optional (`pip install wandb`) and imported only when enabled.
 - A one-line progress display on stderr (`\\r`-updated on a terminal; in a log file, a full line
   at most every `progress_every_s` seconds).
 - `{run_dir}/metrics.png` on close (see `areal.utils.plot`).
@@ -132,12 +135,40 @@ def _open_tensorboard(log_dir: Path):
     return SummaryWriter(log_dir=str(log_dir))
 
 
+WANDB_MODE_KEY = "stats_logger.wandb.mode"
+
+
+def _open_wandb(settings: dict, run_dir: Path, run_config: dict | None):
+    """A wandb run for stats_logger.wandb `settings` (mode, project, entity, name, group, tags),
+    or None when the mode is disabled. wandb is imported here only: it is an optional dependency."""
+    mode = settings.get("mode", "disabled")
+    if mode == "disabled":
+        return None
+    try:
+        import wandb
+    except ImportError:
+        from areal.config.errors import ConfigError, ConfigIssue
+
+        raise ConfigError([ConfigIssue(WANDB_MODE_KEY, mode, "the wandb package is not installed",
+                                       f"pip install wandb (or the project's [wandb] extra), or set "
+                                       f"{WANDB_MODE_KEY}=disabled")]) from None
+    folder = Path(os.environ.get("WANDB_DIR") or run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    return wandb.init(mode=mode, project=settings.get("project"), entity=settings.get("entity"),
+                      name=settings.get("name"), group=settings.get("group"),
+                      tags=list(settings.get("tags") or []) or None, dir=str(folder), config=run_config,
+                      reinit="create_new")
+
+
 class StatsLogger:
-    """Writes each step's metrics to metrics.jsonl, TensorBoard and the console (module docstring)."""
+    """Writes each step's metrics to metrics.jsonl, TensorBoard, W&B and the console (module docstring)."""
 
     def __init__(self, run_dir: str | Path, *, tensorboard: bool = True, plot: bool = True,
                  progress: bool = True, total_steps: int | None = None,
-                 progress_stream: TextIO | None = None, progress_every_s: float = 10.0):
+                 progress_stream: TextIO | None = None, progress_every_s: float = 10.0,
+                 wandb: dict | None = None, run_config: dict | None = None):
+        """`wandb`: the stats_logger.wandb settings as a dict (None or mode 'disabled': no W&B);
+        `run_config`: the run's resolved config, stored with the W&B run."""
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.metrics_path = self.run_dir / "metrics.jsonl"
@@ -146,6 +177,7 @@ class StatsLogger:
         self.plot = plot
         self._file = self.metrics_path.open("a", encoding="utf-8")
         self._tb = _open_tensorboard(self.run_dir / "tensorboard") if tensorboard else None
+        self._wandb = _open_wandb(wandb or {}, self.run_dir, run_config)
         self._progress = ProgressLine(progress_stream or sys.stderr, progress_every_s) if progress else None
         self._start = time.monotonic()
         self._warned_missing = False
@@ -172,6 +204,7 @@ class StatsLogger:
         self._file.write(json.dumps(record) + "\n")
         self._file.flush()
         self._write_tensorboard(step, record)
+        self._write_wandb(step, record)
         if self._progress is not None:
             final = self.total_steps is not None and step >= self.total_steps
             self._progress.update(format_progress(step, self.total_steps, record,
@@ -192,6 +225,13 @@ class StatsLogger:
             if key != "step" and isinstance(value, (int, float)) and not isinstance(value, bool):
                 self._tb.add_scalar(key, value, step)
 
+    def _write_wandb(self, step: int, record: dict) -> None:
+        if self._wandb is None:
+            return
+        scalars = {k: v for k, v in record.items()
+                   if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)}
+        self._wandb.log(scalars, step=int(step))
+
     def close(self) -> Path | None:
         """Flush and close everything, then draw metrics.png (when plotting is on); returns its path."""
         if self._closed:
@@ -202,6 +242,8 @@ class StatsLogger:
         self._file.close()
         if self._tb is not None:
             self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
         return self._plot() if self.plot else None
 
     def _plot(self) -> Path | None:

@@ -45,3 +45,14 @@ def test_broadcast_to_tokens():
     mask = torch.tensor([[0, 1, 1], [0, 0, 1]])
     out = broadcast_to_tokens(torch.tensor([2.0, -1.0]), mask)
     assert out.tolist() == [[0.0, 2.0, 2.0], [0.0, 0.0, -1.0]]
+
+
+def test_overlong_penalty_falls_linearly_in_the_buffer():
+    from areal.algo.advantages import overlong_penalty
+
+    # budget 10, buffer 4: free up to 6 tokens, then -0.5 at 8, -1 at 10 and beyond; factor 2 doubles it
+    lengths = torch.tensor([5, 6, 8, 10, 12])
+    assert overlong_penalty(lengths, max_len=10, buffer_len=4.0).tolist() == [0.0, 0.0, -0.5, -1.0, -1.0]
+    assert overlong_penalty(lengths, max_len=10, buffer_len=4.0, factor=2.0).tolist() == [0.0, 0.0, -1.0, -2.0, -2.0]
+    with pytest.raises(ValueError, match="actor.overlong_buffer_frac"):
+        overlong_penalty(lengths, max_len=10, buffer_len=0.0)

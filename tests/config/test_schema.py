@@ -30,7 +30,7 @@ def test_schema_covers_the_mission():
     for needed in [
         "experiment_name", "trial_name", "seed", "total_train_epochs", "total_train_steps",
         "cluster.fileroot", "cluster.n_nodes", "cluster.n_gpus_per_node", "cluster.device",
-        "cluster.name_resolve.type", "launcher.backend", "launcher.ray_address",
+        "cluster.name_resolve.record_root", "launcher.backend", "launcher.ray_address",
         "launcher.trainer_n_nodes", "launcher.rollout_n_nodes", "launcher.trainer_env",
         "launcher.server_startup_timeout_s", "actor.path", "actor.backend", "actor.dtype",
         "actor.grad_reduce_dtype", "actor.optimizer.lr", "actor.optimizer.lr_scheduler_type",

@@ -5,8 +5,8 @@ servers (with an API key, so every call here also checks the bearer header).
 """
 
 import asyncio
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -15,7 +15,8 @@ import requests
 from areal.api.inference import ModelRequest, WeightUpdateMeta
 from areal.engine.sglang.client import RemoteSGLangEngine
 from areal.engine.sglang.http import ServerError
-from areal.server.testing import free_port, make_varied_model_dir, start_server
+from areal.server.testing import (free_port, make_varied_model_dir, pause_mid_generation, start_server,
+                                  wait_for)
 
 KEY = "test-key"
 
@@ -93,31 +94,43 @@ def test_requests_live_through_a_paused_weight_update(engine, models, monkeypatc
     assert engine.pause_mode == "retract"  # rollout.pause_mode auto, on built-in servers
     monkeypatch.setattr(engine._rcfg, "pause_mode", mode)
     assert engine.pause_mode == mode
-    engine.update_weights(WeightUpdateMeta("disk", path=models[0], version=1))
-    # long enough that the pause lands mid-generation however fast the steps are (40 tokens
-    # could finish between the poll below and the pause: a rare failure)
-    reqs = [ModelRequest(input_ids=[1, 5, 6], max_new_tokens=160, ignore_eos=True) for _ in range(4)]
-    out = {}
-    thread = threading.Thread(target=lambda: out.setdefault("resps", run(engine, reqs)))
-    start = {a: engine.server_info(a)["batching"]["generated_tokens"] for a in engine.addrs}
-    thread.start()
-    deadline = time.monotonic() + 60
-    while any(engine.server_info(a)["batching"]["generated_tokens"] - start[a] < 8 for a in engine.addrs):
-        assert time.monotonic() < deadline, "servers did not start generating"
-        time.sleep(0.05)
-    report = engine.pause()
-    done_at_pause = {a: engine.server_info(a)["batching"]["generated_tokens"] - start[a]
-                     for a in engine.addrs}
     count_key = "requests_aborted" if mode == "abort" else "requests_held"
-    assert 1 <= report[count_key] <= len(reqs) and report["server_pause_s"] >= 0
-    engine.update_weights(WeightUpdateMeta("disk", path=models[1], version=2))
-    time.sleep(0.3)
-    assert thread.is_alive()  # waiting for continue, not failed
-    assert {a: engine.server_info(a)["batching"]["generated_tokens"] - start[a]
-            for a in engine.addrs} == done_at_pause  # nothing generated while paused
-    engine.resume()
-    thread.join(timeout=120)
-    resps = out["resps"]
+    reqs = [ModelRequest(input_ids=[1, 5, 6], max_new_tokens=160, ignore_eos=True) for _ in range(4)]
+    per_server = len(reqs) // len(engine.addrs)  # the client spreads them evenly
+
+    def generated():
+        return {a: engine.server_info(a)["batching"]["generated_tokens"] for a in engine.addrs}
+
+    def every_request_running():
+        return all(engine.server_info(a)["load"]["running"] == per_server for a in engine.addrs)
+
+    deadline = time.monotonic() + 300
+    with ThreadPoolExecutor(1) as pool:
+        while True:
+            engine.update_weights(WeightUpdateMeta("disk", path=models[0], version=1))
+            start = generated()
+            fut = pool.submit(run, engine, reqs)
+            # a running request has its first token and is not done...
+            seen = wait_for(lambda: (every_request_running() and "running") or (fut.done() and "finished"),
+                            "the four requests running on the servers")
+            report = engine.pause()
+            # ...and the pause caught all four still so, unless a fast machine finished one in
+            # between: then the round is void, and repeated
+            if seen == "running" and report[count_key] == len(reqs):
+                break
+            engine.resume()
+            fut.result(timeout=120)
+            assert time.monotonic() < deadline, "no pause caught the four requests mid-generation"
+        done_at_pause = {a: n - start[a] for a, n in generated().items()}
+        assert report["server_pause_s"] >= 0
+        engine.update_weights(WeightUpdateMeta("disk", path=models[1], version=2))
+        assert not fut.done()  # waiting for continue, not failed (a failure would also show below)
+        if mode != "abort":  # the servers hold them (abort: the client does, until continue)
+            where = "running" if mode == "in_place" else "waiting"
+            assert all(engine.server_info(a)["load"][where] == per_server for a in engine.addrs)
+        assert {a: n - start[a] for a, n in generated().items()} == done_at_pause  # nothing while paused
+        engine.resume()
+        resps = fut.result(timeout=120)
     for r in resps:
         assert r.output_len == 160 and r.stop_reason == "length"
         assert len(r.output_logprobs) == len(r.output_versions) == 160
@@ -169,14 +182,17 @@ def test_server_going_away_mid_run_names_it(models):
     addr = f"127.0.0.1:{server.port}"
     eng = RemoteSGLangEngine.from_pretrained(models[0], server_addrs=[addr],
                                              rollout={"request_retries": 1, "request_timeout_s": 60})
+    req = ModelRequest(input_ids=[1, 5], max_new_tokens=500, ignore_eos=True)
     try:
-        req = ModelRequest(input_ids=[1, 5], max_new_tokens=500, ignore_eos=True)
-        threading.Timer(1.0, server.proc.kill).start()
-        t = time.monotonic()
-        with pytest.raises(ServerError, match=addr) as e:
-            run(eng, [req])
-        assert "unreachable" in str(e.value) or "Disconnected" in str(e.value)
-        assert time.monotonic() - t < 30
+        with ThreadPoolExecutor(1) as pool:
+            # held in place mid-generation, the request cannot finish before the kill
+            (fut,), _ = pause_mid_generation(server.url, lambda: [pool.submit(run, eng, [req])])
+            server.proc.kill()
+            # a generous bound, only against a hang: the message below tells a noticed
+            # disconnect from the request timeout (60 s, "no answer within")
+            error = fut.exception(timeout=120)
+        assert isinstance(error, ServerError) and addr in str(error), repr(error)
+        assert "unreachable" in str(error) or "Disconnected" in str(error)
     finally:
         server.stop()
         eng.destroy()
@@ -185,7 +201,7 @@ def test_server_going_away_mid_run_names_it(models):
 def test_discovery_from_record_and_environment(engine, tmp_path, monkeypatch):
     """An engine built from a config without server_addrs finds the launcher's record, or the
     environment variable, which takes precedence."""
-    from areal.engine.sglang.discovery import write_server_addrs
+    from areal.infra.discovery import write_server_addrs
 
     cfg = engine.config.model_copy(deep=True)
     cfg.rollout.server_addrs = []

@@ -13,6 +13,7 @@ import time
 from tests.launcher.helpers import REPO, all_pids, outputs, repo_env, run_dir_of, wait_gone, write_yaml
 
 LAUNCH = [sys.executable, "-m", "launcher.cli"]
+HANG_GUARD_S = 120  # launcher.wait bounds only stop a hang: fake trainers here sleep 300 s
 
 
 class Launcher:
@@ -74,47 +75,47 @@ def test_failure_exit_code_and_report(tmp_path):
                      trainer_env={"FAKE_FAIL_RANK": "0", "FAKE_EXIT": "7", "FAKE_SLEEP_S": "300",
                                   "FAKE_SPAWN_CHILD": "1"})
     launcher = Launcher([*LAUNCH, "--config", cfg, "rollout.server_addrs=[127.0.0.1:1]"])
-    assert launcher.wait(60) == 7
+    assert launcher.wait(HANG_GUARD_S) == 7
     assert "error: trainer-0 exited with code 7; log: " in launcher.output
     assert wait_gone(all_pids(run_dir_of(tmp_path / "runs"))) == []
 
 
-def _signal_teardown(tmp_path, sig: int) -> tuple[int, float, str]:
+def _signal_teardown(tmp_path, sig: int) -> tuple[int, str]:
     cfg = write_yaml(tmp_path / "exp.yaml", fileroot=tmp_path / "runs", rollout_nodes=0,
                      trainer_env={"FAKE_SLEEP_S": "300", "FAKE_SPAWN_CHILD": "1", "FAKE_IGNORE_TERM": "1"})
     launcher = Launcher([*LAUNCH, "--config", cfg, "rollout.server_addrs=[127.0.0.1:1]"])
     for rank in (0, 1):
-        launcher.wait_for(rf"\[trainer-{rank}\] trainer {rank} of 2 up", 60)
-    t0 = time.monotonic()
+        launcher.wait_for(rf"\[trainer-{rank}\] trainer {rank} of 2 up")
     launcher.proc.send_signal(sig)
-    rc = launcher.wait(30)
-    seconds = time.monotonic() - t0
+    rc = launcher.wait(HANG_GUARD_S)
     pids = all_pids(run_dir_of(tmp_path / "runs"))
-    assert len(pids) == 4 and wait_gone(pids, timeout=2) == []
-    return rc, seconds, launcher.output
+    assert len(pids) == 4 and wait_gone(pids) == []
+    # stopped (SIGKILL after the grace: they ignore SIGTERM), not waited out
+    assert not re.search(r"trainer \d done", launcher.output), launcher.output
+    return rc, launcher.output
 
 
-def test_sigterm_tears_down_within_30s(tmp_path):
-    rc, seconds, output = _signal_teardown(tmp_path, signal.SIGTERM)
-    assert rc == 143 and seconds < 30, output
+def test_sigterm_tears_everything_down(tmp_path):
+    rc, output = _signal_teardown(tmp_path, signal.SIGTERM)
+    assert rc == 143, output
     assert "SIGTERM received: stopping every process" in output
 
 
-def test_ctrl_c_tears_down_within_30s(tmp_path):
-    rc, seconds, output = _signal_teardown(tmp_path, signal.SIGINT)
-    assert rc == 130 and seconds < 30, output
+def test_ctrl_c_tears_everything_down(tmp_path):
+    rc, output = _signal_teardown(tmp_path, signal.SIGINT)
+    assert rc == 130, output
 
 
 def test_keep_servers_until_ctrl_c(tmp_path):
     """Inference-only with launcher.keep_servers: the driver finishes, servers stay until Ctrl-C."""
     launcher = Launcher([sys.executable, "-m", "tests.launcher.run_plan", str(tmp_path),
                          "launcher.trainer_n_nodes=0", "launcher.keep_servers=true"])
-    launcher.wait_for(r"press Ctrl-C to stop them", 60)
+    launcher.wait_for(r"press Ctrl-C to stop them")
     run_dir = next(tmp_path.glob("*/*/out"))
     server_pids = [v["pid"] for k, v in outputs(run_dir.parent).items() if k.startswith("server")]
     assert "driver-0 finished" in launcher.output and wait_gone(server_pids, timeout=0.5) == server_pids
     launcher.proc.send_signal(signal.SIGINT)
-    assert launcher.wait(30) == 0, launcher.output
+    assert launcher.wait(HANG_GUARD_S) == 0, launcher.output
     assert wait_gone(server_pids) == []
 
 
@@ -123,7 +124,7 @@ def test_children_die_with_a_killed_launcher(tmp_path):
     launcher = Launcher([sys.executable, "-m", "tests.launcher.run_plan", str(tmp_path),
                          '+launcher.trainer_env.FAKE_SLEEP_S="300"'])
     for rank in (0, 1):
-        launcher.wait_for(rf"\[trainer-{rank}\] trainer {rank} of 2 up", 60)
+        launcher.wait_for(rf"\[trainer-{rank}\] trainer {rank} of 2 up")
     pids = launcher.started_pids()
     assert len(pids) == 3
     launcher.proc.kill()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 from pathlib import Path
 
 from launcher.cli import write_run_dir
@@ -13,18 +12,21 @@ from tests.launcher.helpers import all_pids, free_ports, make_cfg, make_plan, ou
 
 
 def run(tmp_path, *overrides):
-    """Run a CPU plan (1 stand-in server, 2 fake trainers unless overridden); (rc, cfg, seconds)."""
+    """Run a CPU plan (1 stand-in server, 2 fake trainers unless overridden); (rc, cfg)."""
     ports = [f"launcher.server_base_port={free_ports(2)}", f"launcher.trainer_master_port={free_ports(1)}"]
     cfg = make_cfg(tmp_path, *ports, *overrides)
     plan = make_plan(cfg)
     write_run_dir(cfg, plan)
-    t0 = time.monotonic()
-    rc = run_local(plan, cfg)
-    return rc, cfg, time.monotonic() - t0
+    return run_local(plan, cfg), cfg
+
+
+def ran_out(cfg, rank: int) -> bool:
+    """Whether fake trainer `rank` finished its FAKE_SLEEP_S rather than being stopped."""
+    return f"trainer {rank} done" in (Path(cfg.run_dir) / "logs" / f"trainer-{rank}.log").read_text()
 
 
 def test_trainers_get_servers_and_distributed_env(tmp_path, capsys):
-    rc, cfg, _ = run(tmp_path)
+    rc, cfg = run(tmp_path)
     assert rc == 0
     out = outputs(cfg.run_dir)
     addr = f"127.0.0.1:{cfg.launcher.server_base_port}"
@@ -48,13 +50,13 @@ def test_trainers_get_servers_and_distributed_env(tmp_path, capsys):
 
 def test_failure_stops_every_process_tree(tmp_path, capsys):
     """Rank 1 fails; rank 0 ignores SIGTERM and has a grandchild; the server has one too."""
-    rc, cfg, seconds = run(
+    rc, cfg = run(
         tmp_path, '+launcher.trainer_env.FAKE_FAIL_RANK="1"', '+launcher.trainer_env.FAKE_EXIT="3"',
         '+launcher.trainer_env.FAKE_FAIL_AFTER_S="1"', '+launcher.trainer_env.FAKE_SLEEP_S="300"',
         '+launcher.trainer_env.FAKE_SPAWN_CHILD="1"', '+launcher.trainer_env.FAKE_IGNORE_TERM="1"',
         '+launcher.server_env.FAKE_SERVER_SPAWN_CHILD="1"')
     assert rc == 3
-    assert seconds < 1 + cfg.launcher.shutdown_grace_s + 15
+    assert not ran_out(cfg, 0)  # stopped (SIGKILL after the grace), not waited out
     err = capsys.readouterr().err
     log = Path(cfg.run_dir) / "logs" / "trainer-1.log"
     assert f"error: trainer-1 exited with code 3; log: {log}" in err
@@ -65,18 +67,20 @@ def test_failure_stops_every_process_tree(tmp_path, capsys):
 
 
 def test_server_that_dies_while_starting_fails_the_run(tmp_path, capsys):
-    rc, cfg, _ = run(tmp_path, '+launcher.server_env.FAKE_SERVER_EXIT="4"')
+    rc, cfg = run(tmp_path, '+launcher.server_env.FAKE_SERVER_EXIT="4"')
     assert rc == 4
     assert "error: server-0 exited with code 4 before it was healthy" in capsys.readouterr().err
     assert not any(k.startswith("trainer") for k in outputs(cfg.run_dir))
 
 
 def test_server_health_timeout(tmp_path, capsys):
-    rc, cfg, seconds = run(tmp_path, '+launcher.server_env.FAKE_SERVER_DELAY_S="60"',
-                           "launcher.server_startup_timeout_s=1")
-    assert rc == 1 and seconds < 15
+    rc, cfg = run(tmp_path, '+launcher.server_env.FAKE_SERVER_DELAY_S="60"',
+                  "launcher.server_startup_timeout_s=1")
+    assert rc == 1
     err = capsys.readouterr().err
     assert "error: server-0 did not answer" in err and "server-0.log" in err
+    # it gave up at the startup timeout: the server, healthy after 60 s, never was
+    assert not any(k.startswith("server") or k.startswith("trainer") for k in outputs(cfg.run_dir))
 
 
 def test_taken_ports_move_to_the_next_free_one(tmp_path, capsys):
@@ -103,7 +107,7 @@ def test_taken_ports_move_to_the_next_free_one(tmp_path, capsys):
 
 
 def test_inference_only_runs_the_driver(tmp_path):
-    rc, cfg, _ = run(tmp_path, "launcher.trainer_n_nodes=0")
+    rc, cfg = run(tmp_path, "launcher.trainer_n_nodes=0")
     assert rc == 0
     out = outputs(cfg.run_dir)
     assert set(out) == {"driver-0", f"server-{cfg.launcher.server_base_port}"}
@@ -113,13 +117,13 @@ def test_inference_only_runs_the_driver(tmp_path):
 
 
 def test_inference_only_driver_failure(tmp_path, capsys):
-    rc, _, _ = run(tmp_path, "launcher.trainer_n_nodes=0", '+launcher.driver_env.FAKE_FAIL_RANK="0"',
+    rc, _ = run(tmp_path, "launcher.trainer_n_nodes=0", '+launcher.driver_env.FAKE_FAIL_RANK="0"',
                    '+launcher.driver_env.FAKE_EXIT="5"')
     assert rc == 5 and "error: driver-0 exited with code 5" in capsys.readouterr().err
 
 
 def test_trainer_only_passes_configured_server_addrs(tmp_path):
-    rc, cfg, _ = run(tmp_path, "launcher.rollout_n_nodes=0", "rollout.server_addrs=[10.1.2.3:30000]")
+    rc, cfg = run(tmp_path, "launcher.rollout_n_nodes=0", "rollout.server_addrs=[10.1.2.3:30000]")
     assert rc == 0
     assert outputs(cfg.run_dir)["trainer-1"]["env"]["AREAL_SERVER_ADDRS"] == "10.1.2.3:30000"
 
@@ -132,10 +136,9 @@ def test_server_exit_during_training_is_a_failure(tmp_path, capsys):
     srv = plan.by_role("server")[0]
     srv.command = [srv.command[0], "-c", _SERVE_THEN_EXIT, str(srv.port)]
     write_run_dir(cfg, plan)
-    t0 = time.monotonic()
     assert run_local(plan, cfg) == 1
-    assert time.monotonic() - t0 < 30
     assert "error: server-0 exited with code 0 while the run still needed it" in capsys.readouterr().err
+    assert not any(ran_out(cfg, r) for r in (0, 1))  # stopped, not waited out
     assert wait_gone(all_pids(cfg.run_dir)) == []
 
 

@@ -9,6 +9,7 @@ to a tag.
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -103,11 +104,11 @@ def test_failure_tears_down_every_node(tmp_path, cluster, capsys):
                   '+launcher.trainer_env.FAKE_EXIT="3"', '+launcher.trainer_env.FAKE_FAIL_AFTER_S="1"',
                   '+launcher.trainer_env.FAKE_SLEEP_S="300"', '+launcher.trainer_env.FAKE_SPAWN_CHILD="1"',
                   '+launcher.trainer_env.FAKE_IGNORE_TERM="1"', '+launcher.server_env.FAKE_SERVER_SPAWN_CHILD="1"')
-    t0 = time.monotonic()
     rc, _ = run_ray_plan(cfg)
     assert rc == 3
-    assert time.monotonic() - t0 < 90
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "trainer 0 done" not in captured.out  # stopped on rank 1's failure, not waited out (300 s)
+    err = captured.err
     assert f"error: trainer-1 exited with code 3; log: {Path(cfg.run_dir) / 'logs' / 'trainer-1.log'}" in err
     assert "rank 1 failing on purpose" in err
     pids = all_pids(cfg.run_dir)
@@ -148,9 +149,9 @@ def test_sigterm_stops_processes_on_every_node(tmp_path, cluster):
             break
         time.sleep(0.2)
     assert out_dir is not None, proc.communicate(timeout=30)[0]
-    t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)
-    output = proc.communicate(timeout=60)[0]
-    assert proc.returncode == 143 and time.monotonic() - t0 < 30, output
+    output = proc.communicate(timeout=120)[0]  # only a hang guard: the trainers sleep 300 s
+    assert proc.returncode == 143, output
+    assert not re.search(r"trainer \d done", output), output  # stopped, not waited out
     pids = all_pids(out_dir.parent)
     assert len(pids) == 5 and wait_gone(pids) == []

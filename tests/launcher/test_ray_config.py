@@ -38,5 +38,18 @@ def test_one_bundle_per_plan_node_with_its_processes_resources():
     bundles, index = node_bundles(plan)
     assert bundles == [{"CPU": 2.0, "GPU": 4.0}, {"CPU": 2.0, "GPU": 2.0}, {"CPU": 1.0, "GPU": 1.0}]
     assert index == {0: 0, 1: 1, 2: 2}
-    assert process_resources(_spec("driver", 0, 0, []), "cuda") == {"CPU": 1.0}
-    assert process_resources(_spec("trainer", 0, 0, [3]), "cpu") == {"CPU": 1.0}
+    assert process_resources(_spec("driver", 0, 0, []), plan) == {"CPU": 1.0}
+    assert process_resources(_spec("trainer", 0, 0, [3]), LaunchPlan("/tmp/r", "cpu", "builtin")) == {"CPU": 1.0}
+
+
+def test_colocated_processes_share_their_gpus_in_one_bundle():
+    """One GPU for a server and a trainer: one bundle of one GPU, half of it each."""
+    server, trainer = _spec("server", 0, 0, [0]), _spec("trainer", 0, 0, [0])
+    plan = LaunchPlan("/tmp/r", "cuda", "builtin", [server, trainer], colocated=True)
+    bundles, _ = node_bundles(plan)
+    assert bundles == [{"CPU": 2.0, "GPU": 1.0}]
+    assert process_resources(server, plan) == process_resources(trainer, plan) == {"CPU": 1.0, "GPU": 0.5}
+    # two GPUs, one server on both (tp 2) and a trainer rank on each: the bundle still holds 2 GPUs
+    plan = LaunchPlan("/tmp/r", "cuda", "sglang", [_spec("server", 0, 0, [0, 1]), _spec("trainer", 0, 0, [0]),
+                                                   _spec("trainer", 1, 0, [1])], colocated=True)
+    assert node_bundles(plan)[0] == [{"CPU": 3.0, "GPU": 2.0}]

@@ -10,8 +10,13 @@ def length_reward(prompt, completion, prompt_ids=None, completion_ids=None, **da
     return float(len(completion)) + data.get("bonus", 0.0)
 
 
-def maybe_hang(prompt, completion, prompt_ids=None, completion_ids=None, pid_file=None, **data):
-    """Sleeps forever on "hang" (after writing its pid), for S seconds on "sleep:S", then len()."""
+def maybe_hang(prompt, completion, prompt_ids=None, completion_ids=None, pid_file=None, starts=None,
+               **data):
+    """Sleeps forever on "hang" (after writing its pid), for S seconds on "sleep:S", then len().
+    "pid": this worker's pid. "busy": notes its pid in the file `starts`; the first start in that
+    file then sleeps forever (until its worker is killed), later ones return len() at once."""
+    if completion == "pid":
+        return float(os.getpid())
     if completion.startswith("sleep:"):
         time.sleep(float(completion.split(":")[1]))
     if completion == "hang":
@@ -19,6 +24,12 @@ def maybe_hang(prompt, completion, prompt_ids=None, completion_ids=None, pid_fil
             Path(pid_file).write_text(str(os.getpid()))
         while True:
             time.sleep(3600)
+    if completion == "busy":
+        with open(starts, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        if len(Path(starts).read_text().split()) == 1:
+            while True:
+                time.sleep(3600)
     return float(len(completion))
 
 

@@ -16,6 +16,9 @@ from areal.api.workflow import RolloutWorkflow
 from areal.config.rollout import RolloutConfig
 from areal.rollout.executor import RolloutError, RolloutExecutor
 from areal.rollout.staleness import staleness_limit
+from areal.server.testing import wait_for
+
+HANG_GUARD_S = 60  # bounds below only stop a hang; none is what a test checks
 
 
 class VersionOnly:
@@ -58,6 +61,31 @@ def make(cfg):
     return engine, ex
 
 
+def count_admission_passes(ex):
+    """Count the executor loop's admission passes; returns a function that waits for two more.
+    The second began after the call, so whatever the loop may start by then, it has started:
+    a check that nothing started needs no sleep."""
+    passes = [0]
+    changed = threading.Condition()
+    admit = ex._admit
+
+    def counted():
+        try:
+            return admit()
+        finally:
+            with changed:
+                passes[0] += 1
+                changed.notify_all()
+
+    ex._admit = counted
+
+    def two_more():
+        with changed:
+            target = passes[0] + 2
+            assert changed.wait_for(lambda: passes[0] >= target, HANG_GUARD_S), "the loop stopped"
+    return two_more
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_staleness_bound_under_random_concurrency(seed):
     rng = random.Random(seed)
@@ -90,12 +118,12 @@ def test_synchronous_mode_blocks_until_the_version_moves():
     try:
         for i in range(6):
             ex.submit({"i": i}, wf)
-        ex.wait(2, timeout=5)
+        ex.wait(2, timeout=HANG_GUARD_S)
         with pytest.raises(TimeoutError, match="only 0 of 2"):
-            ex.wait(2, timeout=0.5)
+            ex.wait(2, timeout=0.5)  # the timeout under test: none may arrive, however long
         assert wf.started == 2
         engine.version = 1
-        ex.wait(2, timeout=5)
+        ex.wait(2, timeout=HANG_GUARD_S)
         assert wf.started == 4
     finally:
         ex.destroy()
@@ -119,15 +147,13 @@ def test_prepare_batch_says_why_it_waits_when_the_version_never_moves(caplog, mo
         with caplog.at_level(logging.WARNING, logger=executor_module.logger.name):
             t = threading.Thread(target=lambda: got.setdefault("batch", ex.prepare_batch(loader, wf)))
             t.start()
-            deadline = time.monotonic() + 10
-            while not any("max_head_offpolicyness=0" in r.getMessage() for r in caplog.records):
-                assert time.monotonic() < deadline, "no warning about the held episodes"
-                time.sleep(0.05)
+            wait_for(lambda: any("max_head_offpolicyness=0" in r.getMessage() for r in caplog.records),
+                     "a warning about the held episodes", timeout=HANG_GUARD_S)
             assert "batch" not in got and t.is_alive()
             message = next(r.getMessage() for r in caplog.records if "max_head_offpolicyness" in r.getMessage())
             assert "weight version 0" in message and "update_weights" in message
             engine.version = 1
-            t.join(timeout=10)
+            t.join(timeout=HANG_GUARD_S)
         assert got["batch"]["rewards"].shape == (2,)
     finally:
         ex.destroy()
@@ -137,14 +163,15 @@ def test_pause_stops_admission_until_resume():
     cfg = RolloutConfig(consumer_batch_size=4, max_concurrent_rollouts=4)
     engine, ex = make(cfg)
     wf = SleepyWorkflow([ex], cfg)
+    passes = count_admission_passes(ex)
     try:
         ex.pause()
         for i in range(2):
             ex.submit({"i": i}, wf)
-        time.sleep(0.3)
+        passes()  # the loop has looked at both while paused
         assert wf.started == 0 and ex.stats()["queued"] == 2
         ex.resume()
-        assert ex.wait(2, timeout=5)["rewards"].shape == (2,)
+        assert ex.wait(2, timeout=HANG_GUARD_S)["rewards"].shape == (2,)
     finally:
         ex.destroy()
 
@@ -164,7 +191,7 @@ def test_failure_surfaces_with_the_record():
         for i in range(5):
             ex.submit({"i": i}, Failing())
         with pytest.raises(RolloutError, match=r"Failing failed on record \{'i': 3\}: ValueError: bad record") as e:
-            ex.wait(5, timeout=10)
+            ex.wait(5, timeout=HANG_GUARD_S)
         assert e.value.data == {"i": 3}
         assert isinstance(e.value.__cause__, ValueError)
         with pytest.raises(RolloutError):
@@ -202,15 +229,24 @@ def test_destroy_cancels_and_rejects_new_work():
     cfg = RolloutConfig(consumer_batch_size=2, max_concurrent_rollouts=2)
 
     class Forever(RolloutWorkflow):
+        def __init__(self):
+            self.started, self.cancelled = threading.Event(), threading.Event()
+
         async def arun_episode(self, engine, data):
-            await asyncio.sleep(3600)
+            self.started.set()
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                self.cancelled.set()
+                raise
 
     _, ex = make(cfg)
-    ex.submit({}, Forever())
-    time.sleep(0.1)
-    t = time.monotonic()
+    forever = Forever()
+    ex.submit({}, forever)
+    assert forever.started.wait(HANG_GUARD_S)  # running, not only queued
     ex.destroy()
-    assert time.monotonic() - t < 5
+    # cancelled, not waited for: destroy gives the loop 30 s, far less than the episode's hour
+    assert forever.cancelled.is_set()
     with pytest.raises(RuntimeError, match="destroyed"):
         ex.submit({}, Forever())
 
@@ -235,9 +271,16 @@ def test_prepare_batch_keeps_the_next_batch_generating_while_the_trainer_trains(
     engine, ex = make(cfg)
     wf = Counting()
     loader = [[{"i": i}] * 4 for i in range(10)]
+    passes = count_admission_passes(ex)
     try:
         ex.prepare_batch(loader, wf)
-        time.sleep(0.5)  # "training": ten episode durations, and no prepare_batch call
+        # "training", with no prepare_batch call: async, the next batch starts meanwhile; sync, the
+        # loop looks at it and holds it for the new version
+        if offpolicyness:
+            wait_for(lambda: wf.started == 8, lambda: f"the next batch started: {wf.started}",
+                     timeout=HANG_GUARD_S)
+        else:
+            passes()
         assert wf.started == (8 if offpolicyness else 4)
         engine.version += 1
         ex.prepare_batch(loader, wf)
@@ -259,7 +302,7 @@ def test_rollout_batch_passes_episodes_waiting_for_a_newer_version():
         done = []
         t = threading.Thread(target=lambda: done.append(ex.rollout_batch([{"i": 0}] * 3, wf)), daemon=True)
         t.start()
-        t.join(10)
+        t.join(HANG_GUARD_S)
         assert done and done[0]["rewards"].shape == (3,)
         assert ex.stats()["queued"] > 0 and ex.stats()["accepted"] == 4  # the bound still holds
     finally:

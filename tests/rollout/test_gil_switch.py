@@ -1,11 +1,13 @@
-"""The executor lowers its process's GIL switch interval (rollout.gil_switch_interval_ms)."""
+"""The GIL switch interval (rollout.gil_switch_interval_ms): the helper lowers it, never raises it;
+the process entry points apply the config; constructing the executor leaves it alone."""
 
 import sys
 
 import pytest
 
 from areal.config.rollout import RolloutConfig
-from areal.rollout.executor import RolloutExecutor, shorten_gil_switch_interval
+from areal.rollout.executor import RolloutExecutor
+from areal.utils.gil import shorten_gil_switch_interval
 
 
 class VersionOnly:
@@ -30,13 +32,31 @@ def test_lowers_never_raises_and_none_leaves_it(switch_interval):
     assert sys.getswitchinterval() == pytest.approx(0.0005)
 
 
-@pytest.mark.parametrize("ms, expected_s", [(0.2, 0.0002), (None, 0.005)])
-def test_executor_applies_the_config(switch_interval, ms, expected_s):
-    executor = RolloutExecutor(VersionOnly(), RolloutConfig(consumer_batch_size=1, gil_switch_interval_ms=ms))
+def test_the_executor_leaves_the_interpreter_alone(switch_interval):
+    executor = RolloutExecutor(VersionOnly(), RolloutConfig(consumer_batch_size=1, gil_switch_interval_ms=0.2))
     try:
-        assert sys.getswitchinterval() == pytest.approx(expected_s)
+        assert sys.getswitchinterval() == pytest.approx(0.005)
     finally:
         executor.destroy()
+
+
+@pytest.mark.parametrize("module", ["areal.trainer.main", "areal.trainer.driver"])
+@pytest.mark.parametrize("ms, rank, expected_s", [(0.2, "0", 0.0002), (None, "0", 0.005), (0.2, "1", None)])
+def test_entry_points_apply_the_config(switch_interval, monkeypatch, module, ms, rank, expected_s):
+    import importlib
+
+    mod = importlib.import_module(module)
+    cfg = type("Cfg", (), {"rollout": RolloutConfig(gil_switch_interval_ms=ms)})()
+    seen = {}
+    monkeypatch.setattr("areal.trainer.main.load_run_config", lambda path: cfg)  # the driver uses it too
+    monkeypatch.setattr(mod, "run" if module.endswith("main") else "drive",
+                        lambda c: seen.setdefault("interval", sys.getswitchinterval()))
+    monkeypatch.setattr("logging.basicConfig", lambda **kw: None)
+    monkeypatch.setenv("RANK", rank)
+    assert mod.main(["--config", "unused.yaml"]) == 0
+    if expected_s is None:  # trainer ranks other than 0 have no rollout client thread
+        expected_s = 0.005 if module.endswith("main") else 0.0002
+    assert seen["interval"] == pytest.approx(expected_s)
 
 
 def test_config_rejects_a_non_positive_interval():

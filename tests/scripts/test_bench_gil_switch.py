@@ -1,12 +1,14 @@
-"""scripts/bench_gil_switch.py: one row per interval, and the process's interval restored."""
+"""scripts/dev/bench_gil_switch.py: one row per interval, and the process's interval restored."""
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-
-import bench_gil_switch  # noqa: E402
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "dev" / "bench_gil_switch.py"
+_spec = importlib.util.spec_from_file_location("bench_gil_switch", SCRIPT)
+bench_gil_switch = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench_gil_switch)
 
 
 def test_rows_per_interval_and_interval_restored(tmp_path):

@@ -139,3 +139,77 @@ def test_drop_rows_from_keeps_earlier_steps_and_appends_after(tmp_path):
     stats.close()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1, 2] and rows[-1]["rollout/reward_mean"] == 0.5
+
+
+def _wandb_records(run_file):
+    """The protobuf records of an offline run's .wandb file (W&B's append-only log: a 7-byte
+    header, then 32 KiB blocks of records, each with a 7-byte header: crc32, length, type; a
+    record may span blocks as FIRST / MIDDLE / LAST pieces)."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data, block = run_file.read_bytes(), 32768
+    assert data[:4] == b":W&B"
+    pos, pieces = 7, b""
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:  # the rest of a block too short for a header is padding
+            pos += left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if length == 0 and kind == 0:
+            pos += left
+            continue
+        pieces += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # FULL or LAST
+            record = pb.Record()
+            record.ParseFromString(pieces)
+            pieces = b""
+            yield record
+
+
+def test_wandb_offline_gets_the_same_metric_names_and_values(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb_dir"))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    settings = {"mode": "offline", "project": "areal-test", "name": "trial7", "tags": ["ci"]}
+    with StatsLogger(tmp_path / "run", progress=False, plot=False, tensorboard=False, wandb=settings,
+                     run_config={"actor": {"eps_clip": 0.2}}) as stats:
+        stats.log(0, {"rollout/reward_mean": None, "eval/accuracy": 0.25, "note": "text"})
+        for step in (1, 2):
+            stats.log(step, step_metrics(step))
+    [run_file] = list((tmp_path / "wandb_dir").glob("wandb/offline-run-*/run-*.wandb"))
+    rows, run = {}, None
+    for record in _wandb_records(run_file):
+        kind = record.WhichOneof("record_type")
+        if kind == "history":
+            items = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item}
+            rows[record.history.step.num] = {k: v for k, v in items.items() if not k.startswith("_")}
+        elif kind == "run":
+            run = record.run
+    assert run.project == "areal-test" and run.display_name == "trial7" and list(run.tags) == ["ci"]
+    config = {i.key: json.loads(i.value_json) for i in run.config.update}
+    assert config["actor"] == {"eps_clip": 0.2}
+    jsonl = {r["step"]: r for r in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())}
+    assert sorted(rows) == [0, 1, 2]
+    assert rows[0] == {"eval/accuracy": 0.25}  # null and text values are left out, as for TensorBoard
+    for step in (1, 2):  # every number of metrics.jsonl, under its name, at its step
+        want = {k: v for k, v in jsonl[step].items() if k != "step" and isinstance(v, (int, float))}
+        assert rows[step] == pytest.approx(want)
+        assert rows[step]["train/loss"] == pytest.approx(1.0 / step)
+        assert rows[step]["throughput/samples_per_s"] == pytest.approx(512.0)
+
+
+def test_wandb_enabled_without_the_package_names_the_key(tmp_path, monkeypatch):
+    import sys
+
+    from areal.config import ConfigError
+
+    monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb now raises ImportError
+    with pytest.raises(ConfigError, match="stats_logger.wandb.mode") as e:
+        StatsLogger(tmp_path, progress=False, plot=False, tensorboard=False, wandb={"mode": "online"})
+    assert "pip install wandb" in str(e.value) and "stats_logger.wandb.mode=disabled" in str(e.value)
+    StatsLogger(tmp_path, progress=False, plot=False, tensorboard=False, wandb={"mode": "disabled"}).close()

@@ -1,6 +1,7 @@
 """Reward functions for workflow tests, importable by spec from spawned reward workers."""
 
 import time
+from pathlib import Path
 
 
 def always_one(prompt, completion, prompt_ids, completion_ids, **data):
@@ -22,6 +23,9 @@ def checks_fields(prompt, completion, prompt_ids, completion_ids, **data):
     return 1.0 if ok and isinstance(completion, str) else 0.0
 
 
-def hang(prompt, completion, prompt_ids, completion_ids, **data):
+def hang(prompt, completion, prompt_ids, completion_ids, marker=None, **data):
+    """Hangs; first creates the file `marker` (a record field), if given: the hang has begun."""
+    if marker:
+        Path(marker).touch()
     time.sleep(3600)
     return 1.0

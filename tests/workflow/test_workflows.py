@@ -1,14 +1,12 @@
 """RLVR and multi-turn workflows against a real built-in server: masks, logprobs, versions, rewards."""
 
-import time
-
 import pytest
 import torch
 
 from areal.config.rollout import GenerationConfig, RolloutConfig
 from areal.engine.sglang.client import RemoteSGLangEngine
 from areal.rollout.executor import RolloutExecutor
-from areal.server.testing import start_server
+from areal.server.testing import start_server, wait_for
 from areal.workflow.common import chat_prompt_ids, encode, load_tokenizer
 from areal.workflow.multi_turn import MultiTurnWorkflow
 from areal.workflow.registry import build_workflow, resolve_workflow_class
@@ -114,17 +112,18 @@ def test_multi_turn_first_turn_success_gets_full_reward(engine, tokenizer):
         assert batch["loss_mask"][i, p:length].eq(1).all()
 
 
-def test_hanging_reward_times_out_without_stalling_the_executor(engine, tokenizer):
+def test_hanging_reward_times_out_without_stalling_the_executor(engine, tokenizer, tmp_path):
     executor = RolloutExecutor(engine, RolloutConfig(consumer_batch_size=1, max_concurrent_rollouts=4))
-    hung = RLVRWorkflow(R + "hang", gconfig(n_samples=1), tokenizer, reward_timeout_s=4, reward_workers=1)
+    # 8 s: far longer than the other episodes take, which must finish while the reward hangs
+    hung = RLVRWorkflow(R + "hang", gconfig(n_samples=1), tokenizer, reward_timeout_s=8, reward_workers=1)
     fine = RLVRWorkflow(R + "always_one", gconfig(n_samples=1), tokenizer, reward_workers=1)
+    hanging = tmp_path / "hanging"
     try:
         fine_batch = executor.rollout_batch([RECORD], fine)  # warm the pool
-        t = time.monotonic()
-        executor.submit(RECORD, hung)
-        time.sleep(0.5)
+        executor.submit({**RECORD, "marker": str(hanging)}, hung)
+        wait_for(hanging.exists, "the hung reward began", timeout=120)
         fine_batch = executor.rollout_batch([RECORD, RECORD], fine)
-        assert time.monotonic() - t < 4, "a hung reward held up other episodes"
+        assert executor.stats()["running"] == 1, "a hung reward held up other episodes"  # still hung
         assert fine_batch["rewards"].tolist() == [1.0, 1.0]
         hung_batch = executor.wait(1, timeout=60)
         assert hung_batch["rewards"].tolist() == [0.0]

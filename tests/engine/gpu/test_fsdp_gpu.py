@@ -9,26 +9,17 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 import torch
 
+from areal.models.shapes import build_model_dir, make_batch
+
 pytestmark = pytest.mark.gpu
-REPO = Path(__file__).resolve().parents[3]
-
-
-def _bench_module():
-    spec = importlib.util.spec_from_file_location("bench_train", REPO / "scripts" / "bench_train.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.fixture(scope="module")
 def qwen_05b(tmp_path_factory):
-    return _bench_module().build_model_dir("qwen2.5-0.5b", tmp_path_factory.mktemp("qwen"))
+    return build_model_dir("qwen2.5-0.5b", tmp_path_factory.mktemp("qwen"))
 
 
 def _nll(logprobs, entropy, mb):
@@ -44,7 +35,7 @@ def test_bf16_step_qwen05b_shape(qwen_05b):
     from areal.engine.fsdp.engine import FSDPEngine
 
     model_dir, tok_dir = qwen_05b
-    batch = _bench_module().make_batch(16, 128, 1024, vocab=151936)
+    batch = make_batch(16, 128, 1024, vocab=151936)
     engine = FSDPEngine.from_pretrained(model_dir, tokenizer_path=tok_dir, dtype="bfloat16",
                                         learning_rate=1e-4, max_tokens_per_mb=4096)
     try:
@@ -98,7 +89,7 @@ def test_nccl_weight_update_to_server(case, qwen_05b, tmp_path):
         engine = FSDPEngine.from_pretrained(model_dir, tokenizer_path=tok_dir, dtype=dtype, learning_rate=3e-2,
                                             fileroot=str(tmp_path), max_tokens_per_mb=4096)
         engine.connect_servers([server.url])
-        batch = _bench_module().make_batch(8, 16, 64, vocab=engine.hf_config.vocab_size)
+        batch = make_batch(8, 16, 64, vocab=engine.hf_config.vocab_size)
         for _ in range(3):
             engine.train_batch(batch, _nll, _weight)
         before, _ = _server_logprob_gap(engine, server.url)

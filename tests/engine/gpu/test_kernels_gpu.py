@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.engine.gpu.test_fsdp_gpu import _bench_module
+from areal.models.shapes import build_model_dir, make_batch
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 
@@ -19,9 +19,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(),
 def test_packed_logprobs_equal_one_sequence_microbatches(dtype, tol, tmp_path):
     from areal.engine.fsdp.engine import FSDPEngine
 
-    bench = _bench_module()
-    model_dir, tok_dir = bench.build_model_dir("tiny", tmp_path)
-    batch = bench.make_batch(12, 40, 400, vocab=512)
+    model_dir, tok_dir = build_model_dir("tiny", tmp_path)
+    batch = make_batch(12, 40, 400, vocab=512)
     logp = {}
     for budget in (4096, 400):  # all sequences in one packed row / one sequence per micro-batch
         engine = FSDPEngine.from_pretrained(model_dir, tokenizer_path=tok_dir, dtype=dtype,

@@ -1,0 +1,62 @@
+"""Random-weight models of real architectures, and batches for them, built locally (no download).
+
+The benchmark scripts (scripts/bench_*.py) and the GPU tests measure the training step, the
+weight update and the server on the shapes of real models (Qwen2.5-0.5B and 1.5B, from their
+public config.json) with random weights, plus a `tiny` shape for CPU smoke runs:
+
+    from areal.models.shapes import SHAPES, build_model_dir, make_batch
+    model_dir, tokenizer_dir = build_model_dir("qwen2.5-0.5b", Path("/tmp/areal-bench-train"))
+    batch = make_batch(64, 256, 2048, vocab=SHAPES["qwen2.5-0.5b"]["vocab_size"])
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# Public config values of the Qwen2.5 base models (config.json on the hub).
+SHAPES = {
+    "qwen2.5-0.5b": dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
+                         num_key_value_heads=2, intermediate_size=4864, vocab_size=151936,
+                         tie_word_embeddings=True),
+    "qwen2.5-1.5b": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12,
+                         num_key_value_heads=2, intermediate_size=8960, vocab_size=151936,
+                         tie_word_embeddings=True),
+    "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                 intermediate_size=256, vocab_size=512, tie_word_embeddings=True),
+}
+
+
+def build_model_dir(shape: str, root: Path, dtype: str = "bfloat16") -> tuple[str, str]:
+    """Random-weight Qwen2 folder of the given shape under `root`, and a tokenizer folder for it.
+
+    The tokenizer is the project's character tokenizer (the engine needs one for padding and
+    saving); token ids in benchmark batches are random over the model's vocabulary anyway. An
+    existing model folder is reused.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    from areal.models.tiny import make_tiny_model_dir
+
+    root = Path(root)
+    tok_dir = make_tiny_model_dir(root / "tokenizer")
+    model_dir = root / shape
+    if not (model_dir / "config.json").exists():
+        config = Qwen2Config(max_position_embeddings=32768, rope_theta=1e6, rms_norm_eps=1e-6,
+                             **SHAPES[shape])
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
+        model.save_pretrained(model_dir)
+    return str(model_dir), str(tok_dir)
+
+
+def make_batch(n: int, min_len: int, max_len: int, vocab: int, seed: int = 0) -> dict:
+    """`n` right-padded rows of random token ids, lengths uniform in [min_len, max_len]."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(min_len, max_len + 1, (n,), generator=g)
+    pos = torch.arange(max_len)[None]
+    attn = (pos < lengths[:, None]).long()
+    ids = torch.randint(3, vocab, (n, max_len), generator=g) * attn
+    return {"input_ids": ids, "attention_mask": attn, "loss_mask": attn * (pos >= 1).long()}

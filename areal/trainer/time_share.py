@@ -1,0 +1,103 @@
+"""One device, two processes, taking turns: the hand-off of a synchronous colocated run.
+
+With launcher.colocate and sglang.enable_memory_saver (a synchronous run), each step goes
+
+    generate (the server holds the device)
+    -> release: the server frees its KV cache and moves its weights off the device
+       (/release_memory_occupation); with actor.offload the trainer takes its state back
+    -> recompute logprobs, train (the trainer holds the device)
+    -> the server takes its weights back (/resume_memory_occupation tags=[weights]),
+       the weight update lands in them; with actor.offload the trainer moves its state to CPU
+    -> the server takes its KV cache back (tags=[kv_cache]) and generates the next batch.
+
+Asynchronous colocated runs do not take turns: both processes stay resident and
+sglang.mem_fraction_static splits the memory. Either way `memory_metrics` reports what each
+process holds at the hand-off points (memory/...). Every trainer rank calls every method (the
+trainer's offload is collective in spirit: each rank moves its own shards); only rank 0 talks to
+the servers.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+GB = 2**30
+
+
+class TimeShare:
+    def __init__(self, cfg, actor, engine=None):
+        self.actor, self.engine = actor, engine  # engine: rank 0's RemoteSGLangEngine, else None
+        self.enabled = bool(cfg.launcher.colocate and cfg.sglang.enable_memory_saver)
+        self.offload = self.enabled and cfg.actor.offload
+        self._metrics: dict[str, float] = {}
+
+    def start(self) -> None:
+        """Before the first generation: the trainer leaves the device to the server."""
+        if self.offload:
+            self._timed("offload_s", self.actor.offload)
+
+    def to_trainer(self) -> None:
+        """After generation: the server frees the device for training."""
+        if not self.enabled:
+            return
+        self._memory("generate")
+        if self.engine is not None:
+            self.engine.pause()  # nothing runs in a synchronous run now; no request may start either
+            self._timed("release_s", self.engine.release_memory_occupation)
+        if self.offload:
+            self._timed("onload_s", self.actor.onload)
+
+    def weights_to_server(self) -> None:
+        """Before the weight update: the server's weights come back so the update can land in them."""
+        if not self.enabled:
+            return
+        self._memory("train")
+        if self.engine is not None:
+            self._timed("resume_weights_s", lambda: self.engine.resume_memory_occupation(["weights"]))
+
+    def to_server(self) -> None:
+        """After the weight update: the server gets its KV cache back and generates next."""
+        if not self.enabled:
+            return
+        if self.offload:
+            self._timed("offload_s", self.actor.offload)
+        if self.engine is not None:
+            self._timed("resume_kv_cache_s", lambda: self.engine.resume_memory_occupation(["kv_cache"]))
+
+    def metrics(self) -> dict[str, float]:
+        """This step's hand-off seconds (handoff/...) and memory readings (memory/...), once."""
+        out, self._metrics = self._metrics, {}
+        return out
+
+    def _timed(self, name: str, fn) -> Any:
+        t0 = time.perf_counter()
+        result = fn()
+        self._metrics[f"handoff/{name}"] = self._metrics.get(f"handoff/{name}", 0.0) + time.perf_counter() - t0
+        return result
+
+    def _memory(self, phase: str) -> None:
+        self._metrics.update(memory_metrics(self.actor, self.engine, phase))
+
+
+def memory_metrics(actor, engine, phase: str) -> dict[str, float]:
+    """Device memory of the trainer (this rank) and of the first server, at the end of `phase`:
+    memory/trainer_{phase}_peak_gb (the trainer's peak since the previous reading),
+    memory/server_{phase}_reserved_gb and _peak_gb (what the server's /get_server_info reports).
+    Empty on CPU."""
+    import torch
+
+    out: dict[str, float] = {}
+    if torch.cuda.is_available() and actor.device_type == "cuda":
+        out[f"memory/trainer_{phase}_peak_gb"] = torch.cuda.max_memory_allocated() / GB
+        out[f"memory/trainer_{phase}_reserved_gb"] = torch.cuda.memory_reserved() / GB
+        torch.cuda.reset_peak_memory_stats()
+    if engine is not None and engine.addrs:
+        try:
+            memory = engine.server_info(engine.addrs[0]).get("memory") or {}
+        except (OSError, RuntimeError, ValueError):
+            memory = {}
+        for key, name in (("memory_reserved", "reserved"), ("max_memory_allocated", "peak")):
+            if isinstance(memory.get(key), (int, float)):
+                out[f"memory/server_{phase}_{name}_gb"] = memory[key] / GB
+    return out
