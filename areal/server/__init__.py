@@ -5,10 +5,25 @@ works against either. Modules, in the order a request flows:
 
     args.py        command-line flags (SGLang's names)
     app.py         aiohttp routes, request validation (validation.py), response shapes
-    scheduler.py   continuous batching on one worker thread; pause/abort/retract
+    scheduler.py   continuous batching on one worker thread; pause/abort/retract; KV budget
     engine.py      the transformers model: batched prefill/decode with a shared padded KV cache
     sampling.py    per-request sampling; logprob convention (temperature-scaled, as SGLang)
-    weights.py     weight updates from disk and over torch.distributed (nccl/gloo)
+    weights.py     weight updates from disk, over torch.distributed (nccl/gloo), and from
+                   tensors the trainer shares (CUDA IPC / CPU shared memory: utils/tensor_ipc.py)
+    memory.py      --mem-fraction-static / --max-total-tokens budget; memory release and resume
     lora.py        LoRA adapters (/load_lora_adapter): one served adapter, merged into the weights
     testing.py     start_server() for tests and benchmarks
+
+Routes (SGLang's paths and fields; app.py has the error shapes):
+
+    generation     /generate, /pause_generation, /continue_generation, /abort_request
+    information    /health, /health_generate, /get_model_info, /get_server_info (KV budget as
+                   max_total_num_tokens, this process's "memory"), /get_weight_version, /v1/models
+    weights        /update_weights_from_disk, /update_weights_from_tensor,
+                   /init_weights_update_group, /update_weights_from_distributed,
+                   /destroy_weights_update_group, /update_weight_version,
+                   /load_lora_adapter, /unload_lora_adapter
+    colocation     /release_memory_occupation, /resume_memory_occupation (tags kv_cache,
+                   weights) and /update_weights_from_tensor: one GPU shared with a trainer
+    cache          /flush_cache (nothing to flush: no prefix cache)
 """

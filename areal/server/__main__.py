@@ -30,6 +30,8 @@ def build_state(args: ServerArgs):
     """Load model and tokenizer, start the scheduler; returns the handlers' shared state."""
     from areal.server.app import ServerState
     from areal.server.engine import ModelRunner
+    from areal.server.memory import MemoryOccupation, WeightOffloader, cap_process_memory, \
+        plan_kv_budget
     from areal.server.scheduler import Scheduler
     from areal.server.weights import WeightUpdater, weight_roots
 
@@ -48,16 +50,32 @@ def build_state(args: ServerArgs):
         if tokenizer.eos_token_id is not None:
             eos_ids.add(int(tokenizer.eos_token_id))
     decode = None if tokenizer is None else (lambda ids: tokenizer.decode(ids))
-    scheduler = Scheduler(runner, max_running=args.max_running_requests,
-                          max_prefill_tokens=args.max_prefill_tokens, decode=decode)
     context = args.context_length or _model_context_length(runner.config)
+    budget = plan_kv_budget(runner, mem_fraction=args.mem_fraction_static,
+                            max_total_tokens=args.max_total_tokens,
+                            max_prefill_tokens=args.max_prefill_tokens, context_length=context,
+                            max_running=args.max_running_requests)
+    cap_process_memory(runner.device, budget.mem_fraction_static)
+    logger.info("KV cache budget: %d tokens (%s; %d bytes per token, weights %.2f GiB, headroom "
+                "%.2f GiB, %s x %.2f GiB)", budget.max_total_num_tokens, budget.limited_by,
+                budget.bytes_per_token, budget.weights_bytes / 2**30,
+                budget.headroom_bytes / 2**30, budget.mem_fraction_static,
+                budget.device_total_bytes / 2**30)
+    if budget.max_total_num_tokens < context:
+        logger.warning("the KV budget (%d tokens) is below the context length (%d): longer "
+                       "requests are refused", budget.max_total_num_tokens, context)
+    scheduler = Scheduler(runner, max_running=args.max_running_requests,
+                          max_prefill_tokens=args.max_prefill_tokens, decode=decode,
+                          max_total_tokens=budget.max_total_num_tokens)
+    offloader = WeightOffloader(runner)
     roots = weight_roots(args.model_path, args.weight_dirs)
     logger.info("/update_weights_from_disk may load from %s%s", roots,
                 "" if args.weight_dirs else " (no --weight-dirs: the model's folder and the "
                 "default run root)")
     return ServerState(args=args, runner=runner, tokenizer=tokenizer, scheduler=scheduler,
-                       updater=WeightUpdater(runner), context_length=context,
-                       weight_version=args.weight_version, eos_ids=eos_ids, weight_roots=roots)
+                       updater=WeightUpdater(runner, offloader), context_length=context,
+                       weight_version=args.weight_version, eos_ids=eos_ids, weight_roots=roots,
+                       memory=MemoryOccupation(scheduler, offloader), kv_budget=budget)
 
 
 def _model_context_length(config) -> int:
@@ -104,10 +122,11 @@ def main(argv: list[str] | None = None) -> int:
 
     hf_logging.disable_progress_bar()
     from areal.server.engine import ModelLoadError
+    from areal.server.memory import MemoryBudgetError
 
     try:
         asyncio.run(serve(args))
-    except ModelLoadError as exc:
+    except (ModelLoadError, MemoryBudgetError) as exc:
         print(f"areal.server: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:  # e.g. the port is taken

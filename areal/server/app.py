@@ -11,6 +11,13 @@ a non-JSON Content-Type, 503 when --max-running-requests + --max-queued-requests
 requests are already in the server, and 403 (weights shape `{"success": false, "message"}`) for
 a disk weight or LoRA adapter load from outside the allowed folders (--weight-dirs). LoRA
 adapters: see lora.py (one adapter served at a time, merged into the weights).
+
+Colocation with a trainer on the same GPU (SGLang's routes): /update_weights_from_tensor takes
+tensors the trainer shares (CUDA IPC handles or CPU shared memory; weights.py, and
+areal/utils/tensor_ipc.py for the format), and /release_memory_occupation and
+/resume_memory_occupation give the KV cache and the weights back to the device and take them
+again (memory.py, which also keeps the server within --mem-fraction-static). While memory is
+released, /generate is a 400 that names /resume_memory_occupation.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ from dataclasses import asdict, dataclass, field
 
 from aiohttp import web
 
+from areal.server.memory import MEMORY_TAGS, DeviceMemoryShort, KVBudget, MemoryOccupation, \
+    MemoryReleased, ServerBusy, memory_readings, released_message
 from areal.server.sampling import SamplingParams
 from areal.server.scheduler import Scheduler, Sequence
 from areal.server.validation import BadRequest, UnsupportedMediaType, check_keys, get_typed, \
@@ -32,6 +41,8 @@ from areal.server.weights import WeightUpdater, check_weight_path
 
 logger = logging.getLogger("areal.server")
 PAUSE_MODES = ("abort", "retract", "in_place")
+TENSOR_LOAD_FORMATS = (None, "direct")  # both: copy by Hugging Face state-dict name
+TENSOR_SELECTORS = ("all", "target")  # no draft model here
 HEALTH_GENERATE_TIMEOUT_S = 20.0
 MIN_BODY_BYTES = 4 * 2**20
 BODY_BYTES_PER_TOKEN = 64  # generous: a token id or a token's text, JSON-escaped, is far smaller
@@ -59,6 +70,8 @@ class ServerState:
     weight_version: str
     eos_ids: set[int]
     weight_roots: list[str] = field(default_factory=list)  # see weights.weight_roots
+    memory: MemoryOccupation | None = None  # release/resume; see memory.py
+    kv_budget: KVBudget | None = None  # how max_total_num_tokens was reached
     accepted: int = 0  # /generate requests inside the server (held, queued or running)
     gate: asyncio.Event = field(default_factory=asyncio.Event)  # set = not paused
     lora_ops: int = 0  # LoRA loads/unloads in progress; requests naming an adapter wait for them
@@ -129,12 +142,15 @@ def build_app(state: ServerState) -> web.Application:
         add("GET", path, handler)
     for method in ("GET", "POST"):
         add(method, "/flush_cache", h.flush_cache)
+        add(method, "/release_memory_occupation", h.release_memory)
+        add(method, "/resume_memory_occupation", h.resume_memory)
     for method in ("POST", "PUT"):
         add(method, "/generate", h.generate)
     for path, handler in (("/pause_generation", h.pause), ("/continue_generation", h.resume),
                           ("/abort_request", h.abort_request),
                           ("/update_weight_version", h.update_weight_version),
                           ("/update_weights_from_disk", h.update_from_disk),
+                          ("/update_weights_from_tensor", h.update_from_tensor),
                           ("/load_lora_adapter", h.load_lora),
                           ("/unload_lora_adapter", h.unload_lora),
                           ("/init_weights_update_group", h.init_group),
@@ -197,6 +213,8 @@ class Handlers:
             raise BadRequest(f"/generate: rid {rid!r} is already in flight; rids must be unique.")
         if inp.lora_path is not None:
             self._check_lora(inp.lora_path)  # fail fast, before waiting out a pause
+        self._check_kv_budget(len(inp.input_ids) + inp.sampling.max_new_tokens)
+        self._check_memory_resident()  # fail fast; the scheduler checks again at submit
         if self.s.accepted >= self.s.capacity:
             return error(503, self._full_message())
         self.s.accepted += 1
@@ -209,9 +227,29 @@ class Handlers:
         finally:
             self.s.accepted -= 1
         reason = seq.finish_reason
-        if reason["type"] == "abort" and reason.get("status_code") == 500:
-            return error(500, reason["message"])
+        if reason["type"] == "abort" and reason.get("status_code") in (400, 500):
+            return error(reason["status_code"], reason["message"])  # refused by the scheduler
         return web.json_response(self._output(seq, inp.return_text_in_logprobs))
+
+    def _check_kv_budget(self, tokens: int) -> None:
+        """A request whose own worst-case KV cache exceeds the whole budget can never run."""
+        budget = self.s.scheduler.max_total_tokens
+        if budget is not None and tokens > budget:
+            raise BadRequest(
+                f"/generate: the request needs {tokens} KV cache tokens (prompt + "
+                f"max_new_tokens), more than the server's whole KV budget, "
+                f"max_total_num_tokens {budget} (set by {self._budget_source()}); lower "
+                "max_new_tokens or shorten the prompt, or restart the server with a higher "
+                "--mem-fraction-static (or --max-total-tokens).")
+
+    def _budget_source(self) -> str:
+        budget = self.s.kv_budget
+        return budget.limited_by if budget is not None else "--max-total-tokens"
+
+    def _check_memory_resident(self) -> None:
+        released = self.s.scheduler.memory_released
+        if released:
+            raise BadRequest(released_message("/generate", released))
 
     def _check_lora(self, lora_path: str) -> None:
         try:
@@ -292,8 +330,9 @@ class Handlers:
         return web.Response(status=200)
 
     async def health_generate(self, request: web.Request) -> web.Response:
-        """Generate one token; while generation is paused the server counts as healthy."""
-        if not self.s.gate.is_set():
+        """Generate one token; while generation is paused or memory is released the server
+        counts as healthy (the caller chose that nothing runs)."""
+        if not self.s.gate.is_set() or self.s.scheduler.memory_released:
             return web.Response(status=200)
         rid = f"HEALTH_CHECK_{uuid.uuid4().hex}"
         try:
@@ -313,10 +352,15 @@ class Handlers:
 
     async def server_info(self, request: web.Request) -> web.Response:
         """Server args, batching statistics and load (SGLang puts scheduler state in
-        `internal_states`; ours holds the batching stats)."""
+        `internal_states`; ours holds the batching stats), the KV budget (SGLang's
+        max_total_num_tokens) and this process's memory (for per-phase peaks in benchmarks)."""
         stats = self.s.scheduler.stats.as_dict()
         info = {k: v for k, v in asdict(self.s.args).items() if k != "api_key"}
+        budget = self.s.kv_budget
         info.update({"context_length": self.s.context_length,
+                     "max_total_num_tokens": self.s.scheduler.max_total_tokens,
+                     "kv_budget": budget.as_dict() if budget is not None else None,
+                     "memory": self._memory(),
                      "weight_version": self.s.weight_version,
                      "resolved_device": str(self.s.runner.device),
                      "resolved_dtype": str(self.s.runner.dtype).removeprefix("torch."),
@@ -327,6 +371,14 @@ class Handlers:
                      "uptime_s": time.time() - self.s.started,
                      "version": "areal-builtin"})
         return web.json_response(info)
+
+    def _memory(self) -> dict:
+        memory = memory_readings(self.s.runner.device)
+        offloader = self.s.updater.offloader
+        memory.update(released=sorted(self.s.scheduler.memory_released),
+                      kv_cache_bytes=self.s.scheduler.kv_cache_bytes(),
+                      offloaded_weights_bytes=offloader.offloaded_bytes() if offloader else 0)
+        return memory
 
     async def models(self, request: web.Request) -> web.Response:
         path = self.s.args.model_path
@@ -340,6 +392,45 @@ class Handlers:
     async def flush_cache(self, request: web.Request) -> web.Response:
         """There is no prefix cache to flush (each request prefills its own prompt)."""
         return web.Response(text="Cache flushed.\n", status=200)
+
+    # ---- memory occupation (colocation; see memory.py) ---------------------------------------
+    async def release_memory(self, request: web.Request) -> web.Response:
+        """SGLang's /release_memory_occupation {tags}; SGLang answers 200 with no fields, we
+        add success, message, changed, released (tags released now) and seconds."""
+        tags = await self._memory_tags(request, "/release_memory_occupation")
+        return await self._memory_op(lambda: self.s.memory.release(tags))
+
+    async def resume_memory(self, request: web.Request) -> web.Response:
+        tags = await self._memory_tags(request, "/resume_memory_occupation")
+        return await self._memory_op(lambda: self.s.memory.resume(tags))
+
+    async def _memory_tags(self, request: web.Request, where: str) -> list[str]:
+        """`tags`: null, absent or [] mean all (SGLang's rule); unknown tags are a 400."""
+        body = await read_json(request, allow_empty=True)
+        check_keys(body, {"tags", "rid"}, where)
+        tags = body.get("tags")
+        if tags is None or tags == []:
+            return list(MEMORY_TAGS)
+        if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
+            raise BadRequest(f"{where}: 'tags' must be null or a list of strings from "
+                             f"{list(MEMORY_TAGS)}, got {tags!r}.")
+        unknown = [t for t in tags if t not in MEMORY_TAGS]
+        if unknown:
+            raise BadRequest(f"{where}: unknown tag(s) {unknown}; valid tags are "
+                             f"{list(MEMORY_TAGS)} (null for all). The built-in server has no "
+                             "CUDA graphs, so SGLang's 'cuda_graph' is not one.")
+        return list(dict.fromkeys(tags))
+
+    async def _memory_op(self, fn) -> web.Response:
+        """Run on the worker between steps: 400 while requests need the memory, 503 when the
+        device has no room for the weights yet."""
+        try:
+            reply = await asyncio.wrap_future(self.s.scheduler.call(fn))
+        except ServerBusy as exc:
+            return error(400, str(exc))
+        except DeviceMemoryShort as exc:
+            return error(503, str(exc))
+        return web.json_response(reply)
 
     # ---- pause / continue / abort -----------------------------------------------------------
     async def pause(self, request: web.Request) -> web.Response:
@@ -415,6 +506,31 @@ class Handlers:
         ok, message = await self._on_worker(lambda: self.s.updater.load_from_disk(path, timings))
         return self._weights_reply(ok, message, version, extra={"num_paused_requests": 0, **timings})
 
+    async def update_from_tensor(self, request: web.Request) -> web.Response:
+        """SGLang's /update_weights_from_tensor (weights.py has the protocol). Reply: success,
+        message, and deserialize_s / load_s on success."""
+        body = await read_json(request)
+        where = "/update_weights_from_tensor"
+        check_keys(body, {"serialized_named_tensors", "load_format", "flush_cache",
+                          "abort_all_requests", "weight_version", "selector",
+                          "torch_empty_cache", "rid"}, where)
+        payload = _rank0_payload(body.get("serialized_named_tensors"), where)
+        _check_tensor_update_options(body, where)
+        empty_cache = get_typed(body, "torch_empty_cache", bool, False, where)
+        version = get_typed(body, "weight_version", str, None, where)
+        if get_typed(body, "abort_all_requests", bool, False, where):
+            await asyncio.wrap_future(self.s.scheduler.abort(None, "Aborted by " + where))
+        timings: dict[str, float] = {}  # deserialize_s, load_s: reported for benchmarks
+
+        def update() -> str:
+            message = self.s.updater.update_from_tensors(payload, timings)
+            if empty_cache:
+                _empty_cuda_cache(self.s.runner.device)
+            return message
+
+        ok, message = await self._on_worker(update)
+        return self._weights_reply(ok, message, version, extra=timings)
+
     async def load_lora(self, request: web.Request) -> web.Response:
         """SGLang's /load_lora_adapter; the adapter becomes the one served (see lora.py)."""
         body = await read_json(request)
@@ -429,7 +545,7 @@ class Handlers:
             check_weight_path(path, self.s.weight_roots, where, key="lora_path")
         except BadRequest as exc:
             return self._lora_reply(False, str(exc), status=exc.status)
-        ok, message = await self._lora_op(lambda: self.s.updater.lora.load(name, path))
+        ok, message = await self._lora_op(where, lambda: self.s.updater.lora.load(name, path))
         return self._lora_reply(ok, message)
 
     async def unload_lora(self, request: web.Request) -> web.Response:
@@ -440,14 +556,19 @@ class Handlers:
         name = get_typed(body, "lora_name", str, None, where)
         if not name:
             raise BadRequest(f"{where}: 'lora_name' (string) is required.")
-        ok, message = await self._lora_op(lambda: self.s.updater.lora.unload(name))
+        ok, message = await self._lora_op(where, lambda: self.s.updater.lora.unload(name))
         return self._lora_reply(ok, message)
 
-    async def _lora_op(self, fn) -> tuple[bool, str]:
+    async def _lora_op(self, where: str, fn) -> tuple[bool, str]:
+        def guarded():  # merging needs the weights on the device (checked on the worker)
+            if self.s.updater.weights_released:
+                raise MemoryReleased(released_message(where, {"weights"}))
+            return fn()
+
         self.s.lora_ops += 1
         self.s.lora_idle.clear()
         try:
-            return await self._on_worker(fn)
+            return await self._on_worker(guarded)
         finally:
             self.s.lora_ops -= 1
             if self.s.lora_ops == 0:
@@ -547,6 +668,41 @@ class Handlers:
         self.s.weight_version = version
         for seq in list(self.s.inflight.values()):
             seq.version_spans.append((len(seq.output_ids), version))
+
+
+def _rank0_payload(payloads, where: str) -> str:
+    """The one entry of `serialized_named_tensors`. SGLang's tensor-parallel rank r reads entry
+    r and no other (reading another rank's entry would take that rank's CUDA IPC references);
+    this server runs one rank, so a list of any other length is a 400."""
+    if not isinstance(payloads, list) or not all(isinstance(p, str) for p in payloads):
+        raise BadRequest(f"{where}: 'serialized_named_tensors' (a list of base64 strings, one per "
+                         "tensor-parallel rank) is required.")
+    if len(payloads) != 1:
+        raise BadRequest(f"{where}: 'serialized_named_tensors' has {len(payloads)} entries; this "
+                         "server runs one tensor-parallel rank (tp 1), so send exactly one: the "
+                         "serialized (name, tensor) list for rank 0.")
+    return payloads[0]
+
+
+def _check_tensor_update_options(body: dict, where: str) -> None:
+    load_format = get_typed(body, "load_format", str, None, where)
+    if load_format not in TENSOR_LOAD_FORMATS:
+        raise BadRequest(f"{where}: load_format {load_format!r} is not supported by the built-in "
+                         "server; use null or 'direct' (both copy by Hugging Face state-dict "
+                         "name). 'flattened_bucket' needs SGLang's own classes in the payload, "
+                         "which this server does not unpickle: send (name, tensor) pairs.")
+    selector = get_typed(body, "selector", str, "all", where)
+    if selector not in TENSOR_SELECTORS:
+        raise BadRequest(f"{where}: selector {selector!r} is invalid here; the built-in server "
+                         f"has no draft model, use one of {list(TENSOR_SELECTORS)}.")
+    get_typed(body, "flush_cache", bool, True, where)  # nothing is cached across requests
+
+
+def _empty_cuda_cache(device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def version_spans(seq: Sequence) -> list[list]:

@@ -2,8 +2,10 @@
 
 The launcher starts either `python -m sglang.launch_server` or `python -m areal.server` with the
 same flags, so the flags SGLang has and this server needs keep SGLang's spelling and meaning.
-Flags that only tune SGLang's memory pool are accepted and ignored; a flag we do not know is an
-error (argparse exits with status 2), because a silently ignored typo wastes a run.
+--mem-fraction-static and --max-total-tokens bound the weights plus KV cache as SGLang's memory
+pool does (see memory.py); --enable-memory-saver is accepted, since release/resume of memory work
+here either way. A flag we do not know is an error (argparse exits with status 2), because a
+silently ignored typo wastes a run.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 LOG_LEVELS = ("debug", "info", "warning", "error", "critical")
 DEFAULT_MAX_QUEUED = 1024
+DEFAULT_MEM_FRACTION = 0.9  # memory.py reads it from here (this module stays free of torch)
 
 
 def default_run_root() -> str:
@@ -35,6 +38,8 @@ class ServerArgs:
     device: str
     tp_size: int
     mem_fraction_static: float | None
+    max_total_tokens: int | None
+    enable_memory_saver: bool
     context_length: int | None
     random_seed: int
     api_key: str | None
@@ -64,7 +69,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tp-size", "--tensor-parallel-size", dest="tp_size", type=int, default=1,
                    help="Only 1: the built-in server runs the model on one device.")
     p.add_argument("--mem-fraction-static", type=float, default=None,
-                   help="Accepted for SGLang compatibility; ignored (no static KV pool here).")
+                   help="Share of the device's memory (GPU, or RAM on CPU) for the weights plus "
+                        "the KV cache, as in SGLang. On CUDA the process is capped at it, and "
+                        "requests are admitted only while their worst-case KV cache fits what "
+                        f"is left after the weights and an activation headroom. Default: "
+                        f"{DEFAULT_MEM_FRACTION}.")
+    p.add_argument("--max-total-tokens", type=int, default=None,
+                   help="Lower the KV cache budget to this many tokens (SGLang's flag, for "
+                        "development and debugging); the budget is otherwise computed from "
+                        "--mem-fraction-static. /get_server_info reports it as "
+                        "max_total_num_tokens.")
+    p.add_argument("--enable-memory-saver", action="store_true",
+                   help="Accepted for SGLang compatibility: /release_memory_occupation and "
+                        "/resume_memory_occupation work on the built-in server with or without "
+                        "it (weights move to CPU memory, the KV cache is dropped).")
     p.add_argument("--context-length", type=int, default=None,
                    help="Max prompt + completion tokens; defaults to the model's "
                         "max_position_embeddings.")
@@ -102,9 +120,13 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
     for flag, value, low in (("--max-running-requests", ns.max_running_requests, 1),
                              ("--max-queued-requests", ns.max_queued_requests, 0),
                              ("--max-prefill-tokens", ns.max_prefill_tokens, 1),
+                             ("--max-total-tokens", ns.max_total_tokens, 1),
                              ("--context-length", ns.context_length, 2)):
         if value is not None and value < low:
             parser.error(f"{flag} {value} is invalid: use an integer >= {low}.")
+    if ns.mem_fraction_static is not None and not 0 < ns.mem_fraction_static <= 1:
+        parser.error(f"--mem-fraction-static {ns.mem_fraction_static} is invalid: use a share "
+                     "of the device's memory in (0, 1], e.g. 0.8.")
     if not 0 < ns.port < 65536:
         parser.error(f"--port {ns.port} is invalid: use 1..65535.")
     return ServerArgs(**vars(ns))

@@ -53,27 +53,37 @@ class KVBatch:
     lengths: object
     spare: int = 0  # columns allocated past mask.shape[1] in every layer's buffers
 
-    def reserve(self, columns: int = 1) -> None:
-        """Make sure `columns` more columns can be written in place (reallocates, with slack)."""
+    def reserve(self, columns: int = 1, max_width: int | None = None) -> None:
+        """Make sure `columns` more columns can be written in place (reallocates, with slack up
+        to `max_width` columns in all: the longest row's worst case, which the scheduler's KV
+        budget counts). One layer at a time, so the old and new buffers of only one layer
+        coexist (memory.py counts that transient)."""
         if self.spare >= columns:
             return
         width = self.mask.shape[1]
         extra = max(columns, SPARE_COLUMNS)
-        grown = []
-        for k, v in self.layers:
+        if max_width is not None:
+            extra = max(columns, min(extra, max_width - width))
+        for i, (k, v) in enumerate(self.layers):
             kb = k.new_empty(k.shape[:2] + (width + extra,) + k.shape[3:])
             vb = v.new_empty(kb.shape)
             kb[:, :, :width].copy_(k)
             vb[:, :, :width].copy_(v)
-            grown.append((kb[:, :, :width], vb[:, :, :width]))
-        self.layers, self.spare = grown, extra
+            self.layers[i] = (kb[:, :, :width], vb[:, :, :width])
+            del k, v
+        self.spare = extra
+
+    def nbytes(self) -> int:
+        """Bytes of the cache buffers (spare columns included)."""
+        return sum(t.untyped_storage().nbytes() for layer in list(self.layers) for t in layer)
 
     @property
     def size(self) -> int:
         return int(self.mask.shape[0])
 
     def select(self, rows: list[int]) -> "KVBatch | None":
-        """Keep `rows` (in that order); trims columns that are padding for every kept row."""
+        """Keep `rows` (in that order); trims columns that are padding for every kept row.
+        Consumes this batch, one layer at a time, so that at most one layer exists twice."""
         import torch
 
         if not rows:
@@ -81,31 +91,37 @@ class KVBatch:
         idx = torch.tensor(rows, device=self.mask.device)
         mask = self.mask.index_select(0, idx)
         start = int((mask.sum(0) > 0).nonzero()[0]) if mask.any() else mask.shape[1]
-        layers = [(k.index_select(0, idx)[:, :, start:], v.index_select(0, idx)[:, :, start:])
-                  for k, v in self.layers]
+        layers = []
+        while self.layers:
+            k, v = self.layers.pop(0)
+            layers.append((k.index_select(0, idx)[:, :, start:],
+                           v.index_select(0, idx)[:, :, start:]))
+            del k, v
         return KVBatch(layers, mask[:, start:], self.lengths.index_select(0, idx))
 
     @staticmethod
     def merge(a: "KVBatch | None", b: "KVBatch | None") -> "KVBatch | None":
-        """Concatenate two batches along the batch dim, left-padding the shorter cache."""
+        """Concatenate two batches along the batch dim, left-padding the shorter cache with
+        zeros. Consumes both, one layer at a time (at most one layer exists twice)."""
         if a is None or b is None:
             return a or b
         import torch
-
-        width = max(a.mask.shape[1], b.mask.shape[1])
-        a, b = a._pad_to(width), b._pad_to(width)
-        layers = [(torch.cat([ka, kb]), torch.cat([va, vb]))
-                  for (ka, va), (kb, vb) in zip(a.layers, b.layers)]
-        return KVBatch(layers, torch.cat([a.mask, b.mask]), torch.cat([a.lengths, b.lengths]))
-
-    def _pad_to(self, width: int) -> "KVBatch":
         import torch.nn.functional as F
 
-        extra = width - self.mask.shape[1]
-        if extra == 0:
-            return self
-        layers = [(F.pad(k, (0, 0, extra, 0)), F.pad(v, (0, 0, extra, 0))) for k, v in self.layers]
-        return KVBatch(layers, F.pad(self.mask, (extra, 0)), self.lengths)
+        width = max(a.mask.shape[1], b.mask.shape[1])
+        wa, wb, na = a.mask.shape[1], b.mask.shape[1], a.size
+        layers = []
+        while a.layers:
+            pair = []
+            for ta, tb in zip(a.layers.pop(0), b.layers.pop(0)):
+                out = ta.new_zeros((na + tb.shape[0],) + ta.shape[1:2] + (width,) + ta.shape[3:])
+                out[:na, :, width - wa:].copy_(ta)
+                out[na:, :, width - wb:].copy_(tb)
+                pair.append(out)
+                del ta, tb
+            layers.append(tuple(pair))
+        mask = torch.cat([F.pad(a.mask, (width - wa, 0)), F.pad(b.mask, (width - wb, 0))])
+        return KVBatch(layers, mask, torch.cat([a.lengths, b.lengths]))
 
 
 class ModelRunner:
@@ -156,18 +172,22 @@ class ModelRunner:
         with torch.inference_mode():
             out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
                              use_cache=True, logits_to_keep=1, **{self._cache_kwarg: cache})
-        keep = mask.to(self.dtype)[:, None, :, None]
-        layers = [(layer.keys * keep, layer.values * keep) for layer in cache.layers]
+            keep = mask.to(self.dtype)[:, None, :, None]
+            for layer in cache.layers:  # in place: no second copy of the new cache
+                layer.keys.mul_(keep)
+                layer.values.mul_(keep)
+        layers = [(layer.keys, layer.values) for layer in cache.layers]
         lengths = mask.sum(-1)
         return KVBatch(layers, mask, lengths), out.logits[:, -1, :]
 
-    def decode(self, batch: KVBatch, tokens: list[int]):
-        """Feed one token per row; extends `batch` in place and returns logits [B, V]."""
+    def decode(self, batch: KVBatch, tokens: list[int], max_width: int | None = None):
+        """Feed one token per row; extends `batch` in place and returns logits [B, V].
+        `max_width` (optional) caps the cache's spare columns (see KVBatch.reserve)."""
         import torch
 
         ids = torch.tensor(tokens, device=self.device).unsqueeze(1)
         mask = torch.cat([batch.mask, batch.mask.new_ones(batch.size, 1)], dim=1)
-        batch.reserve(1)
+        batch.reserve(1, max_width)
         cache = self._cache_over(batch.layers)
         with torch.inference_mode():
             # A 4-D mask is used as given (no mask building per step); see server/attention.py.

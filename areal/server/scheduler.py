@@ -10,8 +10,10 @@ Each loop iteration (on the worker thread):
   2. run control commands (weight updates, pause/continue, ...) that may run now; a command
      marked `drain` waits, as in SGLang, until running requests have finished (admission stops
      meanwhile) unless generation is paused;
-  3. unless paused, admit waiting sequences (bounded by --max-running-requests and
-     --max-prefill-tokens), prefill them together and merge them into the running batch;
+  3. unless paused or memory is released, admit waiting sequences (bounded by
+     --max-running-requests, --max-prefill-tokens and the KV budget: the batch's worst-case cache,
+     rows x the longest prompt + max_new_tokens, stays within max_total_num_tokens; see
+     memory.py), prefill them together and merge them into the running batch;
   4. run one decode step for the whole batch, sample each row with its own parameters, and
      retire finished sequences (their callback fires on this thread).
 
@@ -33,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from areal.server.engine import KVBatch, ModelRunner
+from areal.server.memory import ServerBusy, final_length, kv_footprint, released_message
 from areal.server.sampling import SamplingParams, mask_stop_tokens, sample
 
 logger = logging.getLogger("areal.server")
@@ -76,6 +79,8 @@ class BatchStats:
     requests_served: int = 0
     requests_aborted: int = 0
     max_batch_size: int = 0
+    max_kv_tokens_reserved: int = 0  # the largest worst-case KV footprint admitted (memory.py)
+    kv_budget_waits: int = 0  # admission rounds that left a request waiting for KV budget
     _batch_size_sum: int = 0
     prefill_s: float = 0.0  # wall seconds in prefill + merge (including the first token's sampling)
     decode_s: float = 0.0  # wall seconds in decode steps (forward, sampling, reading the tokens back)
@@ -94,6 +99,8 @@ class BatchStats:
                 "requests_served": self.requests_served,
                 "requests_aborted": self.requests_aborted,
                 "max_batch_size": self.max_batch_size, "mean_batch_size": round(mean, 3),
+                "max_kv_tokens_reserved": self.max_kv_tokens_reserved,
+                "kv_budget_waits": self.kv_budget_waits,
                 "decode_rows": self._batch_size_sum,  # sequences stepped, over all decode steps
                 "prefill_s": round(self.prefill_s, 3), "decode_s": round(self.decode_s, 3)}
 
@@ -143,10 +150,14 @@ class Scheduler:
     """Owns the running batch; the public methods are safe to call from any thread."""
 
     def __init__(self, runner: ModelRunner, *, max_running: int, max_prefill_tokens: int,
-                 decode: Callable[[list[int]], str] | None = None):
+                 decode: Callable[[list[int]], str] | None = None,
+                 max_total_tokens: int | None = None):
         self.runner = runner
         self.max_running = max_running
         self.max_prefill_tokens = max_prefill_tokens
+        self.max_total_tokens = max_total_tokens  # KV budget in token slots; None: unbounded
+        # tags given back by /release_memory_occupation (set on the worker thread, see memory.py)
+        self.memory_released: frozenset[str] = frozenset()
         self.decode = decode
         self.stats = BatchStats()
         self._throughput = ThroughputLog(self.stats)
@@ -189,8 +200,15 @@ class Scheduler:
         return self.call(self._resume)
 
     def load(self) -> dict:
-        return {"running": len(self._running), "waiting": len(self._waiting),
-                "paused": self._paused}
+        running = list(self._running)
+        width = max((final_length(s) for s in running), default=0)
+        return {"running": len(running), "waiting": len(self._waiting),
+                "paused": self._paused, "kv_tokens_reserved": kv_footprint(len(running), width),
+                "max_total_num_tokens": self.max_total_tokens}
+
+    def kv_cache_bytes(self) -> int:
+        batch = self._batch
+        return batch.nbytes() if batch is not None else 0
 
     # ---- worker thread ----------------------------------------------------------------------
     def _loop(self) -> None:
@@ -220,7 +238,10 @@ class Scheduler:
         except queue.Empty:
             return
         while True:
-            if item[0] == "submit":
+            if item[0] == "submit" and self.memory_released:  # never queued: nothing to run on
+                self._finish(item[1], abort_reason(
+                    released_message("/generate", self.memory_released), 400))
+            elif item[0] == "submit":
                 self._waiting.append(item[1])
             elif item[0] == "command":
                 self._commands.append(item[1])
@@ -244,25 +265,40 @@ class Scheduler:
 
     def _may_admit(self) -> bool:
         draining = bool(self._commands) and self._commands[0].drain
-        return not draining and len(self._running) < self.max_running
+        return (not draining and not self.memory_released
+                and len(self._running) < self.max_running)
+
+    def _fits_kv_budget(self, rows: int, width: int) -> bool:
+        return self.max_total_tokens is None or kv_footprint(rows, width) <= self.max_total_tokens
 
     def _admit(self) -> None:
         """Prefill as many waiting sequences as the bounds allow and merge them in."""
         chosen: list[Sequence] = []
         width = 0
+        kv_width = max((final_length(s) for s in self._running), default=0)
         while self._waiting and len(self._running) + len(chosen) < self.max_running:
             seq = self._waiting[0]
             if seq.params.max_new_tokens == 0:
                 self._waiting.popleft()
                 self._finish(seq, {"type": "length", "length": 0})
                 continue
+            new_kv_width = max(kv_width, final_length(seq))
+            if not self._fits_kv_budget(len(self._running) + len(chosen) + 1, new_kv_width):
+                if not self._running and not chosen:  # alone it can never fit: do not wait
+                    self._waiting.popleft()
+                    self._finish(seq, abort_reason(self._never_fits(seq), 400))
+                    continue
+                self.stats.kv_budget_waits += 1
+                break  # wait for running sequences to finish and free their cache
             new_width = max(width, len(seq.input_ids) + len(seq.output_ids))
             if chosen and new_width * (len(chosen) + 1) > self.max_prefill_tokens:
                 break
             chosen.append(self._waiting.popleft())
-            width = new_width
+            width, kv_width = new_width, new_kv_width
         if not chosen:
             return
+        reserved = kv_footprint(len(self._running) + len(chosen), kv_width)
+        self.stats.max_kv_tokens_reserved = max(self.stats.max_kv_tokens_reserved, reserved)
         t0 = time.perf_counter()
         prompts = [s.input_ids + s.output_ids for s in chosen]
         batch, logits = self.runner.prefill(prompts)
@@ -275,10 +311,17 @@ class Scheduler:
                                              len(self._running))))
         self.stats.prefill_s += time.perf_counter() - t0
 
+    def _never_fits(self, seq: Sequence) -> str:
+        return (f"/generate: the request needs {final_length(seq)} KV cache tokens (prompt + "
+                f"max_new_tokens), more than the server's whole budget, max_total_num_tokens "
+                f"{self.max_total_tokens}; lower max_new_tokens, or raise --mem-fraction-static "
+                "(or --max-total-tokens).")
+
     def _decode_step(self) -> None:
         t0 = time.perf_counter()
         size = len(self._running)
-        logits = self.runner.decode(self._batch, self._pending)
+        max_width = max(final_length(s) for s in self._running)  # caps the cache's spare columns
+        logits = self.runner.decode(self._batch, self._pending, max_width)
         self._sample_rows(logits, list(range(len(self._running))))
         self.stats.record_decode(size, time.perf_counter() - t0)
 
@@ -373,3 +416,15 @@ class Scheduler:
 
     def _resume(self) -> None:
         self._paused = None
+
+    def check_idle_for_release(self) -> None:
+        """Raise ServerBusy unless no request holds or is about to take the KV cache (worker
+        thread). Requests held by pause mode retract hold none: they may stay queued."""
+        queued = len(self._waiting) if not self._paused else 0
+        if self._running or queued:
+            held = " (held by /pause_generation mode in_place, keeping their KV cache)" \
+                if self._paused == "in_place" and self._running else ""
+            raise ServerBusy(
+                f"/release_memory_occupation: {len(self._running)} request(s) are running"
+                f"{held} and {queued} queued. Pause generation first (/pause_generation with mode "
+                "'abort' or 'retract') or let the requests finish, then release.")

@@ -1,4 +1,5 @@
-"""Weight updates: from a checkpoint folder, or broadcast from the trainer over torch.distributed.
+"""Weight updates: from a checkpoint folder, broadcast from the trainer over torch.distributed, or
+handed over as tensors shared with the trainer (CUDA IPC handles or CPU shared memory).
 
 Distributed protocol (SGLang's, which the trainer side follows):
   1. POST /init_weights_update_group {master_address, master_port, rank_offset, world_size,
@@ -12,6 +13,17 @@ Distributed protocol (SGLang's, which the trainer side follows):
      copies them into the model's parameters (names are Hugging Face state-dict names).
   3. POST /destroy_weights_update_group {group_name}.
 Backends: nccl on GPU, gloo on CPU.
+
+Tensor protocol (SGLang's /update_weights_from_tensor, for a trainer on the same machine):
+`serialized_named_tensors` holds one text per tensor-parallel rank, each a pickled list of
+(name, tensor) pairs (areal/utils/tensor_ipc.py: CUDA tensors by IPC handle, CPU tensors by
+shared-memory file name). This server runs one rank, so the list has exactly one entry. It is read
+with an allow-list unpickler, every name and shape is checked, then the tensors are copied into
+the parameters of those Hugging Face state-dict names (a subset is fine: updates may come in
+buckets).
+
+While the weights are released (/release_memory_occupation, memory.py) every update writes into
+their CPU copies; resume brings the updated weights back.
 
 Disk loads are limited to allowed folders (`weight_roots`): the model's own folder plus
 --weight-dirs (the launcher passes the run's weight_update/, checkpoints/ and models/ folders), or,
@@ -58,17 +70,53 @@ def check_weight_path(path: str, roots: list[str], where: str, key: str = "model
 class WeightUpdater:
     """Applies weight updates to a ModelRunner's model (called on the worker thread)."""
 
-    def __init__(self, runner):
+    def __init__(self, runner, offloader=None):
         self.runner = runner
+        self.offloader = offloader  # memory.WeightOffloader: where released weights are
         self.groups: dict[str, object] = {}
         self.lora = LoraAdapters(runner)  # /load_lora_adapter; see lora.py
 
+    @property
+    def weights_released(self) -> bool:
+        return self.offloader is not None and self.offloader.released
+
     def parameters(self) -> dict:
-        """Name -> tensor for every parameter and buffer, tied duplicates included."""
+        """Name -> tensor for every parameter and buffer, tied duplicates included; while the
+        weights are released, their CPU copies (updates land there)."""
         model = self.runner.model
         named = dict(model.named_parameters(remove_duplicate=False))
         named.update(dict(model.named_buffers(remove_duplicate=False)))
+        if self.weights_released:
+            named = {name: self.offloader.host_copy(t) for name, t in named.items()}
         return named
+
+    def update_from_tensors(self, serialized: str, timings: dict | None = None) -> str:
+        """Read one payload of (name, tensor) pairs, check every name and shape, then copy.
+
+        timings (optional) gets deserialize_s (reading the payload: mapping shared memory or
+        opening IPC handles) and load_s (checks and the copy into the model)."""
+        from areal.utils.tensor_ipc import TensorPayloadError, deserialize_named_tensors
+
+        t0 = time.perf_counter()
+        try:
+            named = deserialize_named_tensors(serialized)
+        except TensorPayloadError as exc:
+            raise ValueError(f"serialized_named_tensors[0]: {exc}") from None
+        t1 = time.perf_counter()
+        count = len(named)
+        try:
+            params = self.parameters()
+            unknown = [n for n, _ in named if n not in params]
+            if unknown:
+                raise ValueError(f"Unknown parameter name(s) {unknown[:5]}; names must be the "
+                                 "served model's Hugging Face state-dict names.")
+            _copy_all(params, named)
+        finally:
+            named.clear()  # the sender's memory: let go of it now, even if a traceback is kept
+        self.lora.reset()
+        if timings is not None:
+            timings.update(deserialize_s=t1 - t0, load_s=time.perf_counter() - t1)
+        return f"Succeeded to update {count} parameter(s) from tensors."
 
     def load_from_disk(self, model_path: str, timings: dict | None = None) -> str:
         """Load a checkpoint folder into the running model; raises ValueError if incompatible.

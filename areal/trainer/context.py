@@ -9,27 +9,34 @@ import logging
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from areal.api.source import RolloutSource
+    from areal.api.train import TrainEngine
+    from areal.api.workflow import RolloutWorkflow
+    from areal.config.experiment import ExperimentConfig
+    from areal.utils.stats_logger import StatsLogger
 
 logger = logging.getLogger("areal.trainer")
 
 
 @dataclass
 class TrainContext:
-    cfg: Any
-    actor: Any
-    ref: Any
-    source: Any
+    cfg: ExperimentConfig
+    actor: TrainEngine
+    ref: TrainEngine | None  # the frozen reference policy of the KL penalty (actor.kl_ctl > 0)
+    source: RolloutSource
     total_steps: int
     steps_per_epoch: int
     start_step: int = 1
-    eval_records: list | None = None
-    eval_workflow: Any = None
-    stats: Any = None  # StatsLogger on rank 0
+    eval_records: list[dict[str, Any]] | None = None  # rank 0, when evaluating
+    eval_workflow: RolloutWorkflow | None = None  # rank 0, when evaluating
+    stats: StatsLogger | None = None  # rank 0
     temperature: float = 1.0
-    history: list = field(default_factory=list)
+    history: list[dict[str, Any]] = field(default_factory=list)  # each logged step's metrics
 
     @property
     def run_dir(self) -> Path:

@@ -9,10 +9,13 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from areal.algo.actor import (loss_weight_fn, ppo_loss_fn, prepare_ppo_batch, rollout_mismatch_sums,
                               split_minibatches)
+
+if TYPE_CHECKING:
+    from .context import TrainContext
 
 
 @dataclass
@@ -46,7 +49,7 @@ class Phases:
         return out
 
 
-def grpo_step(ctx, step: int) -> dict[str, Any]:
+def grpo_step(ctx: TrainContext, step: int) -> dict[str, Any]:
     """One training step; returns its metrics."""
     cfg, actor, a = ctx.cfg, ctx.actor, ctx.cfg.actor
     phases, t0 = Phases(), time.perf_counter()
@@ -140,7 +143,7 @@ def _metrics(step, ctx, batch, train_stats, update, evaluation, phases, step_s, 
     return out
 
 
-def train(ctx) -> None:
+def train(ctx: TrainContext) -> None:
     for step in range(ctx.start_step, ctx.total_steps + 1):
         metrics = grpo_step(ctx, step)
         ctx.log(step, metrics)

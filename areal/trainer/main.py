@@ -11,8 +11,16 @@ import argparse
 import logging
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from areal.utils.gil import shorten_gil_switch_interval
+
+if TYPE_CHECKING:
+    from areal.api.source import RolloutSource
+    from areal.api.train import TrainEngine
+    from areal.config.experiment import ExperimentConfig
+
+    from .context import TrainContext
 
 logger = logging.getLogger("areal.trainer")
 
@@ -38,7 +46,7 @@ def resolve_model_paths(cfg) -> None:
             setattr(obj, key, resolve_model_path(getattr(obj, key)))
 
 
-def build_context(cfg):
+def build_context(cfg: ExperimentConfig) -> TrainContext:
     """Engines, the rollout source, data, evaluation and logging of this rank."""
     from areal.engine.fsdp.engine import FSDPEngine
 
@@ -85,7 +93,7 @@ def _source_parts(cfg) -> dict:
     return {"loader": loader, "steps_per_epoch": len(loader)}
 
 
-def _build_source(cfg, actor, parts):
+def _build_source(cfg: ExperimentConfig, actor: TrainEngine, parts: dict) -> RolloutSource:
     import torch.distributed as dist
 
     from areal.engine.sglang.client import RemoteSGLangEngine

@@ -1,4 +1,5 @@
-"""Where a training step's rollouts come from, and where its new weights go.
+"""Where a training step's rollouts come from, and where its new weights go: the two
+RolloutSource implementations (the interface is areal/api/source.py).
 
 Every trainer rank calls the same methods (collectives inside); only rank 0 talks to servers:
   LiveRollouts    rank 0 runs the async executor against the inference servers (the run's own,
@@ -12,11 +13,20 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
 from areal.api.inference import WeightUpdateMeta
+from areal.api.source import RolloutSource
+
+if TYPE_CHECKING:
+    from areal.api.train import Batch, TrainEngine
+    from areal.api.workflow import RolloutWorkflow
+    from areal.config.experiment import ExperimentConfig
+    from areal.engine.sglang.client import RemoteSGLangEngine
+
+    from .data import PromptLoader
 
 logger = logging.getLogger("areal.trainer")
 
@@ -29,7 +39,7 @@ def broadcast_from_rank0(obj: Any) -> Any:
     return box[0]
 
 
-def weight_update_meta(cfg, version: int) -> WeightUpdateMeta:
+def weight_update_meta(cfg: ExperimentConfig, version: int) -> WeightUpdateMeta:
     import torch
 
     if cfg.actor.weight_update in ("disk", "tensor"):
@@ -40,8 +50,9 @@ def weight_update_meta(cfg, version: int) -> WeightUpdateMeta:
                             backend="nccl" if torch.cuda.is_available() else "gloo")
 
 
-class LiveRollouts:
-    def __init__(self, cfg, actor, *, rank0_engine=None, workflow=None, loader=None):
+class LiveRollouts(RolloutSource):
+    def __init__(self, cfg: ExperimentConfig, actor: TrainEngine, *, rank0_engine: RemoteSGLangEngine | None = None,
+                 workflow: RolloutWorkflow | None = None, loader: PromptLoader | None = None):
         self.cfg, self.actor = cfg, actor
         self.engine, self.workflow, self.loader = rank0_engine, workflow, loader
         self._meta: WeightUpdateMeta | None = None
@@ -53,7 +64,7 @@ class LiveRollouts:
             self.server_work()  # the baseline of the first step's figures
         self.time_share.start()
 
-    def next_batch(self) -> dict[str, Any]:
+    def next_batch(self) -> Batch:
         """The next consumer batch; with rollout.dynamic_sampling, groups whose rewards are all
         equal are dropped and replaced by the executor (areal.algo.dynamic_sampling)."""
         batch = None
@@ -152,8 +163,8 @@ class LiveRollouts:
             self.workflow.close()
 
 
-class ReplayRollouts:
-    def __init__(self, cfg, actor, *, external=None):
+class ReplayRollouts(RolloutSource):
+    def __init__(self, cfg: ExperimentConfig, actor: TrainEngine, *, external: RemoteSGLangEngine | None = None):
         """`external`: rank 0's client of rollout.server_addrs (None elsewhere, and when there are none)."""
         from .rollouts import read_index
 
@@ -172,7 +183,7 @@ class ReplayRollouts:
     def batch_metrics(self) -> dict[str, float]:
         return {}  # replayed batches are trained as saved
 
-    def next_batch(self) -> dict[str, Any]:
+    def next_batch(self) -> Batch:
         from .rollouts import load_batch
 
         entry = self.entries[self.position % len(self.entries)]

@@ -20,15 +20,21 @@ the servers.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from areal.api.train import TrainEngine
+    from areal.config.experiment import ExperimentConfig
+    from areal.engine.sglang.client import RemoteSGLangEngine
 
 GB = 2**30
 
 
 class TimeShare:
-    def __init__(self, cfg, actor, engine=None):
+    def __init__(self, cfg: ExperimentConfig, actor: TrainEngine, engine: RemoteSGLangEngine | None = None):
         self.actor, self.engine = actor, engine  # engine: rank 0's RemoteSGLangEngine, else None
-        self.enabled = bool(cfg.launcher.colocate and cfg.sglang.enable_memory_saver)
+        self.colocated = cfg.launcher.colocate
+        self.enabled = bool(self.colocated and cfg.sglang.enable_memory_saver)
         self.offload = self.enabled and cfg.actor.offload
         self._metrics: dict[str, float] = {}
 
@@ -49,8 +55,11 @@ class TimeShare:
             self._timed("onload_s", self.actor.onload)
 
     def weights_to_server(self) -> None:
-        """Before the weight update: the server's weights come back so the update can land in them."""
+        """Before the weight update: the server's weights come back so the update can land in them.
+        (Both resident, asynchronous: only the memory readings, as memory/..._step_...)"""
         if not self.enabled:
+            if self.colocated:
+                self._memory("step")
             return
         self._memory("train")
         if self.engine is not None:
@@ -80,7 +89,7 @@ class TimeShare:
         self._metrics.update(memory_metrics(self.actor, self.engine, phase))
 
 
-def memory_metrics(actor, engine, phase: str) -> dict[str, float]:
+def memory_metrics(actor: TrainEngine, engine: RemoteSGLangEngine | None, phase: str) -> dict[str, float]:
     """Device memory of the trainer (this rank) and of the first server, at the end of `phase`:
     memory/trainer_{phase}_peak_gb (the trainer's peak since the previous reading),
     memory/server_{phase}_reserved_gb and _peak_gb (what the server's /get_server_info reports).
@@ -97,7 +106,7 @@ def memory_metrics(actor, engine, phase: str) -> dict[str, float]:
             memory = engine.server_info(engine.addrs[0]).get("memory") or {}
         except (OSError, RuntimeError, ValueError):
             memory = {}
-        for key, name in (("memory_reserved", "reserved"), ("max_memory_allocated", "peak")):
+        for key, name in (("reserved_bytes", "reserved"), ("max_allocated_bytes", "peak")):
             if isinstance(memory.get(key), (int, float)):
                 out[f"memory/server_{phase}_{name}_gb"] = memory[key] / GB
     return out

@@ -106,31 +106,36 @@ def test_requests_live_through_a_paused_weight_update(engine, models, monkeypatc
 
     deadline = time.monotonic() + 300
     with ThreadPoolExecutor(1) as pool:
-        while True:
-            engine.update_weights(WeightUpdateMeta("disk", path=models[0], version=1))
-            start = generated()
-            fut = pool.submit(run, engine, reqs)
-            # a running request has its first token and is not done...
-            seen = wait_for(lambda: (every_request_running() and "running") or (fut.done() and "finished"),
-                            "the four requests running on the servers")
-            report = engine.pause()
-            # ...and the pause caught all four still so, unless a fast machine finished one in
-            # between: then the round is void, and repeated
-            if seen == "running" and report[count_key] == len(reqs):
-                break
+        try:
+            while True:
+                engine.update_weights(WeightUpdateMeta("disk", path=models[0], version=1))
+                start = generated()
+                fut = pool.submit(run, engine, reqs)
+                # a running request has its first token and is not done...
+                seen = wait_for(lambda: (every_request_running() and "running")
+                                or (fut.done() and "finished"), "the four requests running on the servers")
+                report = engine.pause()
+                # ...and the pause caught all four still so, unless a fast machine finished one in
+                # between: then the round is void, and repeated
+                if seen == "running" and report[count_key] == len(reqs):
+                    break
+                engine.resume()
+                fut.result(timeout=120)
+                assert time.monotonic() < deadline, "no pause caught the four requests mid-generation"
+            done_at_pause = {a: n - start[a] for a, n in generated().items()}
+            assert report["server_pause_s"] >= 0
+            engine.update_weights(WeightUpdateMeta("disk", path=models[1], version=2))
+            assert not fut.done()  # waiting for continue, not failed (a failure would also show below)
+            if mode != "abort":  # the servers hold them (abort: the client does, until continue)
+                where = "running" if mode == "in_place" else "waiting"
+                assert all(engine.server_info(a)["load"][where] == per_server for a in engine.addrs)
+            # nothing generated while paused
+            assert {a: n - start[a] for a, n in generated().items()} == done_at_pause
             engine.resume()
-            fut.result(timeout=120)
-            assert time.monotonic() < deadline, "no pause caught the four requests mid-generation"
-        done_at_pause = {a: n - start[a] for a, n in generated().items()}
-        assert report["server_pause_s"] >= 0
-        engine.update_weights(WeightUpdateMeta("disk", path=models[1], version=2))
-        assert not fut.done()  # waiting for continue, not failed (a failure would also show below)
-        if mode != "abort":  # the servers hold them (abort: the client does, until continue)
-            where = "running" if mode == "in_place" else "waiting"
-            assert all(engine.server_info(a)["load"][where] == per_server for a in engine.addrs)
-        assert {a: n - start[a] for a, n in generated().items()} == done_at_pause  # nothing while paused
-        engine.resume()
-        resps = fut.result(timeout=120)
+            resps = fut.result(timeout=120)
+        finally:  # a failure above must not leave the servers paused for the tests after it
+            if engine.paused:
+                engine.resume()
     for r in resps:
         assert r.output_len == 160 and r.stop_reason == "length"
         assert len(r.output_logprobs) == len(r.output_versions) == 160

@@ -9,6 +9,8 @@ environment asks:
   FAKE_SLEEP_S=s                   sleep s seconds before exiting 0
   FAKE_SPAWN_CHILD=1               start a grandchild that sleeps, pid in the JSON
   FAKE_IGNORE_TERM=1               ignore SIGTERM (the launcher must SIGKILL it)
+  FAKE_UNTIL_RESTARTED=name        first wait until the launcher has started process `name` a
+                                   second time (two start banners in its log); exit 1 after 120 s
 """
 
 from __future__ import annotations
@@ -41,6 +43,16 @@ def spawn_sleeper() -> int:
     return child.pid
 
 
+def started_twice(run_dir: Path, name: str, timeout: float = 120.0) -> bool:
+    log = run_dir / "logs" / f"{name}.log"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if log.exists() and log.read_text(errors="replace").count(f"=== {name} started") >= 2:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--config", required=True)
@@ -69,6 +81,10 @@ def main() -> int:
         time.sleep(float(env.get("FAKE_FAIL_AFTER_S", "0")))
         print(f"rank {rank} failing on purpose", flush=True)
         return int(env.get("FAKE_EXIT", "3"))
+    until = env.get("FAKE_UNTIL_RESTARTED")
+    if until and not started_twice(Path(env["AREAL_RUN_DIR"]), until):
+        print(f"{until} was never restarted", flush=True)
+        return 1
     time.sleep(float(env.get("FAKE_SLEEP_S", "0")))
     print(f"{role} {rank} done", flush=True)
     return 0

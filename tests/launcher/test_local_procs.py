@@ -135,16 +135,37 @@ def test_wait_healthy_reports_dead_and_slow_servers():
     wait_healthy({"server-2": "x:1"}, 1, lambda name: None, check=lambda n, a: True)
 
 
-def test_health_watch_names_the_server_that_stops_answering():
+def test_health_watch_names_the_server_that_stops_answering(monkeypatch):
+    import threading
+    import types
+
+    # the watch's own clock: silence is measured on it, so a busy machine that delays the probing
+    # thread cannot make the answering server look silent too
+    clock = [0.0]
+    monkeypatch.setattr(sys.modules[HealthWatch.__module__], "time",
+                        types.SimpleNamespace(monotonic=lambda: clock[0], sleep=time.sleep))
     answering = {"server-0": True, "server-1": True}
-    watch = HealthWatch({"server-0": "a:1", "server-1": "b:1"}, timeout_s=0.3,
-                        probe=lambda name, addr: answering[name], interval_s=0.05)
+    rounds, probed = [0], threading.Condition()
+
+    def probe(name, addr):
+        if name == "server-1":  # probed last: server-0's answer of this round is recorded
+            with probed:
+                rounds[0] += 1
+                probed.notify_all()
+        return answering[name]
+
+    def two_more_rounds():  # the second began after this call
+        with probed:
+            target = rounds[0] + 2
+            assert probed.wait_for(lambda: rounds[0] >= target, 60), "the watch stopped probing"
+
+    watch = HealthWatch({"server-0": "a:1", "server-1": "b:1"}, timeout_s=0.3, probe=probe, interval_s=0.05)
     try:
         assert watch.silent() is None
         answering["server-1"] = False
-        deadline = time.monotonic() + 10
-        while watch.silent() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
+        two_more_rounds()
+        clock[0] += 1.0  # past the timeout, then server-0 answers again and server-1 does not
+        two_more_rounds()
         name, seconds = watch.silent()
         assert name == "server-1" and seconds > 0.3
         watch.reset("server-1")

@@ -142,8 +142,10 @@ def test_server_exit_during_training_is_a_failure(tmp_path, capsys):
     assert wait_gone(all_pids(cfg.run_dir)) == []
 
 
+# Serves /health, then exits 0 after 3 s; given a marker path, a start that finds the marker (a
+# restart) serves until stopped instead.
 _SERVE_THEN_EXIT = """
-import sys, threading, time
+import os, sys, threading, time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 class H(BaseHTTPRequestHandler):
     def do_GET(self):
@@ -151,6 +153,11 @@ class H(BaseHTTPRequestHandler):
     def log_message(self, *a): pass
 srv = HTTPServer(("127.0.0.1", int(sys.argv[1])), H)
 threading.Thread(target=srv.serve_forever, daemon=True).start()
+marker = sys.argv[2] if len(sys.argv) > 2 else None
+if marker and os.path.exists(marker):
+    time.sleep(600)
+if marker:
+    open(marker, "w").close()
 time.sleep(3)
 """
 
@@ -158,12 +165,13 @@ time.sleep(3)
 def test_restart_failed_servers(tmp_path, capsys):
     """With launcher.restart_failed_servers the dead server comes back at its address and the run
     goes on; trainers keep the same server address."""
+    # the trainers run until the server is back (not a fixed time that its 3 s life must beat)
     cfg = make_cfg(tmp_path, f"launcher.server_base_port={free_ports(2)}",
-                   f"launcher.trainer_master_port={free_ports(1)}", '+launcher.trainer_env.FAKE_SLEEP_S="6"',
-                   "launcher.restart_failed_servers=true")
+                   f"launcher.trainer_master_port={free_ports(1)}",
+                   '+launcher.trainer_env.FAKE_UNTIL_RESTARTED="server-0"', "launcher.restart_failed_servers=true")
     plan = make_plan(cfg)
     srv = plan.by_role("server")[0]
-    srv.command = [srv.command[0], "-c", _SERVE_THEN_EXIT, str(srv.port)]
+    srv.command = [srv.command[0], "-c", _SERVE_THEN_EXIT, str(srv.port), str(tmp_path / "served_once")]
     write_run_dir(cfg, plan)
     assert run_local(plan, cfg) == 0
     captured = capsys.readouterr()

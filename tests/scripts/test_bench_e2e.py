@@ -193,9 +193,11 @@ def test_gpu_benchmarks_script_parses_and_has_its_stages(tmp_path):
     path = REPO / "scripts" / "run_gpu_benchmarks.sh"
     assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
     text = path.read_text()
-    stages = ("kernels", "server", "e2e", "learning", "x4_train", "x4_e2e_fsdp|x4_e2e_hsdp|x4_e2e_tp", "x4")
+    stages = ("kernels", "server", "e2e", "learning", "x1_colocated", "x1_learning", "x4_train",
+              "x4_e2e_fsdp|x4_e2e_hsdp|x4_e2e_tp", "x4")
     assert re.findall(r"^([a-z0-9_|]+)\)$", text, re.M) == list(stages)  # these stages and no others
-    for stage in ("kernels", "server", "e2e", "learning", "x4_train", "x4_e2e_fsdp", "x4"):
+    for stage in ("kernels", "server", "e2e", "learning", "x1_colocated", "x1_learning", "x4_train",
+                  "x4_e2e_fsdp", "x4"):
         assert f"run_gpu_benchmarks.sh {stage} RESULTS_DIR" in text  # each one in the usage lines
     unknown = subprocess.run(["bash", str(path), "recipe", str(tmp_path)], capture_output=True, text=True)
     assert unknown.returncode == 2 and "unknown stage recipe" in unknown.stderr

@@ -6,6 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
+from areal.server.testing import pause_mid_generation, server_load, wait_for
 from tests.server.helpers import hf_greedy, prompt_ids
 
 
@@ -28,11 +29,18 @@ def generate(server, **body):
 def test_greedy_batched_matches_transformers(server, ref_model):
     prompts = [prompt_ids(i, 3 + 2 * i) for i in range(8)]
     lengths = [24 + 3 * i for i in range(8)]  # different lengths: rows retire mid-batch
+    # held at the gate until all eight are in, then let go at once: they overlap in the server
+    # however the client threads happen to be scheduled
+    assert requests.post(server.url + "/pause_generation", json={"mode": "in_place"}).ok
     with ThreadPoolExecutor(8) as pool:
-        outs = list(pool.map(lambda pl: generate(
-            server, input_ids=pl[0], sampling_params={"max_new_tokens": pl[1],
-                                                      "temperature": 0.0}),
-            zip(prompts, lengths)))
+        futures = [pool.submit(generate, server, input_ids=p, sampling_params={
+            "max_new_tokens": n, "temperature": 0.0}) for p, n in zip(prompts, lengths)]
+        try:
+            wait_for(lambda: server_load(server.url)["accepted"] == len(prompts),
+                     lambda: f"all requests in the server: {server_load(server.url)}")
+        finally:
+            assert requests.post(server.url + "/continue_generation", json={}).ok
+        outs = [f.result() for f in futures]
     for prompt, n, out in zip(prompts, lengths, outs):
         assert out["output_ids"] == hf_greedy(ref_model, prompt, n)
     stats = requests.get(server.url + "/get_server_info").json()["batching"]
@@ -156,15 +164,17 @@ def test_invalid_json_unknown_route_and_method_then_still_serving(server):
 
 
 def test_abort_request_by_rid_returns_tokens_so_far(server):
-    import time
-
     with ThreadPoolExecutor(1) as pool:
-        fut = pool.submit(generate, server, input_ids=[1, 5, 6], rid="to-abort",
-                          sampling_params={"max_new_tokens": 400, "ignore_eos": True})
-        time.sleep(0.3)
-        r = requests.post(server.url + "/abort_request", json={"rid": "to-abort"})
-        assert r.status_code == 200
-        out = fut.result(timeout=60)
+        # paused in place, the request is certainly mid-generation when the abort arrives
+        (fut,), _ = pause_mid_generation(server.url, lambda: [pool.submit(
+            generate, server, input_ids=[1, 5, 6], rid="to-abort",
+            sampling_params={"max_new_tokens": 400, "ignore_eos": True})])
+        try:
+            r = requests.post(server.url + "/abort_request", json={"rid": "to-abort"})
+            assert r.status_code == 200
+            out = fut.result(timeout=60)
+        finally:
+            assert requests.post(server.url + "/continue_generation", json={}).status_code == 200
     meta = out["meta_info"]
     assert meta["finish_reason"]["type"] == "abort"
     assert meta["id"] == "to-abort" and meta["completion_tokens"] == len(out["output_ids"]) < 400

@@ -4,15 +4,16 @@ rest of the answer is the new model's alone; in_place keeps the KV cache the old
 computed, so the new weights continue from the old keys and values. The reference for both is
 transformers with an explicit cache, compared token by token and logprob by logprob."""
 
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import requests
 
+from areal.server.testing import pause_mid_generation
 from tests.server.helpers import prompt_ids
 
 N_NEW = 200
+MIN_AFTER = 50  # tokens after the switch, enough to tell the modes apart
 PROMPTS = [prompt_ids(200 + i, 5) for i in range(3)]
 
 
@@ -88,13 +89,18 @@ def reference_logprobs(models, prompt, output, switch, mode):
 def test_tokens_after_a_held_update_follow_the_modes_definition(server, models, new_model_dir, mode):
     import torch
 
+    at_start = []
+
+    def early():  # at most N_NEW - MIN_AFTER - 1 tokens each (the other requests have one or more)
+        return generated_tokens(server) - at_start[-1] - (len(PROMPTS) - 1) < N_NEW - MIN_AFTER
+
     with ThreadPoolExecutor(len(PROMPTS)) as pool:
-        futures = [pool.submit(generate, server, p) for p in PROMPTS]
-        deadline = time.time() + 60
-        while generated_tokens(server) < 20 * len(PROMPTS):  # mid-answer, far from the end
-            assert time.time() < deadline, "the requests never started generating"
-            time.sleep(0.01)
-        assert post(server, "/pause_generation", {"mode": mode})["requests_held"] == len(PROMPTS)
+        def start():
+            at_start.append(generated_tokens(server))
+            return [pool.submit(generate, server, p) for p in PROMPTS]
+
+        futures, paused = pause_mid_generation(server.url, start, len(PROMPTS), mode=mode, also=early)
+        assert paused["requests_held"] == len(PROMPTS)
         post(server, "/update_weights_from_disk", {"model_path": new_model_dir, "abort_all_requests": False})
         post(server, "/update_weight_version", {"new_version": "new", "abort_all_requests": False})
         post(server, "/continue_generation", {})
@@ -103,7 +109,7 @@ def test_tokens_after_a_held_update_follow_the_modes_definition(server, models, 
         spans = out["meta_info"]["output_version_spans"]
         assert len(spans) == 2 and spans[1][1] == "new", spans
         switch = spans[1][0]
-        assert 0 < switch < N_NEW - 50
+        assert 0 < switch < N_NEW - MIN_AFTER
         served = torch.tensor([lp[0] for lp in out["meta_info"]["output_token_logprobs"][switch:]])
         expected, greedy = reference_logprobs(models, prompt, out["output_ids"], switch, mode)
         assert greedy.tolist() == out["output_ids"][switch:]  # the server's greedy picks

@@ -54,7 +54,7 @@ class FSDPEngine(TrainEngine):
         self.trial_name = trial_name or fields["trial_name"].default
         self.fileroot = fileroot or ClusterConfig.model_fields["fileroot"].default
         self.trainable = trainable
-        self.device_type = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self._device_type = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.attn_implementation = attn_implementation
         self.model = self.optimizer = self.scheduler = self.tokenizer = self.mesh = None
         self._version = 0
@@ -127,7 +127,15 @@ class FSDPEngine(TrainEngine):
             self._owns_process_group = True
         if self.device_type == "cuda":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
-        self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        self._rank, self.world_size = dist.get_rank(), dist.get_world_size()
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def device_type(self) -> str:
+        return self._device_type
 
     @property
     def device(self) -> torch.device:
@@ -552,15 +560,18 @@ class FSDPEngine(TrainEngine):
     def _update_in_buckets(self, meta: WeightUpdateMeta, version: int, servers,
                            timer: weight_sync.PhaseTimer) -> int:
         """Distributed (broadcast) and tensor (IPC handles) updates: full tensors, bucket by bucket,
-        with generation paused once for all of them."""
+        with generation paused once for all of them (unless the caller paused already: then it
+        also decides when generation continues)."""
         on_device = meta.type == "tensor" or meta.backend == "nccl"
+        paused_here = self.is_rank0 and not servers.paused
         if self.is_rank0:
             if meta.type == "distributed" and self._sender is None:
                 self._sender = weight_sync.DistributedSender(
                     servers, backend=meta.backend, group_name=meta.group_name,
                     master_address=meta.master_address, master_port=meta.master_port,
                     device=str(self.device) if on_device else "cpu")
-            servers.pause()
+            if paused_here:
+                servers.pause()
         nbytes = 0
         try:
             bucket_bytes = self.config.weight_update_bucket_mb * 2**20
@@ -579,7 +590,8 @@ class FSDPEngine(TrainEngine):
         finally:
             if self.is_rank0:
                 servers.set_version(version)
-                servers.resume()
+                if paused_here:
+                    servers.resume()
         return nbytes
 
     def _send_bucket(self, meta: WeightUpdateMeta, servers, bucket, version: int,

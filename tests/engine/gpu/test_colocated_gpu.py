@@ -1,0 +1,102 @@
+"""One GPU shared by the trainer and a built-in server (skipped without CUDA; run through the
+device tool):
+
+    python -m pytest -q -m gpu tests/engine/gpu/test_colocated_gpu.py -s
+
+* FSDPEngine.offload() really frees the trainer's device memory and onload() brings it back, and
+  training goes on as if nothing happened;
+* a tensor weight update (CUDA IPC handles) from the trainer to a server on the same GPU: the
+  server's logprobs then match the trainer's.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from areal.models.shapes import build_model_dir, make_batch
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def qwen_05b(tmp_path_factory):
+    return build_model_dir("qwen2.5-0.5b", tmp_path_factory.mktemp("qwen"))
+
+
+def _nll(logprobs, entropy, mb):
+    mask = mb["loss_mask"].bool()
+    return -(logprobs * mask).sum() / mask.sum().clamp(min=1), {}
+
+
+def _weight(mb):
+    return float(mb["loss_mask"].sum())
+
+
+def test_offload_frees_the_trainers_memory_and_training_goes_on(qwen_05b):
+    from areal.engine.fsdp.engine import FSDPEngine
+
+    model_dir, tok_dir = qwen_05b
+    batch = make_batch(8, 64, 512, vocab=151936)
+    engine = FSDPEngine.from_pretrained(model_dir, tokenizer_path=tok_dir, dtype="bfloat16",
+                                        learning_rate=1e-4, max_tokens_per_mb=4096)
+    try:
+        first = engine.train_batch(batch, _nll, _weight)  # optimizer state exists from here on
+        resident = torch.cuda.memory_allocated()
+        engine.offload()
+        offloaded = torch.cuda.memory_allocated()
+        assert all(p.device.type == "cpu" for p in engine.model.parameters())
+        engine.onload()
+        assert torch.cuda.memory_allocated() >= resident * 0.95
+        second = engine.train_batch(batch, _nll, _weight)
+    finally:
+        engine.destroy()
+    n_params = sum(p.numel() for p in engine_params(model_dir))
+    print(f"offload: {resident / 2**30:.2f} GiB resident -> {offloaded / 2**30:.2f} GiB offloaded "
+          f"({n_params / 1e6:.0f}M parameters)")
+    # fp32 weights + Adam's two moments: at least 12 bytes per parameter left the device
+    assert resident - offloaded >= 12 * n_params * 0.9
+    assert second["loss"] < first["loss"]
+
+
+def engine_params(model_dir):
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with torch.device("meta"):
+        return list(AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_dir)).parameters())
+
+
+def test_tensor_update_to_a_server_on_the_same_gpu(qwen_05b):
+    import requests
+
+    from areal.api.inference import WeightUpdateMeta
+    from areal.engine.fsdp.engine import FSDPEngine
+    from areal.server.testing import start_server
+
+    model_dir, tok_dir = qwen_05b
+    server = start_server(model_dir, extra_args=["--dtype", "bfloat16", "--skip-tokenizer-init",
+                                                 "--mem-fraction-static", "0.3"])
+    engine = FSDPEngine.from_pretrained(model_dir, tokenizer_path=tok_dir, dtype="bfloat16", trainable=False)
+    try:
+        engine.connect_servers([server.url])
+        from torch.distributed.tensor import DTensor
+
+        with torch.no_grad():
+            for p in engine.model.parameters():
+                local = p.to_local() if isinstance(p, DTensor) else p.data
+                local.add_(torch.randn_like(local) * 0.02)
+        stats = engine.update_weights(WeightUpdateMeta(type="tensor", version=1))
+        prompt = list(range(5, 21))
+        out = requests.post(server.url + "/generate", json={
+            "input_ids": prompt, "return_logprob": True,
+            "sampling_params": {"temperature": 0.0, "max_new_tokens": 16, "ignore_eos": True}}, timeout=120).json()
+        ids = torch.tensor([prompt + out["output_ids"]])
+        mine = engine.forward({"input_ids": ids, "attention_mask": torch.ones_like(ids)})[0, len(prompt):]
+        theirs = torch.tensor([t[0] for t in out["meta_info"]["output_token_logprobs"]])
+    finally:
+        engine.destroy()
+        server.stop()
+    print(f"tensor update 0.5B on one GPU: {stats['weight_update/seconds']:.3f} s, "
+          f"{stats['weight_update/bytes'] / 1e9:.2f} GB")
+    assert out["meta_info"]["weight_version"] == "1"
+    assert (mine.cpu().float() - theirs).abs().mean() < 0.1  # bf16 on both sides, different kernels
