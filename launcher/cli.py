@@ -56,6 +56,7 @@ def _run(args) -> int:
         print(_yaml(cfg.model_dump()), end="")
         return 0
     from areal.infra.host import detect_host_facts
+
     from .plan import make_plan
 
     facts = detect_host_facts()

@@ -40,12 +40,12 @@ def compose(config: str, overrides: list[str] = (), *, resolve: bool = True) -> 
     """Merge schema defaults, the config's defaults list, its own values and the overrides.
 
     resolve=False keeps ${...} interpolations as written (for `--cfg job` without --resolve)."""
+    import yaml
     from hydra import compose as hydra_compose
     from hydra import initialize
     from hydra.core.config_store import ConfigStore
     from hydra.core.global_hydra import GlobalHydra
     from hydra.errors import HydraException
-    import yaml
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 

@@ -28,10 +28,16 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from areal.config import ExperimentConfig
-from areal.infra.discovery import (ENV_VAR, clear_served_weights, clear_server_addrs,
-                                           read_served_weights, record_root_of, write_server_addrs)
-
+from areal.infra.discovery import (
+    ENV_VAR,
+    clear_served_weights,
+    clear_server_addrs,
+    read_served_weights,
+    record_root_of,
+    write_server_addrs,
+)
 from areal.infra.health import HealthWatch, ServerStartupError, is_healthy, wait_healthy
+
 from .plan import TRAINER_HEAD, LaunchPlan, ProcessSpec
 from .procs import (
     LaunchError,

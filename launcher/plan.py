@@ -16,7 +16,6 @@ from dataclasses import asdict, dataclass, field
 
 from areal.config import ExperimentConfig
 from areal.config.parallel import parse_parallel
-
 from areal.infra.host import HostFacts, resolve_device, resolve_server_kind  # noqa: F401 (re-exported)
 from areal.infra.servers import indexed_server_command
 

@@ -13,7 +13,6 @@ import socket
 from pathlib import Path
 
 from areal.config import ConfigIssue, ExperimentConfig
-
 from areal.infra.host import HostFacts
 
 HUB_HOST = ("huggingface.co", 443)
@@ -25,6 +24,7 @@ def preflight(cfg: ExperimentConfig, facts: HostFacts, *, hub_reachable=None) ->
         issues.append(ConfigIssue("cluster.device", "cuda", "no CUDA GPU is visible on this machine",
                                   "run on a GPU node, or set cluster.device=cpu (or auto) with a model small "
                                   "enough for CPU"))
+    issues += colocated_memory_issues(cfg, facts)
     reach = hub_reachable if hub_reachable is not None else _hub_reachable
     needed = []
     if cfg.launcher.trainer_n_nodes > 0:
@@ -40,6 +40,47 @@ def preflight(cfg: ExperimentConfig, facts: HostFacts, *, hub_reachable=None) ->
         issues.append(ConfigIssue("stats_logger.wandb.mode", wandb_mode, "the wandb package is not installed",
                                   "pip install wandb (or the project's [wandb] extra), or set "
                                   "stats_logger.wandb.mode=disabled"))
+    return issues
+
+
+# Bytes per trained parameter that stay on the device: fp32 weights, gradients and Adam's two
+# moments. Activations come on top, so the check only rejects splits that cannot fit at all.
+TRAINER_BYTES_PER_PARAM = 16
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def colocated_memory_issues(cfg: ExperimentConfig, facts: HostFacts) -> list[ConfigIssue]:
+    """A colocated run on CUDA: can the server's share hold its weights, and what is left (all of
+    the device when time-shared) hold the trainer's state? Unknown model sizes are not judged."""
+    from areal.infra.model_size import parameter_count
+
+    if not cfg.launcher.colocate or not facts.gpu_memory_bytes or not facts.cuda_available:
+        return []
+    params = parameter_count(cfg.actor.path)
+    if params is None:
+        return []
+    gb, device = 2**30, facts.gpu_memory_bytes
+    share = cfg.sglang.mem_fraction_static
+    server_weights = params * DTYPE_BYTES.get(cfg.sglang.dtype or cfg.actor.dtype, 2)
+    trainer = params * TRAINER_BYTES_PER_PARAM
+    time_shared = bool(cfg.sglang.enable_memory_saver)
+    trainer_room = device if time_shared else (1 - share) * device
+    issues = []
+    if server_weights > share * device:
+        issues.append(ConfigIssue("sglang.mem_fraction_static", share,
+                                  f"the server's share ({share * device / gb:.1f} GiB of {device / gb:.1f}) "
+                                  f"cannot hold its {server_weights / gb:.1f} GiB of weights ({params / 1e6:.0f}M "
+                                  "parameters), let alone a KV cache", "raise sglang.mem_fraction_static"))
+    if trainer > trainer_room:
+        fix = ("lower sglang.mem_fraction_static, or time-share the device: rollout.max_head_offpolicyness=0 "
+               "with sglang.enable_memory_saver=true" if not time_shared else
+               "use a smaller model or more devices (actor.backend) without colocation")
+        issues.append(ConfigIssue("sglang.mem_fraction_static" if not time_shared else "actor.path",
+                                  share if not time_shared else cfg.actor.path,
+                                  f"the trainer's weights, gradients and optimizer state alone need "
+                                  f"{trainer / gb:.1f} GiB ({params / 1e6:.0f}M parameters x "
+                                  f"{TRAINER_BYTES_PER_PARAM} bytes) but {trainer_room / gb:.1f} GiB of the "
+                                  f"{device / gb:.1f} GiB device are left to it", fix))
     return issues
 
 

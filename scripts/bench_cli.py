@@ -17,10 +17,10 @@ import time
 
 def _in_process(config: str) -> dict[str, float]:
     t0 = time.perf_counter()
-    from launcher.compose import compose
-    from areal.infra.host import detect_host_facts
-    from launcher.plan import make_plan
     from areal.config import validate_config
+    from areal.infra.host import detect_host_facts
+    from launcher.compose import compose
+    from launcher.plan import make_plan
 
     t1 = time.perf_counter()
     raw = compose(config)

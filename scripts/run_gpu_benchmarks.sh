@@ -102,18 +102,19 @@ x1_colocated)
   ;;
 x1_learning)
   # 2 x SEEDS runs of the one-GPU recipe at once on the one GPU (each a server on 4% of the memory
-  # and its trainer): a 135M model leaves the GPU mostly idle. Each is cut at SMOLLM2_TIMEOUT s and
-  # keeps what it logged.
+  # and its trainer with 8k-token micro-batches: six trainers at the recipe's 32k ran out of the
+  # 141 GB): a 135M model leaves the GPU mostly idle. MODES and SEED_LIST pick a subset. Each is
+  # cut at SMOLLM2_TIMEOUT s and keeps what it logged.
   $py -c "from areal.models.resolve import resolve_model_path as r; print(r('smollm2:135m-instruct'))" \
     >"$out/smollm2_convert.log" 2>&1
   i=0
-  for mode in in_place retract; do
-    for seed in $(seq 1 "${SEEDS:-3}"); do
+  for mode in ${MODES:-in_place retract}; do
+    for seed in ${SEED_LIST:-$(seq 1 "${SEEDS:-3}")}; do
       run=/tmp/areal-smollm2-1gpu-$mode-$seed
       (step smollm2_1gpu_${mode}_s$seed "${SMOLLM2_TIMEOUT:-500}" $py -m launcher.cli --config smollm2_gsm8k_1gpu.yaml \
          cluster.fileroot=$run rollout.pause_mode=$mode seed=$seed trial_name=${mode}_s$seed \
-         sglang.mem_fraction_static=0.04 launcher.server_base_port=$((30000 + 100 * i)) \
-         launcher.trainer_master_port=$((29500 + 100 * i))
+         sglang.mem_fraction_static=0.04 actor.max_tokens_per_mb=8192 \
+         launcher.server_base_port=$((31000 + 100 * i)) launcher.trainer_master_port=$((28000 + 100 * i))
        cp $run/smollm2_gsm8k_1gpu/${mode}_s$seed/metrics.jsonl "$out/smollm2_1gpu_${mode}_s${seed}_metrics.jsonl") &
       i=$((i + 1))
     done

@@ -12,6 +12,14 @@ def tiny_model_dir(tmp_path_factory):
     return str(make_tiny_model_dir(tmp_path_factory.mktemp("tiny") / "model"))
 
 
+@pytest.fixture(scope="session")
+def scripted_chat_model_dir(tmp_path_factory):
+    """A tiny chat model that answers tests/scripted_chat.py's conversations exactly."""
+    from tests.scripted_chat import build_scripted_chat_model
+
+    return str(build_scripted_chat_model(tmp_path_factory.mktemp("scripted_chat") / "model"))
+
+
 def pytest_collection_modifyitems(config, items):
     """gpu-marked tests skip themselves where CUDA is absent (CI, this machine)."""
     try:

@@ -81,7 +81,8 @@ def mismatch_sums(prox_logprobs: torch.Tensor, behav_logprobs: torch.Tensor, los
     w = torch.exp(log_w)
     zero = torch.zeros((), dtype=torch.float64, device=w.device)
     return {"kl_sum": kl_sum, "tokens": mask.sum().double(), "weight_sum": w.sum(),
-            "weight_max": w.max() if w.numel() else zero, "units": torch.tensor(float(w.numel()), dtype=torch.float64, device=w.device),
+            "weight_max": w.max() if w.numel() else zero,
+            "units": torch.tensor(float(w.numel()), dtype=torch.float64, device=w.device),
             "capped": (w > cap).sum().double() if cap is not None else zero}
 
 

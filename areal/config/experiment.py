@@ -22,7 +22,8 @@ from .sglang import SGLangConfig
 
 
 class ExperimentConfig(Section):
-    experiment_name: str = Field("areal", min_length=1, description="Experiment name (a folder under cluster.fileroot).")
+    experiment_name: str = Field(
+        "areal", min_length=1, description="Experiment name (a folder under cluster.fileroot).")
     trial_name: str = Field("trial0", min_length=1, description="Trial name (a folder under the experiment).")
     seed: int = Field(1, description="Seed of data order, sampling and initialisation.")
     total_train_epochs: int = Field(1, ge=1, description="Passes over the training set.")

@@ -8,7 +8,6 @@ from pydantic import BeforeValidator, Field
 
 from .base import Section
 
-
 # launcher/procs.py child_env; why 1 on GPU: docs/benchmarks.md section 4
 _OMP_DEFAULT = ("OMP_NUM_THREADS, unless set here or in the launcher's environment: 1 on GPU, "
                 "the node's cores shared out on CPU.")

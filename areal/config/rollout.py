@@ -46,9 +46,9 @@ class RolloutConfig(Section):
         "in the server and continue after the update, re-prefilled under the new weights. abort: the "
         "server answers them, the client resubmits prompt + tokens so far (AReaL's way; many answers "
         "and requests in the trainer process). in_place: like retract but keeps the KV cache computed "
-        "by the old weights (no re-prefill; its measured speed and open question: docs/benchmarks.md). "
-        "auto: retract on built-in servers, abort on SGLang (its weight updates "
-        "flush a cache that retracted requests keep busy).")
+        "by the old weights (no re-prefill; the tokens after the update attend to keys and values of "
+        "the old weights). auto: in_place on built-in servers, abort on SGLang (its weight updates "
+        "flush a cache that held requests keep busy). docs/benchmarks.md compares the modes.")
     gil_switch_interval_ms: float | None = Field(
         0.2, gt=0,
         description="GIL switch interval (sys.setswitchinterval, in ms) that the processes running the "
@@ -69,11 +69,30 @@ class GenerationConfig(Section):
     ignore_eos: bool = Field(False, description="Keep generating past eos (benchmarks with fixed lengths).")
 
 
+class AgentConfig(Section):
+    run: str | None = Field(
+        None, description="The agent: import path 'package.module:function' of `async def run(client, data)`, "
+        "where client is an openai.AsyncOpenAI pointed at the rollout proxy and data a dataset record. It "
+        "returns the episode's reward, or a dict with 'reward' and other numbers, logged per step as "
+        "rollout/agent/<name>. Required by workflow.type=agent.")
+    samples: Literal["conversation", "call"] = Field(
+        "conversation", description="Training samples of an episode: 'conversation' is one sample, the longest "
+        "chain of calls whose prompts extend each other, with the loss on the model's tokens; 'call' is one "
+        "sample per call (max_calls rows per episode, unused ones empty). docs/customization.md weighs them.")
+    max_calls: int = Field(
+        8, ge=1, description="Model calls one episode may make; past it the proxy answers HTTP 429 "
+        "(code episode_call_limit).")
+    chat_template: str | None = Field(
+        None, description="Chat template for agent traffic instead of the tokenizer's: 'chatml_tools' (ChatML "
+        "with tools and <tool_call> blocks, built in) or a Jinja file. For models whose own template ignores "
+        "tools, e.g. SmolLM2-135M-Instruct.")
+
+
 class WorkflowConfig(Section):
     type: str = Field(
         "rlvr",
-        description="'rlvr' (one answer per sample), 'multi_turn' (feedback and retry), or an import "
-        "path 'package.module:Class' of a RolloutWorkflow.")
+        description="'rlvr' (one answer per sample), 'multi_turn' (feedback and retry), 'agent' (an "
+        "OpenAI-API agent, workflow.agent), or an import path 'package.module:Class' of a RolloutWorkflow.")
     reward_fn: str = Field(
         "gsm8k", description="Reward function: a registered name (gsm8k, arith_shaped) or 'package.module:function'.")
     reward_timeout_s: float = Field(15.0, gt=0, description="A reward call slower than this scores 0.")
@@ -83,3 +102,5 @@ class WorkflowConfig(Section):
         1.0, gt=0, le=1, description="multi_turn: reward factor per retry (a first-turn answer gets the full reward).")
     system_prompt: str | None = Field(None, description="System message prepended to each prompt.")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra keyword arguments for a custom workflow.")
+    agent: AgentConfig = Field(default_factory=AgentConfig,
+                               description="workflow.type=agent: an agent written against the OpenAI API.")

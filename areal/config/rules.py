@@ -317,13 +317,24 @@ def _memory_hand_off(cfg):
                           "the device: rollout.max_head_offpolicyness=0 with sglang.enable_memory_saver=true")
 
 
+def _agent_workflow(cfg):
+    run = cfg.workflow.agent.run
+    if cfg.workflow.type == "agent" and not run:
+        yield ConfigIssue("workflow.agent.run", run, "required by workflow.type=agent",
+                          "set workflow.agent.run to your agent, 'package.module:function' of "
+                          "`async def run(client, data)` (e.g. examples.calculator_agent:run)")
+    elif cfg.workflow.type == "agent" and ":" not in run:
+        yield ConfigIssue("workflow.agent.run", run, "not an import path",
+                          "write it as 'package.module:function'")
+
+
 MAX_STATIC_SHARE = 0.9
 
 RULES = [
     _backend_strings, _c_clip, _decoupled_needs_recompute, _group_norm_needs_samples,
     _batch_divisible, _node_counts, _devices_fit, _sglang_tp_matches, _context_fits,
     _model_paths, _trainer_only_source, _datasets, _lora_push, _restart_needs_full_disk_updates,
-    _colocation, _memory_hand_off,
+    _colocation, _memory_hand_off, _agent_workflow,
 ]
 RULES += [_clip_bounds, _rollout_correction, _dynamic_sampling]  # algorithm knobs
 

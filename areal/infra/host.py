@@ -24,6 +24,7 @@ class HostFacts:
     # Flags of the installed sglang's ServerArgs ("--tp-size", ...); None when unknown.
     sglang_flags: frozenset[str] | None = None
     python: str = sys.executable
+    gpu_memory_bytes: int | None = None  # the smallest visible GPU's memory; None without nvidia-smi
 
 
 def detect_host_facts() -> HostFacts:
@@ -33,7 +34,21 @@ def detect_host_facts() -> HostFacts:
         sglang_version=version,
         sglang_flags=_sglang_flags() if version else None,
         python=sys.executable,
+        gpu_memory_bytes=_gpu_memory_bytes(),
     )
+
+
+def _gpu_memory_bytes() -> int | None:
+    """memory.total of the smallest GPU nvidia-smi lists (MiB -> bytes)."""
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "" or not shutil.which("nvidia-smi"):
+        return None
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10)
+        sizes = [int(line.strip()) for line in out.stdout.splitlines() if line.strip().isdigit()]
+    except (OSError, subprocess.TimeoutExpired, ValueError):
+        return None
+    return min(sizes) * 2**20 if out.returncode == 0 and sizes else None
 
 
 def _installed_version(dist: str) -> str | None:

@@ -22,6 +22,12 @@ TINY_PRESETS: dict[str, dict] = {
     "arith": {"charset": "0123456789+=# \n", "hidden_size": 64, "num_layers": 2},
     # General tests: letters too, so text prompts and stop strings work.
     "chars": {"hidden_size": 64, "num_layers": 2},
+    # Chat agents (the CPU agent run, OpenAI-API tests): printable ASCII, so JSON tool calls are
+    # words it can write, ChatML's <|im_start|> / <|im_end|> (the end of turn) as whole tokens,
+    # the chatml_tools template, and room for a conversation.
+    "chat": {"charset": "".join(chr(c) for c in range(32, 127)) + "\n", "hidden_size": 64,
+             "num_layers": 2, "max_position": 4096, "chat_template": "chatml_tools",
+             "eos": "<|im_end|>", "extra_specials": ("<|im_start|>",)},
 }
 
 

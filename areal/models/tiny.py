@@ -23,22 +23,27 @@ CHAT_TEMPLATE = (
 )
 
 
-def build_char_tokenizer(charset: str = DEFAULT_CHARSET):
-    """A PreTrainedTokenizerFast with one token per character plus pad/bos/eos."""
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+def build_char_tokenizer(charset: str = DEFAULT_CHARSET, *, chat_template: str = CHAT_TEMPLATE,
+                         eos: str = EOS, extra_specials: tuple[str, ...] = ()):
+    """A PreTrainedTokenizerFast with one token per character plus pad/bos/eos and
+    `extra_specials` (whole special tokens, e.g. ChatML's `<|im_start|>`)."""
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    specials = [PAD, BOS, EOS]
+    specials = [PAD, BOS, eos, *extra_specials]
     vocab = {tok: i for i, tok in enumerate(specials)}
     for ch in dict.fromkeys(charset):  # keep order, drop repeats
         vocab.setdefault(ch, len(vocab))
     core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=PAD))
     core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     core.decoder = decoders.Fuse()
+    if extra_specials:  # matched whole, before the split into characters
+        core.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
     tok = PreTrainedTokenizerFast(
-        tokenizer_object=core, pad_token=PAD, bos_token=BOS, eos_token=EOS
+        tokenizer_object=core, pad_token=PAD, bos_token=BOS, eos_token=eos,
+        **({"additional_special_tokens": list(extra_specials)} if extra_specials else {}),
     )
-    tok.chat_template = CHAT_TEMPLATE
+    tok.chat_template = chat_template
     return tok
 
 
@@ -69,10 +74,13 @@ def tiny_model_config(vocab_size: int, *, hidden_size: int = 64, num_layers: int
 
 
 def make_tiny_model_dir(path: str | Path, *, charset: str = DEFAULT_CHARSET, seed: int = 0,
-                        dtype: str = "float32", **config_kwargs) -> Path:
+                        dtype: str = "float32", chat_template: str | None = None, eos: str = EOS,
+                        extra_specials: tuple[str, ...] = (), **config_kwargs) -> Path:
     """Write a random-weight tiny Llama model and its tokenizer to `path`; returns the path.
 
-    Idempotent: an existing complete folder is left as it is, so tests can share one.
+    `chat_template` is Jinja text or a built-in name of areal.chat.template (`chatml_tools`);
+    by default the minimal CHAT_TEMPLATE. Idempotent: an existing complete folder is left as it
+    is, so tests can share one.
     """
     import torch
     from transformers import AutoModelForCausalLM
@@ -81,7 +89,13 @@ def make_tiny_model_dir(path: str | Path, *, charset: str = DEFAULT_CHARSET, see
     if (path / "config.json").exists() and (path / "tokenizer.json").exists():
         return path
     path.mkdir(parents=True, exist_ok=True)
-    tok = build_char_tokenizer(charset)
+    template = CHAT_TEMPLATE
+    if chat_template is not None:
+        from areal.chat.template import resolve_chat_template
+
+        template = resolve_chat_template(chat_template, key="chat_template")
+    tok = build_char_tokenizer(charset, chat_template=template, eos=eos,
+                               extra_specials=tuple(extra_specials))
     config = tiny_model_config(
         len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
         pad_token_id=tok.pad_token_id, **config_kwargs,

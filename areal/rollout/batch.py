@@ -62,3 +62,12 @@ def pad_sequences(rows: list[list], value, dtype) -> "Any":
     for i, row in enumerate(rows):
         out[i, :len(row)] = row
     return torch.from_numpy(out)
+
+
+STAT_PREFIX = "stat/"  # per-sample figures a workflow adds to its rows, e.g. stat/agent/calls
+
+
+def sample_stats(batch: dict[str, Any]) -> dict[str, float]:
+    """The mean of each per-sample figure of a batch (keys `stat/<name>`) as `rollout/<name>`."""
+    return {f"rollout/{key.removeprefix(STAT_PREFIX)}": float(value.float().mean())
+            for key, value in batch.items() if key.startswith(STAT_PREFIX) and value.numel()}

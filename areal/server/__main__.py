@@ -28,14 +28,12 @@ logger = logging.getLogger("areal.server")
 
 def build_state(args: ServerArgs):
     """Load model and tokenizer, start the scheduler; returns the handlers' shared state."""
+    from areal.models.resolve import resolve_model_path
     from areal.server.app import ServerState
     from areal.server.engine import ModelRunner
-    from areal.server.memory import MemoryOccupation, WeightOffloader, cap_process_memory, \
-        plan_kv_budget
+    from areal.server.memory import MemoryOccupation, WeightOffloader, cap_process_memory, plan_kv_budget
     from areal.server.scheduler import Scheduler
     from areal.server.weights import WeightUpdater, weight_roots
-
-    from areal.models.resolve import resolve_model_path
 
     # tiny:<preset> names a model the project builds locally (CPU demo, tests)
     args = dataclasses.replace(args, model_path=resolve_model_path(args.model_path),

@@ -31,12 +31,26 @@ from dataclasses import asdict, dataclass, field
 
 from aiohttp import web
 
-from areal.server.memory import MEMORY_TAGS, DeviceMemoryShort, KVBudget, MemoryOccupation, \
-    MemoryReleased, ServerBusy, memory_readings, released_message
+from areal.server.memory import (
+    MEMORY_TAGS,
+    DeviceMemoryShort,
+    KVBudget,
+    MemoryOccupation,
+    MemoryReleased,
+    ServerBusy,
+    memory_readings,
+    released_message,
+)
 from areal.server.sampling import SamplingParams
 from areal.server.scheduler import Scheduler, Sequence
-from areal.server.validation import BadRequest, UnsupportedMediaType, check_keys, get_typed, \
-    parse_generate, require_object
+from areal.server.validation import (
+    BadRequest,
+    UnsupportedMediaType,
+    check_keys,
+    get_typed,
+    parse_generate,
+    require_object,
+)
 from areal.server.weights import WeightUpdater, check_weight_path
 
 logger = logging.getLogger("areal.server")
@@ -136,7 +150,8 @@ def build_app(state: ServerState) -> web.Application:
     h = Handlers(state)
     add = app.router.add_route
     for path, handler in (("/health", h.health), ("/health_generate", h.health_generate),
-                          ("/get_model_info", h.model_info), ("/get_server_info", h.server_info),
+                          ("/model_info", h.model_info), ("/get_model_info", h.model_info),
+                          ("/get_server_info", h.server_info),
                           ("/get_weight_version", h.get_weight_version),
                           ("/v1/models", h.models)):
         add("GET", path, handler)
@@ -157,6 +172,9 @@ def build_app(state: ServerState) -> web.Application:
                           ("/update_weights_from_distributed", h.update_from_distributed),
                           ("/destroy_weights_update_group", h.destroy_group)):
         add("POST", path, handler)
+    from areal.server.openai_api import add_openai_routes  # here: that module imports this one
+
+    add_openai_routes(app, h)  # /v1/chat/completions, /v1/completions
     return app
 
 

@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from areal.algo.actor import (loss_weight_fn, ppo_loss_fn, prepare_ppo_batch, rollout_mismatch_sums,
-                              split_minibatches)
+from areal.algo.actor import loss_weight_fn, ppo_loss_fn, prepare_ppo_batch, rollout_mismatch_sums, split_minibatches
+from areal.rollout.batch import sample_stats
 
 if TYPE_CHECKING:
     from .context import TrainContext
@@ -132,6 +132,7 @@ def _metrics(step, ctx, batch, train_stats, update, evaluation, phases, step_s, 
         out["rollout/overlong_frac"] = float((penalty < 0).float().mean())
         out["rollout/overlong_penalty_mean"] = float(penalty.mean())
     out.update(algo_metrics)  # dynamic sampling, rollout/trainer mismatch
+    out.update(sample_stats(batch))  # a workflow's per-sample figures (e.g. rollout/agent/*)
     last = train_stats[-1]
     for key, value in last.items():
         out[f"train/{key}"] = float(value)

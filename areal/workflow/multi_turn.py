@@ -18,9 +18,18 @@ from typing import Any
 
 from areal.api.inference import InferenceEngine, ModelRequest
 from areal.api.workflow import RolloutWorkflow
-from areal.workflow.common import (chat_prompt_ids, encode, generated, load_tokenizer,
-                                   make_reward_runner, record_messages, render, reward_fields,
-                                   stack_samples, trajectory)
+from areal.workflow.common import (
+    chat_prompt_ids,
+    encode,
+    generated,
+    load_tokenizer,
+    make_reward_runner,
+    record_messages,
+    render,
+    reward_fields,
+    stack_samples,
+    trajectory,
+)
 
 DEFAULT_FEEDBACK = "Your answer is wrong or could not be parsed. Please try again."
 

@@ -1,7 +1,7 @@
 """`workflow.type` to a RolloutWorkflow: built-in names or an import path.
 
     workflow:
-      type: rlvr                          # or multi_turn, or my_pkg.flows:MyWorkflow
+      type: rlvr                          # or multi_turn, agent, or my_pkg.flows:MyWorkflow
       kwargs: {feedback: "Try again."}    # extra constructor arguments
 
 A class with a `from_config(cfg, tokenizer, **kwargs)` classmethod is built from the experiment
@@ -15,6 +15,7 @@ from areal.api.workflow import RolloutWorkflow
 BUILTIN_WORKFLOWS = {
     "rlvr": "areal.workflow.rlvr:RLVRWorkflow",
     "multi_turn": "areal.workflow.multi_turn:MultiTurnWorkflow",
+    "agent": "areal.workflow.agent:AgentWorkflow",
 }
 
 

@@ -16,8 +16,16 @@ from typing import Any
 
 from areal.api.inference import InferenceEngine, ModelRequest
 from areal.api.workflow import RolloutWorkflow
-from areal.workflow.common import (chat_prompt_ids, generated, load_tokenizer, make_reward_runner,
-                                   record_messages, reward_fields, stack_samples, trajectory)
+from areal.workflow.common import (
+    chat_prompt_ids,
+    generated,
+    load_tokenizer,
+    make_reward_runner,
+    record_messages,
+    reward_fields,
+    stack_samples,
+    trajectory,
+)
 
 
 class RLVRWorkflow(RolloutWorkflow):

@@ -2,7 +2,10 @@
 
     python scripts/dev/tune_demo_summary.py OUT_DIR
 """
-import json, sys, pathlib
+import json
+import pathlib
+import sys
+
 out = pathlib.Path(sys.argv[1])
 summary = {}
 for m in sorted((out / "runs").glob("*/demo/metrics.jsonl")):

@@ -5,8 +5,7 @@ import math
 import pytest
 import torch
 
-from areal.algo.advantages import (broadcast_to_tokens, compute_advantages, group_normalize,
-                                   scale_rewards)
+from areal.algo.advantages import broadcast_to_tokens, compute_advantages, group_normalize, scale_rewards
 
 
 def test_scale_rewards_bias_then_scale_then_clip():

@@ -25,8 +25,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.engine.test_fsdp_helpers import (make_batch, nll_loss, padded_logprobs, reference_step,
-                                            run_torchrun, token_weight)
+from tests.engine.test_fsdp_helpers import (
+    make_batch,
+    nll_loss,
+    padded_logprobs,
+    reference_step,
+    run_torchrun,
+    token_weight,
+)
 
 LR = 1e-3
 

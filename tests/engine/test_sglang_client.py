@@ -15,8 +15,7 @@ import requests
 from areal.api.inference import ModelRequest, WeightUpdateMeta
 from areal.engine.sglang.client import RemoteSGLangEngine
 from areal.engine.sglang.http import ServerError
-from areal.server.testing import (free_port, make_varied_model_dir, pause_mid_generation, start_server,
-                                  wait_for)
+from areal.server.testing import free_port, make_varied_model_dir, pause_mid_generation, start_server, wait_for
 
 KEY = "test-key"
 
@@ -80,6 +79,8 @@ def test_disk_weight_update_changes_outputs_and_versions_on_both(engine, models)
     engine.update_weights(WeightUpdateMeta("disk", path=models[1], version=1))
     assert engine.get_version() == 1
     assert {engine.server_info(a)["weight_version"] for a in engine.addrs} == {"1"}
+    # the version check after recovery reads /model_info, where SGLang keeps it
+    assert engine.control.server_versions() == {a: 1 for a in engine.addrs}
     after = run(engine, greedy())
     assert after[0].output_tokens == after[1].output_tokens != before[0].output_tokens
     assert all(r.output_versions == [1] * r.output_len for r in after)
@@ -89,9 +90,9 @@ def test_disk_weight_update_changes_outputs_and_versions_on_both(engine, models)
 def test_requests_live_through_a_paused_weight_update(engine, models, monkeypatch, mode):
     """Requests in flight when the servers pause for an update finish with every token labelled
     by the version that produced it. abort: they come back aborted and the client resubmits the
-    rest after continue; retract (the default) and in_place: the servers hold them, finish them
+    rest after continue; in_place (the default) and retract: the servers hold them, finish them
     after continue and report where the version changed."""
-    assert engine.pause_mode == "retract"  # rollout.pause_mode auto, on built-in servers
+    assert engine.pause_mode == "in_place"  # rollout.pause_mode auto, on built-in servers
     monkeypatch.setattr(engine._rcfg, "pause_mode", mode)
     assert engine.pause_mode == mode
     count_key = "requests_aborted" if mode == "abort" else "requests_held"

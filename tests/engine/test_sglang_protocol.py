@@ -46,6 +46,10 @@ def test_generate_payload_uses_only_sglang_keys():
     (lambda: protocol.load_lora_payload("v1", "/w/v1"), "LoadLoRAAdapterReqInput"),
     (lambda: protocol.unload_lora_payload("v1"), "UnloadLoRAAdapterReqInput"),
     (lambda: protocol.weight_version_payload(3), "UpdateWeightVersionReqInput"),
+    (lambda: protocol.destroy_group_payload("g"), "DestroyWeightsUpdateGroupReqInput"),
+    (lambda: protocol.tensor_update_payload(["AAAA"], version=3, flush_cache=False), "UpdateWeightsFromTensorReqInput"),
+    (lambda: protocol.memory_payload(["kv_cache"]), "ReleaseMemoryOccupationReqInput"),
+    (lambda: protocol.memory_payload(None, protocol.RESUME_MEMORY), "ResumeMemoryOccupationReqInput"),
 ])
 def test_control_payloads_use_only_sglang_keys(builder, fields):
     assert set(builder()) <= set(FIELDS[fields])
@@ -132,10 +136,10 @@ def test_parse_output_version_spans_of_the_builtin_server():
             protocol.parse_generate(body)
 
 
-def test_pause_mode_auto_is_retract_only_when_every_server_is_builtin():
+def test_pause_mode_auto_is_in_place_only_when_every_server_is_builtin():
     from areal.engine.sglang.client import resolve_pause_mode
 
-    assert resolve_pause_mode("auto", ["areal-builtin", "areal-builtin"]) == "retract"
+    assert resolve_pause_mode("auto", ["areal-builtin", "areal-builtin"]) == "in_place"
     assert resolve_pause_mode("auto", ["areal-builtin", "0.5.2"]) == "abort"  # an SGLang server
     assert resolve_pause_mode("auto", ["areal-builtin", None]) == "abort"  # unknown: the safe mode
     assert resolve_pause_mode("auto", []) == "abort"
@@ -181,3 +185,26 @@ def test_batching_counters_ask_only_builtin_servers(monkeypatch):
         "prefill_steps": 2, "decode_steps": 10, "decode_rows": 40, "generated_tokens": 42}}, raising=False)
     counters = engine.batching_counters()
     assert counters["decode_steps"] == 20 and counters["decode_rows"] == 80 and counters["prefill_s"] == 0
+
+
+def test_tensor_update_payload_one_text_per_rank_and_the_version_as_text():
+    body = protocol.tensor_update_payload(["a", "b"], version=4)
+    assert body == {"serialized_named_tensors": ["a", "b"], "load_format": None, "flush_cache": True,
+                    "abort_all_requests": False, "weight_version": "4"}
+    assert "weight_version" not in protocol.tensor_update_payload(["a"], version=None)
+    with pytest.raises(ValueError, match="one serialized text per tensor-parallel rank"):
+        protocol.tensor_update_payload([], version=1)
+
+
+def test_memory_payload_tags():
+    assert protocol.memory_payload(None) == {"tags": None}
+    assert protocol.memory_payload(["weights", "kv_cache"]) == {"tags": ["weights", "kv_cache"]}
+    with pytest.raises(ValueError, match="cuda_graph"):
+        protocol.memory_payload(["cuda_graph"])
+
+
+def test_model_info_version():
+    assert protocol.parse_model_info_version({"weight_version": "7", "model_path": "/m"}) == 7
+    assert protocol.parse_model_info_version({"weight_version": "default"}) is None
+    with pytest.raises(protocol.ProtocolError):
+        protocol.parse_model_info_version(["not", "an", "object"])

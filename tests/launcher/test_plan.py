@@ -6,8 +6,8 @@ import pytest
 
 from areal.config import ConfigError, validate_config
 from areal.infra.host import HostFacts
-from launcher.plan import TRAINER_HEAD, make_plan
 from areal.infra.servers import drop_unknown_flags
+from launcher.plan import TRAINER_HEAD, make_plan
 
 GPU = HostFacts(cuda_available=True, python="python")
 CPU = HostFacts(cuda_available=False, python="python")

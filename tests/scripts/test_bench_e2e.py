@@ -169,8 +169,8 @@ def test_x4_overrides_plan_servers_on_gpus_0_1_and_trainer_on_2_3(backend, tmp_p
     """What `areal-launch ... --dry-run` shows for the overrides bench_e2e builds, in-process: the
     launcher's plan puts the servers and trainer ranks exactly where gpu_roles says."""
     from areal.config import validate_config
-    from launcher.compose import compose
     from areal.infra.host import HostFacts
+    from launcher.compose import compose
     from launcher.plan import make_plan
 
     mod = _script()

@@ -187,7 +187,6 @@ def _read_failure(folder: Path, problem: str) -> str:
 def restore_checkpoint(engine, folder: str | Path) -> TrainerState:
     """Load engine weights/optimizer/schedule, this rank's RNG and the weight version."""
     import torch.distributed as dist
-
     from torch.distributed.checkpoint.api import CheckpointException
 
     folder = Path(folder)

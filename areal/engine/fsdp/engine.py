@@ -29,8 +29,15 @@ from areal.api.train import Batch, LossFn, TrainEngine
 
 from . import packing, state, weight_sync
 from .optim import build_optimizer, build_scheduler, clip_grad_norm
-from .parallelize import (apply_fsdp, apply_tp, build_mesh, check_tp_divisible, compile_decoder_layers, dp_mesh,
-                          flat_dp_mesh)
+from .parallelize import (
+    apply_fsdp,
+    apply_tp,
+    build_mesh,
+    check_tp_divisible,
+    compile_decoder_layers,
+    dp_mesh,
+    flat_dp_mesh,
+)
 
 logger = logging.getLogger("areal.fsdp")
 

@@ -65,8 +65,7 @@ def check_tp_divisible(config, tp: int) -> None:
 
 def apply_tp(model: nn.Module, tp_mesh) -> None:
     """Megatron-style plan for Llama/Qwen2-like blocks; embeddings and lm_head stay replicated."""
-    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
-                                                   parallelize_module)
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     plan = {
         "self_attn.q_proj": ColwiseParallel(), "self_attn.k_proj": ColwiseParallel(),

@@ -40,8 +40,8 @@ from typing import Any
 from areal.api.inference import InferenceEngine, ModelRequest, ModelResponse, WeightUpdateMeta
 from areal.engine.sglang import protocol
 from areal.engine.sglang.control import ServerControl, pause_report  # noqa: F401 (re-exported)
-from areal.infra.discovery import discover_server_addrs
 from areal.engine.sglang.http import ServerError, apost_json, auth_headers, fanout, retries_for
+from areal.infra.discovery import discover_server_addrs
 from areal.infra.health import is_healthy
 
 logger = logging.getLogger(__name__)
@@ -59,15 +59,17 @@ BUILTIN_SERVER = "areal-builtin"  # the built-in server's /get_server_info "vers
 
 
 def resolve_pause_mode(configured: str, server_programs: list[str | None]) -> str:
-    """rollout.pause_mode `auto`: retract when every server is the built-in one, else abort.
+    """rollout.pause_mode `auto`: in_place when every server is the built-in one, else abort.
 
-    Why not retract on SGLang: its weight updates flush the prefix cache, and its flush runs only
-    when the scheduler is fully idle, waiting queue included, where retracted requests wait;
-    abort-and-resubmit is the path AReaL uses with it. An explicit mode is used as given."""
+    in_place rather than retract on the built-in server: it re-prefills nothing, and on SmolLM2
+    (one H200, three seeds each) it learned as well (docs/benchmarks.md). Why not hold requests
+    on SGLang: its weight updates flush the prefix cache, and its flush runs only when the
+    scheduler is fully idle, waiting queue included, where held requests wait; abort-and-resubmit
+    is the path AReaL uses with it. An explicit mode is used as given."""
     if configured != "auto":
         return configured
     if server_programs and all(p == BUILTIN_SERVER for p in server_programs):
-        return "retract"
+        return "in_place"
     return "abort"
 
 
@@ -426,9 +428,8 @@ class RemoteSGLangEngine(InferenceEngine):
     def executor(self):
         """The RolloutExecutor over this engine, created on first use."""
         if self._executor is None:
-            from areal.rollout.executor import RolloutExecutor
-
             from areal.engine.sglang.http import shared_session
+            from areal.rollout.executor import RolloutExecutor
 
             self._executor = RolloutExecutor(self, self._rcfg, loop_scope=shared_session)
             if self.paused:

@@ -25,8 +25,8 @@ from typing import Any, Callable
 
 from areal.api.inference import WeightUpdateMeta
 from areal.engine.sglang import protocol
-from areal.infra.discovery import normalize_addrs
 from areal.engine.sglang.http import ServerError, auth_headers, fanout, get_json, post_json
+from areal.infra.discovery import normalize_addrs
 
 logger = logging.getLogger(__name__)
 
