@@ -3,10 +3,11 @@
 Pure and torch-free: the same config and host facts always give the same plan, which
 `areal-launch --dry-run` prints and the local and Ray backends execute.
 
-Layout: on a single node the servers take the first devices and the trainer ranks the next
-(with `launcher.colocate`, both sides start at device 0 and share the devices); with several nodes, the rollout side gets nodes [0, rollout_n_nodes) and the trainer side the
-following trainer_n_nodes. `launcher.trainer_n_nodes=0` drops the trainers and adds a rollout
-driver (inference-only); `launcher.rollout_n_nodes=0` drops the servers (trainer-only).
+Layout: on a single node the servers take the first devices and the trainer ranks the next (with
+`launcher.colocate`, both sides start at device 0 and share the devices); with several nodes, the
+rollout side gets nodes [0, rollout_n_nodes) and the trainer side the following trainer_n_nodes.
+`launcher.trainer_n_nodes=0` drops the trainers and adds a rollout driver (inference-only);
+`launcher.rollout_n_nodes=0` drops the servers (trainer-only).
 """
 
 from __future__ import annotations

@@ -269,7 +269,8 @@ def overrides(args, k: int, index: int, model_dir: str, tok_dir: str, data: str,
         f"actor.dtype={args.dtype}", f"actor.gradient_checkpointing={str(args.grad_ckpt).lower()}",
         f"actor.max_tokens_per_mb={args.max_tokens_per_mb}", f"actor.ppo_n_minibatches={args.ppo_minibatches}",
         f"actor.weight_update={args.weight_update}",
-        f"rollout.backend=sglang:d{args.servers}", f"rollout.server={args.server}", f"rollout.max_head_offpolicyness={k}",
+        f"rollout.backend=sglang:d{args.servers}", f"rollout.server={args.server}",
+        f"rollout.max_head_offpolicyness={k}",
         f"rollout.max_concurrent_rollouts={conc}",
         f"gconfig.n_samples={args.n_samples}", f"gconfig.max_new_tokens={args.max_new_tokens}",
         "gconfig.min_new_tokens=0", "gconfig.ignore_eos=true", "gconfig.temperature=1.0", "gconfig.stop=[]",
@@ -387,8 +388,8 @@ def run_mode(args, k: int, index: int, model_dir: str, tok_dir: str, data: str, 
     if args.device == "cuda":
         env.pop("CUDA_VISIBLE_DEVICES", None)  # see check_cuda_layout ("" would hide the GPUs from it)
     roles = gpu_roles(args.servers, backend, args.colocate)
-    say(f"\n== {name} ({backend}, {args.servers} server(s), max_head_offpolicyness={k}): {total} steps, the first {args.warmup} excluded; "
-        f"time limit {timeout:.0f} s")
+    say(f"\n== {name} ({backend}, {args.servers} server(s), max_head_offpolicyness={k}): {total} steps, "
+        f"the first {args.warmup} excluded; time limit {timeout:.0f} s")
     say("$ areal-launch " + " ".join(cmd[3:]))
     sampler = GpuSampler(sorted(set(roles.values())), args.gpu_sample_s) if args.device == "cuda" else None
     if sampler:
@@ -679,8 +680,9 @@ def bench(args) -> int:
                                            later=len(runs) - index - 1)
         if warning:
             say(warning)
-        layout = result["layouts"].setdefault(backend, {"gpus": gpu_roles(args.servers, backend, args.colocate), "modes": {},
-                                                        "speedup": {}, "balance": None, "goal_met": None})
+        layout = result["layouts"].setdefault(backend, {"gpus": gpu_roles(args.servers, backend, args.colocate),
+                                                        "modes": {}, "speedup": {}, "balance": None,
+                                                        "goal_met": None})
         layout["modes"][mode_name(k)] = run_mode(args, k, index, model_dir, tok_dir, data, workdir,
                                                  timeout=timeout, backend=backend)
         finish(layout)

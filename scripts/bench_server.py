@@ -112,7 +112,7 @@ async def wave(url: str, prompts, new_tokens: int) -> dict:
     tokens = sum(n for n, _ in results)
     return {"requests": len(prompts), "tokens": tokens, "wall_s": round(elapsed, 3),
             "tokens_per_s": round(tokens / elapsed, 1),
-            "mean_latency_s": round(sum(l for _, l in results) / len(results), 3)}
+            "mean_latency_s": round(sum(lat for _, lat in results) / len(results), 3)}
 
 
 def main(argv=None) -> dict:

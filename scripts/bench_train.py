@@ -2,8 +2,9 @@
 loop (padded micro-batches, same model, same precision, same batch).
 
 The model is a random-weight Qwen2.5 shape built from its public config (no download;
-areal/models/shapes.py), so the numbers measure the training step itself. Lengths vary (uniform in [min_len, max_len]) as
-rollouts do, which is where packing pays: the bare loop computes on padding, the engine does not.
+areal/models/shapes.py), so the numbers measure the training step itself. Lengths vary (uniform in
+[min_len, max_len]) as rollouts do, which is where packing pays: the bare loop computes on padding,
+the engine does not.
 
     # GPU (one process per GPU; dp = number of processes)
     torchrun --nproc-per-node 1 scripts/bench_train.py --shape qwen2.5-0.5b --out bench_0.5b.json
@@ -149,7 +150,6 @@ def bench_bare(args, model_dir: str, batch: dict) -> dict:
         opt.zero_grad(set_to_none=True)
 
     times = _timed(step, args.warmup, args.steps, args.device)
-    del model, opt
     return {"step_s": times, "n_microbatches": len(chunks)}
 
 
@@ -260,7 +260,8 @@ def main(argv=None) -> None:
             if name in result:
                 r = result[name]
                 print(f"{name} ({args.backend if name.startswith('engine') else f'fsdp:d{world}'}): "
-                      f"{r['tokens_per_s']:.0f} tok/s ({r['tokens_per_s_per_device']:.0f} per device), step {r['median_step_s']:.3f} s"
+                      f"{r['tokens_per_s']:.0f} tok/s ({r['tokens_per_s_per_device']:.0f} per device), "
+                      f"step {r['median_step_s']:.3f} s"
                       + (f", MFU {r['mfu']:.3f}, peak {r['peak_memory_gib']:.1f} GiB" if "mfu" in r else ""))
     dist.destroy_process_group()
 

@@ -20,7 +20,8 @@ class EvaluatorConfig(Section):
     max_samples: int | None = Field(None, ge=1, description="Evaluate on the first N test records.")
     max_new_tokens: int | None = Field(None, ge=1, description="Generation budget; null follows gconfig.")
     reward_fn: str | None = Field(
-        None, description="Reward that decides correctness (pass@1 counts full rewards); null follows workflow.reward_fn.")
+        None,
+        description="Reward that decides correctness (pass@1 counts full rewards); null follows workflow.reward_fn.")
 
 
 class WandbConfig(Section):

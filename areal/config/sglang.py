@@ -50,9 +50,11 @@ class SGLangConfig(Section):
     enable_lora: bool | None = Field(
         None, description="SGLang: serve LoRA adapters; null follows actor.use_lora with actor.lora_push=adapter.")
     max_lora_rank: int | None = Field(
-        None, ge=1, description="SGLang: largest adapter rank it can load; null follows actor.lora_rank when adapters are pushed.")
+        None, ge=1,
+        description="SGLang: largest adapter rank it can load; null follows actor.lora_rank when adapters are pushed.")
     lora_target_modules: list[str] | None = Field(
-        None, description="SGLang: modules adapters may target; null follows actor.target_modules when adapters are pushed.")
+        None,
+        description="SGLang: modules adapters may target; null follows actor.target_modules when adapters are pushed.")
     weight_dirs: list[str] = Field(
         default_factory=list,
         description="Built-in server: extra folders /update_weights_from_disk may load from. The run's "

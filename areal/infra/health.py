@@ -1,9 +1,10 @@
 """Waiting for inference servers to answer GET /health (SGLang's and the built-in server's route).
 
-Torch-free (urllib only); the launcher and the library (RemoteSGLangEngine) both use it. Waiting watches the server processes too: a server that exits while
-starting is reported at once with its exit code instead of after the whole startup timeout.
-Once the run is going, `HealthWatch` keeps probing in a background thread and names any server
-that stopped answering (hung, or stopped with SIGSTOP) for launcher.server_health_timeout_s.
+Torch-free (urllib only); the launcher and the library (RemoteSGLangEngine) both use it. Waiting
+watches the server processes too: a server that exits while starting is reported at once with its
+exit code instead of after the whole startup timeout. Once the run is going, `HealthWatch` keeps
+probing in a background thread and names any server that stopped answering (hung, or stopped with
+SIGSTOP) for launcher.server_health_timeout_s.
 """
 
 from __future__ import annotations

@@ -42,10 +42,17 @@ from aiohttp import web
 from areal.api.inference import ModelRequest, ModelResponse
 from areal.chat.continuation import continuation_text, message_key, reply_key
 from areal.chat.http import reply, request_error_reply
-from areal.chat.request import (ChatRequest, RequestError, Sampling, parse_chat_request,
-                                parse_completion_request)
-from areal.chat.response import (Generation, chat_chunks, chat_response, completion_chunks,
-                                 completion_response, error_body, new_id, parse_generation)
+from areal.chat.request import ChatRequest, RequestError, Sampling, parse_chat_request, parse_completion_request
+from areal.chat.response import (
+    Generation,
+    chat_chunks,
+    chat_response,
+    completion_chunks,
+    completion_response,
+    error_body,
+    new_id,
+    parse_generation,
+)
 from areal.chat.template import encode_text, render_chat
 from areal.chat.tool_calls import ParsedReply
 

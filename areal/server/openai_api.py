@@ -22,8 +22,15 @@ from aiohttp import web
 
 from areal.chat.http import reply, request_error_reply
 from areal.chat.request import RequestError, Sampling, parse_chat_request, parse_completion_request
-from areal.chat.response import (Generation, chat_chunks, chat_response, completion_chunks,
-                                 completion_response, new_id, parse_generation)
+from areal.chat.response import (
+    Generation,
+    chat_chunks,
+    chat_response,
+    completion_chunks,
+    completion_response,
+    new_id,
+    parse_generation,
+)
 from areal.chat.template import encode_text, render_chat
 from areal.server.app import error, read_json
 from areal.server.validation import BadRequest, _check_length, parse_sampling

@@ -9,7 +9,7 @@ import sys
 out = pathlib.Path(sys.argv[1])
 summary = {}
 for m in sorted((out / "runs").glob("*/demo/metrics.jsonl")):
-    rows = [json.loads(l) for l in m.read_text().splitlines()]
+    rows = [json.loads(line) for line in m.read_text().splitlines()]
     steps = [r for r in rows if r.get("step", 0) > 0]
     curve = {r["step"]: round(r["rollout/reward_mean"], 3) for r in steps if r["step"] % 25 == 0}
     evals = {r["step"]: r["eval/accuracy"] for r in rows if "eval/accuracy" in r}

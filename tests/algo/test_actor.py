@@ -84,7 +84,8 @@ def test_rollout_correction_replaces_the_decoupled_weight():
     mis, _ = ppo_loss_fn(ActorConfig(rollout_is="mis", rollout_is_cap=2.0))(prox.clone(), torch.zeros(1, 2), mb)
     assert mis.item() == pytest.approx(-(0.5 + 0.0) / 2)
     # sequence level: rho = 1.5 for both tokens, under the cap
-    seq, _ = ppo_loss_fn(ActorConfig(rollout_is="tis", rollout_is_level="sequence"))(prox.clone(), torch.zeros(1, 2), mb)
+    seq_loss = ppo_loss_fn(ActorConfig(rollout_is="tis", rollout_is_level="sequence"))
+    seq, _ = seq_loss(prox.clone(), torch.zeros(1, 2), mb)
     assert seq.item() == pytest.approx(-1.5)
     # the same weights without the decoupled loss: the correction supplies the weight either way
     plain, _ = ppo_loss_fn(ActorConfig(rollout_is="tis", use_decoupled_loss=False))(prox.clone(), torch.zeros(1, 2), mb)

@@ -204,3 +204,16 @@ def test_message_keys_ignore_what_clients_add():
         message_key({"role": "user", "content": "hi"})
     assert message_key({"role": "tool", "tool_call_id": "a", "content": "1"}) != \
         message_key({"role": "tool", "tool_call_id": "b", "content": "1"})
+
+
+def test_the_protocol_and_the_proxy_never_import_the_server():
+    """The trainer never imports areal.server: what both sides share lives in areal/chat."""
+    from pathlib import Path
+
+    from tests.infra.test_import_direction import REPO, imported_modules
+
+    files = [*(REPO / "areal" / "chat").glob("*.py"), REPO / "areal/rollout/openai_proxy.py",
+             REPO / "areal/workflow/agent.py"]
+    offenders = {str(Path(p).relative_to(REPO)): sorted(m for m in imported_modules(p) if m.startswith("areal.server"))
+                 for p in files}
+    assert {p: m for p, m in offenders.items() if m} == {}

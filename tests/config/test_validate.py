@@ -75,6 +75,10 @@ RULES = [
      "required", with_(train_dataset__type="files")),
     ("eval dataset", with_(evaluator__freq_steps=5, valid_dataset__type="files"), "valid_dataset.path",
      "required", with_(evaluator__freq_steps=5, valid_dataset__type="files", valid_dataset__path="d")),
+    ("agent needs run", with_(workflow__type="agent"), "workflow.agent.run", "required",
+     with_(workflow__type="agent", workflow__agent__run="my.agents:run")),
+    ("agent run path", with_(workflow__type="agent", workflow__agent__run="run"), "workflow.agent.run",
+     "import path", with_(workflow__type="agent", workflow__agent__run="my.agents:run")),
 ]
 
 

@@ -12,7 +12,8 @@ CPU = HostFacts(cuda_available=False, python="python")
 
 def raw(**dotted) -> dict:
     out = {"actor": {"path": "/m", "backend": "fsdp:d1", "weight_update": "tensor"},
-           "rollout": {"backend": "sglang:d1", "max_head_offpolicyness": 1}, "train_dataset": {"path": "/d", "batch_size": 8},
+           "rollout": {"backend": "sglang:d1", "max_head_offpolicyness": 1},
+           "train_dataset": {"path": "/d", "batch_size": 8},
            "cluster": {"n_gpus_per_node": 1}, "launcher": {"colocate": True}}
     for key, value in dotted.items():
         node = out

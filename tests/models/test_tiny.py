@@ -33,3 +33,20 @@ def test_unknown_tiny_preset_is_a_clear_error():
 
     with pytest.raises(ValueError, match="unknown tiny preset 'nope'"):
         resolve_model_path("tiny:nope")
+
+
+def test_chat_preset_speaks_chatml_with_tools(tmp_path, monkeypatch):
+    """tiny:chat: printable ASCII, ChatML markers as whole special tokens, end of turn as eos."""
+    monkeypatch.setenv("AREAL_CACHE", str(tmp_path))
+    from transformers import AutoConfig, AutoTokenizer
+
+    path = resolve_model_path("tiny:chat")
+    tok = AutoTokenizer.from_pretrained(path)
+    ids = tok('<|im_start|>user\n{"a": [1]}<|im_end|>', add_special_tokens=False).input_ids
+    assert len(ids) == 2 + len('user\n{"a": [1]}')
+    assert tok.eos_token == "<|im_end|>" and AutoConfig.from_pretrained(path).eos_token_id == tok.eos_token_id
+    tools = [{"type": "function", "function": {"name": "calculator", "parameters": {}}}]
+    text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tools=tools,
+                                   add_generation_prompt=True, tokenize=False)
+    assert text.startswith("<|im_start|>system\nTools you can call:\n<tools>\n{\"name\": \"calculator\"")
+    assert text.endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")

@@ -23,7 +23,8 @@ def test_shares_by_thread_and_top_stacks(tmp_path):
     out = gil_share.summarise(str(path), top=2)
     assert out["samples"] == 10
     assert out["share_by_thread"] == {"MainThread": 0.8, "rollout-executor": 0.2}
-    assert out["top_stacks"][0] == [0.6, "MainThread | forward (model.py:10) <- train (grpo.py:40) <- thread (10): MainThread"]
+    assert out["top_stacks"][0] == [
+        0.6, "MainThread | forward (model.py:10) <- train (grpo.py:40) <- thread (10): MainThread"]
     assert len(out["top_stacks"]) == 2
 
 

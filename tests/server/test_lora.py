@@ -8,8 +8,6 @@ import json
 import requests
 import torch
 
-from tests.server.test_weights import allowed_dir, server  # noqa: F401 (the same fixtures)
-
 PROMPT = [1, 5, 6, 7, 8, 9]
 TARGETS = ("model.layers.0.self_attn.q_proj", "model.layers.1.mlp.down_proj")
 

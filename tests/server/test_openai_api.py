@@ -10,8 +10,18 @@ import requests
 
 from areal.chat.template import encode_text, render_chat
 from areal.server.testing import start_server
-from tests.scripted_chat import (ADD, ANSWER_TEXT, BAD, CALL_TEXT, END, HELLO, HELLO_TEXT,
-                                 MALFORMED_TEXT, TOOLS, tool_result)
+from tests.scripted_chat import (
+    ADD,
+    ANSWER_TEXT,
+    BAD,
+    CALL_TEXT,
+    END,
+    HELLO,
+    HELLO_TEXT,
+    MALFORMED_TEXT,
+    TOOLS,
+    tool_result,
+)
 
 
 @pytest.fixture(scope="module")

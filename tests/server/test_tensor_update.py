@@ -13,7 +13,7 @@ from tests.server.helpers import prompt_ids
 
 torch = pytest.importorskip("torch")
 
-from areal.utils.tensor_ipc import serialize_named_tensors
+from areal.utils.tensor_ipc import serialize_named_tensors  # noqa: E402 (after importorskip, as it imports torch)
 
 PROMPT = prompt_ids(11, 6)
 N_NEW = 12

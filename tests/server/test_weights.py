@@ -13,21 +13,6 @@ N_NEW = 16
 
 
 @pytest.fixture(scope="module")
-def allowed_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("allowed")
-
-
-@pytest.fixture(scope="module")
-def server(varied_model_dir, allowed_dir):
-    from areal.server.testing import start_server
-
-    handle = start_server(varied_model_dir, extra_args=["--dtype", "float32",
-                                                        "--weight-dirs", allowed_dir])
-    yield handle
-    assert handle.stop() == 0, handle.log()
-
-
-@pytest.fixture(scope="module")
 def other_model_dir(allowed_dir):
     from areal.server.testing import make_varied_model_dir
 

@@ -70,8 +70,8 @@ def test_trainer_only_run_against_external_server(tmp_path, server, arith_model)
     assert "eval/accuracy" in rows[0] and "eval/accuracy" in steps[1]  # before training, then every 2
     assert requests.get(server.url + "/get_weight_version", timeout=10).json()["weight_version"] == "4"
     assert all("weight_update/seconds" in r and r["rollout/staleness_max"] >= 0 for r in steps)
-    assert all(0 <= r["rollout/staleness_mean"] <= r["rollout/staleness_max"] and 0 <= r["rollout/mixed_version_frac"] <= 1
-               for r in steps)
+    assert all(0 <= r["rollout/staleness_mean"] <= r["rollout/staleness_max"]
+               and 0 <= r["rollout/mixed_version_frac"] <= 1 for r in steps)
     # around each update: pausing (the built-in server reports its own share) and resuming
     assert all(0 <= r["weight_update/server_pause_s"] <= r["weight_update/pause_s"] and r["weight_update/resume_s"] >= 0
                for r in steps)

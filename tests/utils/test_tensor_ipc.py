@@ -16,7 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from areal.utils.tensor_ipc import (
+from areal.utils.tensor_ipc import (  # noqa: E402 (after importorskip, as it imports torch)
     TensorPayloadError,
     UnsafePayload,
     deserialize_named_tensors,

@@ -3,7 +3,6 @@ chat model: rows for both sample modes (masks, logprobs, versions, rewards), the
 and what a misbehaving agent gets."""
 
 import pytest
-import torch
 
 from areal.config import validate_config
 from areal.config.rollout import GenerationConfig

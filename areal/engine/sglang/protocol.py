@@ -1,10 +1,11 @@
 """SGLang's HTTP API as pure functions: build request bodies, parse response bodies.
 
-This is the one module that knows SGLang's wire format (checked against SGLang 0.5.2's and
-0.5.23's `entrypoints/http_server.py` and `managers/io_struct.py`); the clients (`control.py` for
-control routes, `client.py` for /generate) only send what it builds. Why a fixed key set: SGLang silently ignores unknown top-level keys of /generate (a typo
-such as `max_tokens` would vanish without a trace) and answers an unknown sampling key with
-HTTP 500, so every payload here is spelt from the constants below and tested on saved JSON.
+This is the one module that knows SGLang's wire format (checked against SGLang 0.5.2's and 0.5.23's
+`entrypoints/http_server.py` and `managers/io_struct.py`); the clients (`control.py` for control
+routes, `client.py` for /generate) only send what it builds. Why a fixed key set: SGLang silently
+ignores unknown top-level keys of /generate (a typo such as `max_tokens` would vanish without a
+trace) and answers an unknown sampling key with HTTP 500, so every payload here is spelt from the
+constants below and tested on saved JSON.
 
 Wire facts the parsers rely on:
 * `meta_info.output_token_logprobs` is a list of `[logprob, token_id, text_or_null]` triples.
