@@ -7,7 +7,8 @@
     continuation.py  the prompt of a follow-up call as the previous call's exact tokens + the new turns
     tool_calls.py    `<tool_call>{json}</tool_call>` blocks (Qwen/Hermes) -> OpenAI tool_calls
     response.py      response bodies, stream chunks (SSE) and logprobs in OpenAI's shapes
+    http.py          the two aiohttp replies both sides send (JSON or server-sent events)
 
-Pure functions on dicts and a tokenizer: no HTTP, no torch, no import of areal.server (the
-trainer never imports the server).
+Functions on dicts and a tokenizer: no torch, and no import of areal.server (the trainer never
+imports the server).
 """

@@ -226,7 +226,8 @@ MALFORMED = [
     ("POST", "/update_weights_from_disk", {"model_path": ["a"]}, JSON, 400, "model_path"),
     ("POST", "/init_weights_update_group", {"master_port": "x"}, JSON, 400, "master_port"),
     ("GET", "/no_such_route", None, {}, 404, "No route"),
-    ("POST", "/v1/chat/completions", {}, JSON, 404, "No route"),
+    ("POST", "/v1/chat/completions", {}, JSON, 400, "'messages'"),
+    ("POST", "/v1/no_such_route", {}, JSON, 404, "No route"),
     ("GET", "/generate", None, {}, 405, "not allowed"),
     ("DELETE", "/health", None, {}, 405, "not allowed"),
 ]
