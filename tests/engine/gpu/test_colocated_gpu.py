@@ -14,23 +14,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from areal.models.shapes import build_model_dir, make_batch
+from areal.models.shapes import make_batch
+from tests.engine.gpu.conftest import nll as _nll
+from tests.engine.gpu.conftest import token_weight as _weight
 
 pytestmark = pytest.mark.gpu
-
-
-@pytest.fixture(scope="module")
-def qwen_05b(tmp_path_factory):
-    return build_model_dir("qwen2.5-0.5b", tmp_path_factory.mktemp("qwen"))
-
-
-def _nll(logprobs, entropy, mb):
-    mask = mb["loss_mask"].bool()
-    return -(logprobs * mask).sum() / mask.sum().clamp(min=1), {}
-
-
-def _weight(mb):
-    return float(mb["loss_mask"].sum())
 
 
 def test_offload_frees_the_trainers_memory_and_training_goes_on(qwen_05b):
