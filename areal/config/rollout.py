@@ -47,8 +47,9 @@ class RolloutConfig(Section):
         "server answers them, the client resubmits prompt + tokens so far (AReaL's way; many answers "
         "and requests in the trainer process). in_place: like retract but keeps the KV cache computed "
         "by the old weights (no re-prefill; the tokens after the update attend to keys and values of "
-        "the old weights). auto: in_place on built-in servers, abort on SGLang (its weight updates "
-        "flush a cache that held requests keep busy). docs/benchmarks.md compares the modes.")
+        "the old weights). auto: retract on built-in servers (in_place is faster but learned less on "
+        "SmolLM2), abort on SGLang (its weight updates flush a cache that held requests keep busy). "
+        "docs/benchmarks.md compares the modes.")
     gil_switch_interval_ms: float | None = Field(
         0.2, gt=0,
         description="GIL switch interval (sys.setswitchinterval, in ms) that the processes running the "

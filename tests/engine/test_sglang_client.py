@@ -90,9 +90,9 @@ def test_disk_weight_update_changes_outputs_and_versions_on_both(engine, models)
 def test_requests_live_through_a_paused_weight_update(engine, models, monkeypatch, mode):
     """Requests in flight when the servers pause for an update finish with every token labelled
     by the version that produced it. abort: they come back aborted and the client resubmits the
-    rest after continue; in_place (the default) and retract: the servers hold them, finish them
+    rest after continue; retract (the default) and in_place: the servers hold them, finish them
     after continue and report where the version changed."""
-    assert engine.pause_mode == "in_place"  # rollout.pause_mode auto, on built-in servers
+    assert engine.pause_mode == "retract"  # rollout.pause_mode auto, on built-in servers
     monkeypatch.setattr(engine._rcfg, "pause_mode", mode)
     assert engine.pause_mode == mode
     count_key = "requests_aborted" if mode == "abort" else "requests_held"

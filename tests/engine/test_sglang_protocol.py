@@ -136,10 +136,10 @@ def test_parse_output_version_spans_of_the_builtin_server():
             protocol.parse_generate(body)
 
 
-def test_pause_mode_auto_is_in_place_only_when_every_server_is_builtin():
+def test_pause_mode_auto_is_retract_only_when_every_server_is_builtin():
     from areal.engine.sglang.client import resolve_pause_mode
 
-    assert resolve_pause_mode("auto", ["areal-builtin", "areal-builtin"]) == "in_place"
+    assert resolve_pause_mode("auto", ["areal-builtin", "areal-builtin"]) == "retract"
     assert resolve_pause_mode("auto", ["areal-builtin", "0.5.2"]) == "abort"  # an SGLang server
     assert resolve_pause_mode("auto", ["areal-builtin", None]) == "abort"  # unknown: the safe mode
     assert resolve_pause_mode("auto", []) == "abort"

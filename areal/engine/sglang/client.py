@@ -59,17 +59,19 @@ BUILTIN_SERVER = "areal-builtin"  # the built-in server's /get_server_info "vers
 
 
 def resolve_pause_mode(configured: str, server_programs: list[str | None]) -> str:
-    """rollout.pause_mode `auto`: in_place when every server is the built-in one, else abort.
+    """rollout.pause_mode `auto`: retract when every server is the built-in one, else abort.
 
-    in_place rather than retract on the built-in server: it re-prefills nothing, and on SmolLM2
-    (one H200, three seeds each) it learned as well (docs/benchmarks.md). Why not hold requests
+    retract rather than in_place on the built-in server: in_place re-prefills nothing and is
+    faster, but on SmolLM2 (one H200, six seeds each over two learning rates) it ended lower:
+    0.648 against 0.688 mean held-out accuracy at step 40, and 0.638 against 0.727 at the
+    recipe's lr (docs/benchmarks.md section 5). Why not hold requests
     on SGLang: its weight updates flush the prefix cache, and its flush runs only when the
     scheduler is fully idle, waiting queue included, where held requests wait; abort-and-resubmit
     is the path AReaL uses with it. An explicit mode is used as given."""
     if configured != "auto":
         return configured
     if server_programs and all(p == BUILTIN_SERVER for p in server_programs):
-        return "in_place"
+        return "retract"
     return "abort"
 
 

@@ -1,0 +1,62 @@
+"""Throughput and phase times of finished runs, from their metrics.jsonl.
+
+    python scripts/summarise_run.py RUN_A/metrics.jsonl RUN_B/metrics.jsonl --warmup 2 --out s.json
+
+Per run, over the steps after --warmup: samples/s (samples over the summed step time), the mean
+seconds of each timed phase (`timing/*_s`), of the weight update and of each memory hand-off
+(`handoff/*`), the peak memory figures (`memory/*`, their maximum) and the last held-out accuracy.
+With two or more runs it adds each run's samples/s over the first one's. This is how an
+`areal-launch` recipe (rather than bench_e2e's random-weight shapes) is compared across schedules.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+
+
+def summarise(path: Path, warmup: int) -> dict:
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    steps = [r for r in rows if r.get("step", 0) > warmup and r.get("timing/step_s")]
+    if not steps:
+        raise SystemExit(f"{path}: no training steps after --warmup {warmup}; lower it or check the run")
+    samples = sum(r.get("rollout/n_samples", 0) for r in steps)
+    seconds = sum(r["timing/step_s"] for r in steps)
+
+    def mean_of(prefix: str) -> dict:
+        keys = sorted({k for r in steps for k in r if k.startswith(prefix) and isinstance(r[k], (int, float))})
+        return {k: round(statistics.fmean(r.get(k, 0.0) for r in steps), 4) for k in keys}
+
+    memory = sorted({k for r in steps for k in r if k.startswith("memory/")})
+    evals = [r["eval/accuracy"] for r in rows if r.get("eval/accuracy") is not None]
+    return {
+        "metrics": str(path), "steps": len(steps), "warmup": warmup,
+        "samples_per_s": round(samples / seconds, 3), "step_s": round(seconds / len(steps), 3),
+        "phases_s": mean_of("timing/"), "handoff_s": mean_of("handoff/"),
+        "weight_update_s": round(statistics.fmean(r.get("weight_update/seconds", 0.0) for r in steps), 4),
+        "memory_gb_max": {k: round(max(r.get(k, 0.0) for r in steps), 3) for k in memory},
+        "staleness_max": max(r.get("rollout/staleness_max", 0) for r in steps),
+        "last_eval_accuracy": evals[-1] if evals else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("metrics", nargs="+", type=Path, help="metrics.jsonl files, the baseline first")
+    p.add_argument("--warmup", type=int, default=2, help="first steps left out (start-up, first compile)")
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    runs = [summarise(path, args.warmup) for path in args.metrics]
+    base = runs[0]["samples_per_s"]
+    for run in runs[1:]:
+        run["speedup_vs_first"] = round(run["samples_per_s"] / base, 3)
+    text = json.dumps(runs, indent=1)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""scripts/summarise_run.py and scripts/demo_seeds.py: the figures they take from metrics.jsonl."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+summarise_run = load("summarise_run")
+demo_seeds = load("demo_seeds")
+
+
+def write_metrics(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def step_row(step, step_s, **extra):
+    return {"step": step, "rollout/n_samples": 8, "timing/step_s": step_s, "timing/train_s": step_s / 2,
+            "rollout/reward_mean": 0.1 * step, "rollout/staleness_max": 1, **extra}
+
+
+def test_summarise_run_leaves_out_warmup_and_compares_to_the_first(tmp_path):
+    sync = write_metrics(tmp_path / "sync.jsonl", [
+        {"step": 0, "eval/accuracy": 0.1},
+        step_row(1, 100.0),  # warmup: left out
+        step_row(2, 2.0, **{"handoff/release_s": 0.2, "memory/server_train_peak_gb": 1.0}),
+        step_row(3, 2.0, **{"handoff/release_s": 0.4, "memory/server_train_peak_gb": 3.0, "eval/accuracy": 0.5}),
+    ])
+    fast = write_metrics(tmp_path / "async.jsonl", [step_row(1, 100.0), step_row(2, 1.0), step_row(3, 1.0)])
+    out = tmp_path / "s.json"
+    summarise_run.main([str(sync), str(fast), "--warmup", "1", "--out", str(out)])
+    first, second = json.loads(out.read_text())
+    assert first["steps"] == 2 and first["samples_per_s"] == 4.0 and first["step_s"] == 2.0
+    assert first["phases_s"]["timing/train_s"] == 1.0
+    assert first["handoff_s"] == {"handoff/release_s": 0.3}
+    assert first["memory_gb_max"] == {"memory/server_train_peak_gb": 3.0}
+    assert first["last_eval_accuracy"] == 0.5
+    assert second["samples_per_s"] == 8.0 and second["speedup_vs_first"] == 2.0
+
+
+def test_summarise_run_names_a_run_with_no_steps_after_warmup(tmp_path):
+    path = write_metrics(tmp_path / "m.jsonl", [step_row(1, 1.0)])
+    with pytest.raises(SystemExit, match="--warmup 2"):
+        summarise_run.summarise(path, 2)
+
+
+def test_demo_seeds_summary_and_report(tmp_path):
+    rows = [{"step": 0, "eval/accuracy": 0.0}] + [step_row(s, 0.5) for s in range(1, 21)]
+    rows[10]["eval/accuracy"] = 0.95
+    rows[20]["eval/accuracy"] = 0.92
+    summary = demo_seeds.summarise(write_metrics(tmp_path / "metrics.jsonl", rows).parent)
+    assert summary["accuracy"] == 0.92 and summary["best_accuracy"] == 0.95 and summary["steps"] == 20
+    assert summary["reward_first10"] == pytest.approx(0.55) and summary["reward_last10"] == pytest.approx(1.55)
+    assert demo_seeds.summarise(tmp_path / "missing")["accuracy"] is None
+
+    args = demo_seeds.parse_args(["--seeds", "3", "--goal", "0.9", "--", "algo=dapo"])
+    assert args.seed_list == [1, 2, 3] and args.overrides == ["algo=dapo"]
+    runs = [{"seed": s, "returncode": 0, "wall_s": w, "accuracy": a}
+            for s, w, a in [(1, 200.0, 0.95), (2, 250.0, 0.85), (3, 220.0, None)]]
+    report = demo_seeds.report(runs, args)
+    assert report["accuracy"] == {"min": 0.85, "median": pytest.approx(0.9), "max": 0.95}
+    assert report["wall_s"]["median"] == 220.0
+    assert report["reached_goal"] == "1/3 at >= 0.9"  # a run with no evaluation did not reach it
