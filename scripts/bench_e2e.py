@@ -121,6 +121,10 @@ def parse_args(argv=None):
     p.add_argument("--config", default="gsm8k_grpo.yaml", help="the experiment the overrides apply to")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="extra Hydra override for every run (repeatable), e.g. --override actor.optimizer.lr=1e-6")
+    p.add_argument("--reward-p", type=float, default=None,
+                   help="score answers with scripts/bench_rewards.py:coin, 1 with this probability (the "
+                        "random-weight model's answers earn no real reward); with --override "
+                        "rollout.dynamic_sampling=true, groups of equal rewards are dropped at the rate it implies")
     p.add_argument("--run-timeout", type=float, default=None,
                    help="seconds one mode may take, start-up included (default: 270 on cuda, 300 on cpu)")
     p.add_argument("--budget", type=float, default=None,
@@ -283,6 +287,7 @@ def overrides(args, k: int, index: int, model_dir: str, tok_dir: str, data: str,
         "stats_logger.tensorboard=false", "stats_logger.plot=false",
         f"launcher.server_base_port={args.port_base + offset}",
         f"launcher.trainer_master_port={args.master_port_base + offset}",
+        *(["workflow.reward_fn=bench_rewards:coin"] if args.reward_p is not None else []),
         *args.override,
     ]
 
@@ -385,6 +390,10 @@ def run_mode(args, k: int, index: int, model_dir: str, tok_dir: str, data: str, 
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
            "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}  # CUDA index i is NVML index i
     env.setdefault("HF_HUB_OFFLINE", "1")  # every path is local: never wait on the hub
+    if args.reward_p is not None:  # bench_rewards.py beside this script, importable by every process
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent),
+                                                          env.get("PYTHONPATH")]))
+        env["BENCH_REWARD_P"] = str(args.reward_p)
     if args.device == "cuda":
         env.pop("CUDA_VISIBLE_DEVICES", None)  # see check_cuda_layout ("" would hide the GPUs from it)
     roles = gpu_roles(args.servers, backend, args.colocate)
@@ -546,6 +555,9 @@ def summarise(args, k: int, steps: list[dict], arrivals: list[float], sampler, s
            "staleness_max": max((r.get("rollout/staleness_max") or 0 for r in measured), default=None),
            "staleness_mean": mean("rollout/staleness_mean"),
            "mixed_version_frac": mean("rollout/mixed_version_frac"),
+           # dynamic sampling: the share of groups dropped, and the samples generated beyond each batch
+           "dropped_groups_frac": mean("rollout/dropped_groups_frac"),
+           "extra_samples_per_step": mean("rollout/extra_samples"),
            "startup_s": (step_arrivals[0] - start - float(steps[0].get("timing/step_s") or 0)) if steps else None,
            "gpu": None}
     # the measured window: from the end of the last warm-up step to the end of the last step

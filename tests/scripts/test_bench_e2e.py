@@ -193,16 +193,26 @@ def test_gpu_benchmarks_script_parses_and_has_its_stages(tmp_path):
     path = REPO / "scripts" / "run_gpu_benchmarks.sh"
     assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
     text = path.read_text()
-    stages = ("kernels", "server", "e2e", "learning", "x1_colocated", "x1_learning", "x4_train",
-              "x4_e2e_fsdp|x4_e2e_hsdp|x4_e2e_tp", "x4")
+    stages = ("kernels", "server", "e2e", "learning", "x1_colocated", "x1_learning", "x1_modes", "x1_agent",
+              "x4_train", "x4_e2e_fsdp|x4_e2e_hsdp|x4_e2e_tp", "x4")
     assert re.findall(r"^([a-z0-9_|]+)\)$", text, re.M) == list(stages)  # these stages and no others
-    for stage in ("kernels", "server", "e2e", "learning", "x1_colocated", "x1_learning", "x4_train",
-                  "x4_e2e_fsdp", "x4"):
+    for stage in ("kernels", "server", "e2e", "learning", "x1_colocated", "x1_learning", "x1_modes", "x1_agent",
+                  "x4_train", "x4_e2e_fsdp", "x4"):
         assert f"run_gpu_benchmarks.sh {stage} RESULTS_DIR" in text  # each one in the usage lines
     unknown = subprocess.run(["bash", str(path), "recipe", str(tmp_path)], capture_output=True, text=True)
     assert unknown.returncode == 2 and "unknown stage recipe" in unknown.stderr
     for layout in ("fsdp:d2", "fsdp:d2r2", "fsdp:d1t2"):
         assert layout in text
+
+
+def test_bench_coin_reward_has_its_rate_and_is_a_function_of_the_answer(monkeypatch):
+    spec = importlib.util.spec_from_file_location("bench_rewards", REPO / "scripts" / "bench_rewards.py")
+    rewards = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(rewards)
+    monkeypatch.setenv("BENCH_REWARD_P", "0.25")
+    draws = [rewards.coin("q", "", completion_ids=[i, i + 1]) for i in range(4000)]
+    assert set(draws) == {0.0, 1.0} and 0.22 < sum(draws) / len(draws) < 0.28
+    assert rewards.coin("q", "", completion_ids=[7, 8]) == draws[7]  # the same answer, the same reward
 
 
 def test_async_losses_split_the_gap_to_the_ceiling():
