@@ -10,8 +10,8 @@ mkdir -p "$out"
 export OMP_NUM_THREADS=1 AREAL_CACHE=$out/cache
 run() {  # name, extra overrides...
   local name=$1; shift
-  python -m launcher.cli --config tiny_arith_cpu.yaml cluster.fileroot=$out/runs experiment_name=$name \
-    total_train_steps=$steps evaluator.freq_steps=100 "$@" > "$out/$name.log" 2>&1
+  timeout "${RUN_TIMEOUT:-900}" python -m launcher.cli --config tiny_arith_cpu.yaml cluster.fileroot=$out/runs experiment_name=$name \
+    total_train_steps=$steps evaluator.freq_steps=${EVAL_FREQ:-100} "$@" > "$out/$name.log" 2>&1
   echo "$name rc=$?" >> "$out/status.txt"
 }
 i=0
