@@ -2,7 +2,7 @@
 
 Every reward has one signature,
 `fn(prompt, completion, prompt_ids, completion_ids, **sample_fields) -> float`, and is named in
-configs by a spec: a built-in name (`gsm8k`, `arith_shaped`, `arith_exact`) or an import path
+configs by a spec: a built-in name (`gsm8k`, `arith_shaped`, `arith_near`, `arith_exact`) or an import path
 `package.module:function`. `resolve_reward_fn(spec)` gives the callable; `RewardRunner(spec, ...)`
 calls it in worker processes with a timeout (what the rollout executor uses).
 

@@ -20,6 +20,7 @@ from typing import Any, Callable
 BUILTIN_REWARDS = {
     "gsm8k": "areal.reward.gsm8k:gsm8k_reward",
     "arith_shaped": "areal.reward.shaped:arith_shaped_reward",
+    "arith_near": "areal.reward.shaped:arith_near_reward",
     "arith_exact": "areal.reward.shaped:arith_exact_reward",
 }
 

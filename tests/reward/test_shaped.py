@@ -2,7 +2,7 @@
 
 import pytest
 
-from areal.reward.shaped import arith_exact_reward, arith_shaped_reward, parse_arith_completion
+from areal.reward.shaped import arith_exact_reward, arith_near_reward, arith_shaped_reward, parse_arith_completion
 
 
 @pytest.mark.parametrize("completion, expected", [
@@ -19,6 +19,14 @@ def test_well_formed_answers_only(completion, expected):
 ])
 def test_shaped_reward_values(completion, reward):
     assert arith_shaped_reward("3+4=", completion, [], [], question="3+4=", solution="7") == pytest.approx(reward)
+
+
+@pytest.mark.parametrize("completion, reward", [
+    ("7", 1.0), ("#### 7", 1.0), ("8", 1 / 3), ("6", 1 / 3), ("5", 1 / 6), ("9", 1 / 6),
+    ("4", 0.0), ("10", 0.0), ("0", 0.0), ("seven", 0.0), ("", 0.0),
+])
+def test_near_reward_credits_only_neighbours(completion, reward):
+    assert arith_near_reward("3+4=", completion, [], [], solution="7") == pytest.approx(reward)
 
 
 def test_exact_reward_and_missing_solution():
