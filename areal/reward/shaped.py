@@ -49,13 +49,7 @@ def _target(data: dict) -> int:
 def arith_shaped_reward(prompt: str, completion: str, prompt_ids=None, completion_ids=None,
                         **data) -> float:
     """1 for the exact answer, up to 0.5 for a close well-formed integer, else 0 (see module)."""
-    target = _target(data)
-    pred = parse_arith_completion(completion)
-    if pred is None:
-        return 0.0
-    if pred == target:
-        return 1.0
-    return 0.5 * max(0.0, 1.0 - abs(pred - target) / 10.0)
+    return _closeness_reward(completion, data, reach=10.0)
 
 
 def arith_near_reward(prompt: str, completion: str, prompt_ids=None, completion_ids=None,
@@ -68,13 +62,18 @@ def arith_near_reward(prompt: str, completion: str, prompt_ids=None, completion_
     earns 0.3-0.5 on every low sum, and stalled runs answered "4" to all sums 0-3 and stopped
     sampling the digits 0-3 (measured with scripts/dev/sim_demo.py).
     """
+    return _closeness_reward(completion, data, reach=NEAR_REACH)
+
+
+def _closeness_reward(completion: str, data: dict, *, reach: float) -> float:
+    """1 for the exact answer, 0.5 x (1 - distance / reach) for another well-formed integer, else 0."""
+    target = _target(data)
     pred = parse_arith_completion(completion)
     if pred is None:
         return 0.0
-    target = _target(data)
     if pred == target:
         return 1.0
-    return 0.5 * max(0.0, 1.0 - abs(pred - target) / NEAR_REACH)
+    return 0.5 * max(0.0, 1.0 - abs(pred - target) / reach)
 
 
 def arith_exact_reward(prompt: str, completion: str, prompt_ids=None, completion_ids=None,
