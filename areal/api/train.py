@@ -29,7 +29,8 @@ class TrainEngine(abc.ABC):
     @abc.abstractmethod
     def initialize(self, total_train_steps: int | None = None) -> None:
         """Build the device mesh, load and shard the model, create the optimizer and LR schedule
-        (total_train_steps is needed by decaying schedules and warmup)."""
+        (total_train_steps, the optimizer steps, i.e. train_batch calls, that the schedule
+        spans, is needed by decaying schedules and warmup)."""
 
     @property
     @abc.abstractmethod

@@ -62,7 +62,8 @@ def build_context(cfg: ExperimentConfig) -> TrainContext:
     total = cfg.total_train_epochs * steps_per_epoch
     if cfg.total_train_steps:
         total = min(total, cfg.total_train_steps) if steps_per_epoch else cfg.total_train_steps
-    actor.initialize(total_train_steps=total)
+    # the schedule counts optimizer steps: each training step makes one per PPO minibatch
+    actor.initialize(total_train_steps=total * cfg.actor.ppo_n_minibatches)
     seed_everything(cfg.seed, actor.rank)
     ref = _build_ref(cfg, names) if cfg.actor.kl_ctl > 0 else None
     source = _build_source(cfg, actor, source_parts)

@@ -12,6 +12,7 @@ import requests
 import yaml
 
 from areal.config import validate_config
+from areal.engine.fsdp.optim import lr_multiplier
 from launcher.compose import compose
 
 pytestmark = pytest.mark.slow
@@ -67,6 +68,13 @@ def test_trainer_only_run_against_external_server(tmp_path, server, arith_model)
     for key in ("epoch", "weight_version", "rollout/reward_mean", "train/loss", "timing/step_s"):
         assert all(key in r for r in steps), key
     assert [r["weight_version"] for r in steps] == [1, 2, 3, 4]
+    # the LR schedule spans every optimizer step: training steps x PPO minibatches (train/lr is
+    # that of each step's last minibatch), so it reaches its floor at the end, not after step 1
+    n_mb = cfg.actor.ppo_n_minibatches
+    assert n_mb > 1
+    multiplier = lr_multiplier(cfg.actor.optimizer, 4 * n_mb)
+    expected = [cfg.actor.optimizer.lr * multiplier(n_mb * s - 1) for s in (1, 2, 3, 4)]
+    assert [r["train/lr"] for r in steps] == pytest.approx(expected, rel=1e-6)
     assert "eval/accuracy" in rows[0] and "eval/accuracy" in steps[1]  # before training, then every 2
     assert requests.get(server.url + "/get_weight_version", timeout=10).json()["weight_version"] == "4"
     assert all("weight_update/seconds" in r and r["rollout/staleness_max"] >= 0 for r in steps)

@@ -81,7 +81,9 @@ class FSDPEngine(TrainEngine):
     def initialize(self, total_train_steps: int | None = None) -> None:
         """Process group, mesh, model (loaded, parallelised, sharded), optimizer and schedule.
 
-        total_train_steps is needed by linear/cosine schedules and warmup.
+        total_train_steps is needed by linear/cosine schedules and warmup. It counts optimizer
+        steps (train_batch calls): with several PPO minibatches per training step, pass
+        training steps x minibatches, as the GRPO trainer does.
         """
         from areal.config.parallel import parse_parallel
 
