@@ -41,9 +41,37 @@ def packed_sdpa_attention(module, query: torch.Tensor, key: torch.Tensor, value:
         except (RuntimeError, TypeError, ValueError) as exc:  # kernel or signature not available
             _disable_varlen(exc)
     lengths = (cu[1:] - cu[:-1]).tolist()
+    if len(set(lengths)) < len(lengths):
+        return _sdpa_by_length(query, key, value, cu[:-1].tolist(), lengths, p, scaling), None
     outs = [F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True, scale=scaling, enable_gqa=True)
             for q, k, v in zip(query.split(lengths, 2), key.split(lengths, 2), value.split(lengths, 2))]
     return torch.cat(outs, 2).transpose(1, 2).contiguous(), None
+
+
+def _sdpa_by_length(query, key, value, starts: list[int], lengths: list[int], p: float, scaling):
+    """Causal SDPA once per distinct sequence length, the sequences of that length stacked as a
+    batch: many short rollouts of few lengths (small models, CPU) cost a handful of calls instead
+    of one call each. [1, H, T, D] -> [1, T, H, D]."""
+    buckets: dict[int, list[int]] = {}
+    for start, length in zip(starts, lengths):
+        buckets.setdefault(length, []).extend(range(start, start + length))
+    order = torch.tensor([t for positions in buckets.values() for t in positions], device=query.device)
+    outs = []
+    offset = 0
+    for length, positions in buckets.items():
+        idx = order[offset:offset + len(positions)]
+        offset += len(positions)
+        q, k, v = (_stack_sequences(t, idx, length) for t in (query, key, value))
+        out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True, scale=scaling, enable_gqa=True)
+        outs.append(out.transpose(0, 1).reshape(out.shape[1], -1, out.shape[3]))  # [H, n * L, D]
+    packed = torch.cat(outs, 1)[:, torch.argsort(order)]  # back to the packed token order
+    return packed.transpose(0, 1).unsqueeze(0).contiguous()
+
+
+def _stack_sequences(t: torch.Tensor, idx: torch.Tensor, length: int) -> torch.Tensor:
+    """[1, H, T, D] and the positions of n sequences of one length -> [n, H, length, D]."""
+    picked = t[0].index_select(1, idx)  # [H, n * length, D]
+    return picked.view(t.shape[1], -1, length, t.shape[3]).transpose(0, 1)
 
 
 def _varlen_usable(query: torch.Tensor) -> bool:
