@@ -8,7 +8,8 @@
 - a built-in name:
     `gsm8k`            GSM8K from `path` (a local folder, file or hub id); when `path` is
                        omitted, from $AREAL_GSM8K_DIR, else the hub id `openai/gsm8k`.
-    `synthetic_arith`  the CPU demo task; kwargs `size`, `seed`, `max_sum`, `max_operand`.
+    `synthetic_arith`  the CPU demo task; kwargs `size`, `seed`, `max_sum`, `max_operand`,
+                       `balanced` (every problem equally often).
     `synthetic_word`   easy generated GSM8K-style word problems (areal.dataset.word_problems);
                        kwargs `size`, `seed`.
 - an import path `package.module:function`: your own loader, called as

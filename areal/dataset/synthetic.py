@@ -1,8 +1,8 @@
 """The CPU demo task: small addition problems in GSM8K's record format.
 
-A 2-layer, hidden-64 model with the character tokenizer of `areal.models.tiny` can learn these
-by RL alone (measured: sums 0-9 with the shaped reward in `areal.reward.shaped` reach ~0.9
-accuracy in ~450 steps of 32 prompts x 8 samples). Records look like GSM8K's, so the same
+A 2-layer, hidden-128 model with the character tokenizer of `areal.models.tiny` learns these by
+RL alone (the CPU demo, configs/tiny_arith_cpu.yaml; its measured accuracy is in
+docs/getting-started.md). Records look like GSM8K's, so the same
 workflow, reward plumbing and evaluation serve both:
 
     {"question": "3+4=", "answer": "3+4=7\\n#### 7", "solution": "7"}
@@ -22,10 +22,14 @@ import json
 import random
 
 
-def make_synthetic_arith(n: int, seed: int = 0, max_sum: int = 9, max_operand: int = 9) -> list[dict]:
+def make_synthetic_arith(n: int, seed: int = 0, max_sum: int = 9, max_operand: int = 9,
+                         balanced: bool = False) -> list[dict]:
     """`n` problems `a+b=` with 0 <= a, b <= max_operand and a + b <= max_sum, from `seed`.
 
     Pairs are drawn uniformly among the allowed ones, so every allowed problem is equally likely.
+    `balanced` instead walks shuffled passes over all allowed pairs, so every problem appears
+    equally often (within one): n = the number of pairs gives each problem once, an exact
+    accuracy over the task where independent draws repeat some problems and miss others.
     """
     if n < 0:
         raise ValueError(f"synthetic arith: n must be >= 0, got {n}")
@@ -35,7 +39,12 @@ def make_synthetic_arith(n: int, seed: int = 0, max_sum: int = 9, max_operand: i
         )
     pairs = [(a, b) for a in range(max_operand + 1) for b in range(max_operand + 1) if a + b <= max_sum]
     rng = random.Random(seed)
-    return [_record(*rng.choice(pairs)) for _ in range(n)]
+    if not balanced:
+        return [_record(*rng.choice(pairs)) for _ in range(n)]
+    drawn: list[tuple[int, int]] = []
+    while len(drawn) < n:
+        drawn += rng.sample(pairs, len(pairs))
+    return [_record(*pair) for pair in drawn[:n]]
 
 
 def _record(a: int, b: int) -> dict:
@@ -57,9 +66,10 @@ def split_seed(seed: int, split: str) -> int:
 
 
 def load_synthetic_arith(split: str = "train", *, size: int = 1024, seed: int = 0,
-                         max_sum: int = 9, max_operand: int = 9) -> list[dict]:
+                         max_sum: int = 9, max_operand: int = 9, balanced: bool = False) -> list[dict]:
     """The registry entry point: `size` problems of `split` (see `load_dataset_by_name`)."""
-    return make_synthetic_arith(size, split_seed(seed, split), max_sum=max_sum, max_operand=max_operand)
+    return make_synthetic_arith(size, split_seed(seed, split), max_sum=max_sum, max_operand=max_operand,
+                                balanced=balanced)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -58,3 +58,15 @@ def test_word_problems_are_gsm8k_shaped_deterministic_and_correct():
         assert re.search(r"How many \w+", r["question"])
     with pytest.raises(ValueError, match="takes no path"):
         load_dataset_by_name("synthetic_word", "train", path="/x")
+
+
+def test_balanced_gives_every_problem_equally_often():
+    from collections import Counter
+
+    once = make_synthetic_arith(55, seed=4, balanced=True)
+    assert len({r["question"] for r in once}) == 55  # each allowed problem exactly once
+    counts = Counter(r["question"] for r in make_synthetic_arith(130, seed=4, balanced=True))
+    assert len(counts) == 55 and set(counts.values()) == {2, 3}  # two full passes and 20 of a third
+    assert once != make_synthetic_arith(55, seed=5, balanced=True)  # the order follows the seed
+    assert load_synthetic_arith("test", size=55, seed=0, balanced=True) == make_synthetic_arith(
+        55, seed=1, balanced=True)
