@@ -50,3 +50,18 @@ def test_chat_preset_speaks_chatml_with_tools(tmp_path, monkeypatch):
                                    add_generation_prompt=True, tokenize=False)
     assert text.startswith("<|im_start|>system\nTools you can call:\n<tools>\n{\"name\": \"calculator\"")
     assert text.endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_changed_preset_builds_a_new_folder(tmp_path, monkeypatch):
+    """A cached model of an older preset shape is never reused: the folder name carries the preset's digest."""
+    from areal.models import resolve
+
+    monkeypatch.setenv("AREAL_CACHE", str(tmp_path))
+    before = resolve_model_path("tiny:arith")
+    monkeypatch.setitem(resolve.TINY_PRESETS, "arith", {**resolve.TINY_PRESETS["arith"], "hidden_size": 32})
+    after = resolve_model_path("tiny:arith")
+    assert after != before
+    from transformers import AutoConfig
+
+    assert AutoConfig.from_pretrained(after).hidden_size == 32
+    assert AutoConfig.from_pretrained(before).hidden_size == 128
