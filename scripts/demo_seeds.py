@@ -37,6 +37,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seeds", type=int, nargs="+", default=[10],
                    help="one number N (seeds 1..N) or the list of seeds to run")
     p.add_argument("--jobs", type=int, default=1, help="runs at once (distinct ports); 1 on a 2-core machine")
+    p.add_argument("--first-slot", type=int, default=0,
+                   help="first port slot (20 server ports and one trainer port each): a second "
+                        "demo_seeds.py beside this one starts past this one's --jobs")
     p.add_argument("--goal", type=float, default=0.9, help="the held-out accuracy a run should reach")
     p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "areal-demo-seeds"))
     p.add_argument("--timeout", type=float, default=1800, help="seconds before a run is stopped")
@@ -113,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     jobs = max(args.jobs, 1)
     free_slots: queue.Queue[int] = queue.Queue()
-    for slot in range(jobs):
+    for slot in range(args.first_slot, args.first_slot + jobs):
         free_slots.put(slot)
 
     def run_in_free_slot(seed: int) -> dict:  # a slot's ports belong to one run at a time

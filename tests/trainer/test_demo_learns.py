@@ -27,8 +27,9 @@ def test_tiny_arith_demo_reward_rises(tmp_path):
     rewards = [row["rollout/reward_mean"] for row in rows if row["step"] > 0]
     assert len(rewards) == steps
     first, last = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10
-    assert first < 0.3 and last > first + 0.25, (first, last)
+    # floors well under what 150 steps measured (reward 0.04 -> 0.73, accuracy 0 -> 0.87), above chance
+    assert first < 0.3 and last > first + 0.35, (first, last)
     evals = [row["eval/accuracy"] for row in rows if "eval/accuracy" in row]
-    assert evals[-1] > evals[0], evals
+    assert evals[0] < 0.2 and evals[-1] >= 0.4, evals
     assert (run_dir / "metrics.png").read_bytes()[:4] == b"\x89PNG"
     assert (run_dir / "logs" / "server-0.log").exists() and (run_dir / "logs" / "trainer-0.log").exists()
