@@ -17,7 +17,8 @@ class OptimizerConfig(Section):
     beta2: float = Field(0.999, ge=0, lt=1, description="AdamW beta2.")
     eps: float = Field(1e-8, gt=0, description="AdamW epsilon.")
     lr_scheduler_type: Literal["constant", "linear", "cosine"] = Field(
-        "constant", description="Schedule after warmup.")
+        "constant", description="Schedule after warmup. Warmup and decay count optimizer steps: "
+        "training steps x actor.ppo_n_minibatches.")
     warmup_steps_proportion: float = Field(
         0.0, ge=0, le=1, description="Fraction of total steps with linear warmup from 0.")
     min_lr_ratio: float = Field(
