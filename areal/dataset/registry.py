@@ -11,7 +11,7 @@
     `synthetic_arith`  the CPU demo task; kwargs `size`, `seed`, `max_sum`, `max_operand`,
                        `balanced` (every problem equally often).
     `synthetic_word`   easy generated GSM8K-style word problems (areal.dataset.word_problems);
-                       kwargs `size`, `seed`.
+                       kwargs `size`, `seed`, `balanced` (every template equally often).
 - an import path `package.module:function`: your own loader, called as
   `function(split=split, **kwargs)` (plus `path=path` when a path is given); it must return a
   list of dicts. This is how a YAML config plugs in a dataset:

@@ -61,22 +61,30 @@ def _two_steps(rng, name, she, item):
 TEMPLATES = [_add, _sub, _total, _times, _two_steps]
 
 
-def make_word_problems(n: int, seed: int = 0) -> list[dict]:
-    """`n` problems in GSM8K's record format, drawn from `seed`."""
+def make_word_problems(n: int, seed: int = 0, balanced: bool = False) -> list[dict]:
+    """`n` problems in GSM8K's record format, drawn from `seed`; `balanced` takes the templates in
+    shuffled passes, so every kind of problem appears equally often (within one)."""
     if n < 0:
         raise ValueError(f"word problems: n must be >= 0, got {n}")
     rng = random.Random(seed)
+    templates: list = []
     out = []
     for _ in range(n):
         name, she = rng.choice(NAMES)
-        question, work, value = rng.choice(TEMPLATES)(rng, name, she, rng.choice(ITEMS))
+        if balanced:
+            templates = templates or rng.sample(TEMPLATES, len(TEMPLATES))
+            template = templates.pop()
+        else:
+            template = rng.choice(TEMPLATES)
+        question, work, value = template(rng, name, she, rng.choice(ITEMS))
         out.append({"question": question, "answer": f"{work}\n#### {value}", "solution": str(value)})
     return out
 
 
-def load_word_problems(split: str = "train", *, size: int = 1024, seed: int = 0) -> list[dict]:
+def load_word_problems(split: str = "train", *, size: int = 1024, seed: int = 0,
+                       balanced: bool = False) -> list[dict]:
     """The registry entry point (dataset type `synthetic_word`)."""
-    return make_word_problems(size, split_seed(seed, split))
+    return make_word_problems(size, split_seed(seed, split), balanced=balanced)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -70,3 +70,18 @@ def test_balanced_gives_every_problem_equally_often():
     assert once != make_synthetic_arith(55, seed=5, balanced=True)  # the order follows the seed
     assert load_synthetic_arith("test", size=55, seed=0, balanced=True) == make_synthetic_arith(
         55, seed=1, balanced=True)
+
+
+def test_balanced_word_problems_take_every_template_equally_often(monkeypatch):
+    from collections import Counter
+
+    from areal.dataset import word_problems
+
+    def template(tag):
+        return lambda rng, name, she, item: (f"{tag} How many {item}?", "1 + 0 = 1", 1)
+
+    monkeypatch.setattr(word_problems, "TEMPLATES", [template(t) for t in "abc"])
+    counts = Counter(r["question"][0] for r in word_problems.make_word_problems(10, seed=2, balanced=True))
+    assert sorted(counts.values()) == [3, 3, 4]  # three full passes and one of a fourth
+    drawn = Counter(r["question"][0] for r in word_problems.make_word_problems(300, seed=2))
+    assert set(drawn) == set("abc")  # unbalanced: independent draws, all templates reachable
