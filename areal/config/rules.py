@@ -190,6 +190,25 @@ def _datasets(cfg):
         elif d.type == "files" and not d.path:
             yield ConfigIssue(f"{name}.path", None, "required by type=files",
                               f"set {name}.path to a jsonl/json/parquet file or folder")
+        elif d.type in GENERATED_DATASETS:
+            known = _loader_keywords(GENERATED_DATASETS[d.type])
+            for key in sorted(set(d.kwargs) - known):
+                yield ConfigIssue(f"{name}.kwargs.{key}", d.kwargs[key], f"not an argument of the {d.type} loader",
+                                  f"drop it, or use {', '.join(sorted(known))}")
+
+
+# the generated built-ins (pure Python): their kwargs are checked before launch, not at load time
+GENERATED_DATASETS = {"synthetic_arith": "areal.dataset.synthetic:load_synthetic_arith",
+                      "synthetic_word": "areal.dataset.word_problems:load_word_problems"}
+
+
+def _loader_keywords(target: str) -> set[str]:
+    import importlib
+    import inspect
+
+    module, name = target.split(":")
+    params = inspect.signature(getattr(importlib.import_module(module), name)).parameters
+    return {p for p, v in params.items() if p != "split" and v.kind in (v.KEYWORD_ONLY, v.POSITIONAL_OR_KEYWORD)}
 
 
 def _lora_push(cfg):
