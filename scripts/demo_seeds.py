@@ -9,6 +9,8 @@ its own run directory. Per run it records the final held-out greedy accuracy (`e
 the last step), the best one, the training reward of the first and last 10 steps and the wall
 time of the whole launch (model and tokenizer building included, package setup not). It prints
 the minimum, median and maximum accuracy and wall time, and how many runs reached --goal.
+`train_s` is the training loop alone (the sum of the steps' `timing/step_s`), setup excluded:
+process starts, building and loading the model, the first evaluation.
 With --jobs > 1 runs share the machine, so their wall times are not the demo's on 2 cores.
 Exit status 0 when every run finished, 1 otherwise.
 """
@@ -93,6 +95,7 @@ def summarise(run_dir: Path) -> dict:
         "reward_last10": round(statistics.fmean(rewards[-10:]), 3) if rewards else None,
         "steps": len(rewards),
         "mean_step_s": round(statistics.fmean(step_s), 3) if step_s else None,
+        "train_s": round(sum(step_s), 1) if step_s else None,
     }
 
 
@@ -103,10 +106,11 @@ def spread(values: list[float]) -> dict:
 def report(runs: list[dict], args: argparse.Namespace) -> dict:
     accs = [r["accuracy"] for r in runs if r["accuracy"] is not None]
     walls = [r["wall_s"] for r in runs]
+    trains = [r["train_s"] for r in runs if r.get("train_s") is not None]
     return {
         "config": CONFIG, "overrides": args.overrides, "seeds": args.seed_list, "jobs": args.jobs,
         "date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(),
-        "accuracy": spread(accs), "wall_s": spread(walls),
+        "accuracy": spread(accs), "wall_s": spread(walls), "train_s": spread(trains),
         "reached_goal": f"{sum(a >= args.goal for a in accs)}/{len(runs)} at >= {args.goal}",
         "runs": sorted(runs, key=lambda r: r["seed"]),
     }
@@ -132,9 +136,10 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(result, indent=1)
     if args.out:
         Path(args.out).write_text(text + "\n")
-    acc, wall = result["accuracy"], result["wall_s"]
+    acc, wall, train = result["accuracy"], result["wall_s"], result["train_s"]
     print(f"accuracy min/median/max: {acc.get('min')} / {acc.get('median')} / {acc.get('max')}; "
-          f"wall s min/median/max: {wall['min']} / {wall['median']} / {wall['max']}; {result['reached_goal']}")
+          f"wall s min/median/max: {wall['min']} / {wall['median']} / {wall['max']}; "
+          f"train s: {train.get('min')} / {train.get('median')} / {train.get('max')}; {result['reached_goal']}")
     return 0 if all(r["returncode"] == 0 for r in runs) else 1
 
 

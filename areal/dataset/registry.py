@@ -9,7 +9,8 @@
     `gsm8k`            GSM8K from `path` (a local folder, file or hub id); when `path` is
                        omitted, from $AREAL_GSM8K_DIR, else the hub id `openai/gsm8k`.
     `synthetic_arith`  the CPU demo task; kwargs `size`, `seed`, `max_sum`, `max_operand`,
-                       `balanced` (every problem equally often).
+                       `balanced` (every problem equally often), `uniform_answers` (every
+                       sum equally often).
     `synthetic_word`   easy generated GSM8K-style word problems (areal.dataset.word_problems);
                        kwargs `size`, `seed`, `balanced` (every template equally often).
 - an import path `package.module:function`: your own loader, called as

@@ -23,13 +23,18 @@ import random
 
 
 def make_synthetic_arith(n: int, seed: int = 0, max_sum: int = 9, max_operand: int = 9,
-                         balanced: bool = False) -> list[dict]:
+                         balanced: bool = False, uniform_answers: bool = False) -> list[dict]:
     """`n` problems `a+b=` with 0 <= a, b <= max_operand and a + b <= max_sum, from `seed`.
 
     Pairs are drawn uniformly among the allowed ones, so every allowed problem is equally likely.
     `balanced` instead walks shuffled passes over all allowed pairs, so every problem appears
     equally often (within one): n = the number of pairs gives each problem once, an exact
     accuracy over the task where independent draws repeat some problems and miss others.
+
+    `uniform_answers` draws the answer (the sum) first, uniformly, then a pair with that sum, so
+    every answer is equally frequent. Among uniform pairs the answer 0 has one pair of 55 and
+    the answer 9 ten, and a policy trained on them learns that small answers are rarely right.
+    With `balanced`, the sums and each sum's pairs both go in shuffled passes.
     """
     if n < 0:
         raise ValueError(f"synthetic arith: n must be >= 0, got {n}")
@@ -39,12 +44,30 @@ def make_synthetic_arith(n: int, seed: int = 0, max_sum: int = 9, max_operand: i
         )
     pairs = [(a, b) for a in range(max_operand + 1) for b in range(max_operand + 1) if a + b <= max_sum]
     rng = random.Random(seed)
+    if uniform_answers:
+        by_sum: dict[int, list[tuple[int, int]]] = {}
+        for pair in pairs:
+            by_sum.setdefault(sum(pair), []).append(pair)
+        draw_sum, draw_pair = _drawer(list(by_sum), rng, balanced), {
+            total: _drawer(group, rng, balanced) for total, group in by_sum.items()}
+        return [_record(*draw_pair[total]()) for total in (draw_sum() for _ in range(n))]
+    draw = _drawer(pairs, rng, balanced)
+    return [_record(*draw()) for _ in range(n)]
+
+
+def _drawer(items: list, rng: random.Random, balanced: bool):
+    """A function returning the next item: an independent uniform draw, or with `balanced` the
+    next of shuffled passes over all items (each appears equally often, within one)."""
     if not balanced:
-        return [_record(*rng.choice(pairs)) for _ in range(n)]
-    drawn: list[tuple[int, int]] = []
-    while len(drawn) < n:
-        drawn += rng.sample(pairs, len(pairs))
-    return [_record(*pair) for pair in drawn[:n]]
+        return lambda: rng.choice(items)
+    queue: list = []
+
+    def next_item():
+        if not queue:
+            queue.extend(rng.sample(items, len(items)))
+        return queue.pop(0)
+
+    return next_item
 
 
 def _record(a: int, b: int) -> dict:
@@ -66,10 +89,11 @@ def split_seed(seed: int, split: str) -> int:
 
 
 def load_synthetic_arith(split: str = "train", *, size: int = 1024, seed: int = 0,
-                         max_sum: int = 9, max_operand: int = 9, balanced: bool = False) -> list[dict]:
+                         max_sum: int = 9, max_operand: int = 9, balanced: bool = False,
+                         uniform_answers: bool = False) -> list[dict]:
     """The registry entry point: `size` problems of `split` (see `load_dataset_by_name`)."""
     return make_synthetic_arith(size, split_seed(seed, split), max_sum=max_sum, max_operand=max_operand,
-                                balanced=balanced)
+                                balanced=balanced, uniform_answers=uniform_answers)
 
 
 def main(argv: list[str] | None = None) -> None:

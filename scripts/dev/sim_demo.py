@@ -74,7 +74,7 @@ def run(seed: int, args) -> dict:
     init_seed = seed if args.init_seed is None else args.init_seed
     data_seed = seed if args.data_seed is None else args.data_seed
     model, tok = build(args.hidden, args.layers, init_seed)
-    train = load_synthetic_arith("train", size=1024, seed=data_seed)
+    train = load_synthetic_arith("train", size=1024, seed=data_seed, uniform_answers=args.uniform_answers)
     test = load_synthetic_arith("test", size=args.test_size, seed=data_seed)
     every_pair = make_synthetic_arith(55, 0, balanced=True)  # each problem once
 
@@ -150,6 +150,8 @@ def main() -> None:
     p.add_argument("--stale", action="store_true",
                    help="sample with the weights one update behind, as the demo's async pipeline does")
     p.add_argument("--test-size", type=int, default=64)
+    p.add_argument("--uniform-answers", action="store_true",
+                   help="train problems with every answer equally frequent (synthetic_arith kwarg)")
     p.add_argument("--reward", default="arith_near", help="a workflow.reward_fn name or import path")
     p.add_argument("--init-seed", type=int, default=None,
                    help="model init seed (default: the run seed; the demo uses 0)")

@@ -72,6 +72,24 @@ def test_balanced_gives_every_problem_equally_often():
         55, seed=1, balanced=True)
 
 
+def test_uniform_answers_make_every_sum_equally_frequent():
+    from collections import Counter
+
+    # 0 is the sum of one pair of 55 and 9 of ten: uniform pairs give 0 about 1/55 of the time.
+    drawn = make_synthetic_arith(5000, seed=3, uniform_answers=True)
+    sums = Counter(int(r["solution"]) for r in drawn)
+    assert set(sums) == set(range(10)) and min(sums.values()) > 400  # 500 expected each, not ~91
+    assert all(int(r["question"][0]) + int(r["question"][2]) == int(r["solution"]) for r in drawn)
+    nines = Counter(r["question"] for r in drawn if r["solution"] == "9")
+    assert len(nines) == 10  # within a sum, every pair is drawn
+    # balanced: the sums, and the pairs of each sum, in shuffled passes: exact counts
+    exact = make_synthetic_arith(100, seed=3, uniform_answers=True, balanced=True)
+    assert set(Counter(r["solution"] for r in exact).values()) == {10}
+    assert set(Counter(r["question"] for r in exact if r["solution"] == "9").values()) == {1}
+    assert load_synthetic_arith("train", size=50, seed=2, uniform_answers=True) == make_synthetic_arith(
+        50, seed=2000, uniform_answers=True)
+
+
 def test_balanced_word_problems_take_every_template_equally_often(monkeypatch):
     from collections import Counter
 

@@ -61,14 +61,15 @@ def test_demo_seeds_summary_and_report(tmp_path):
     rows[20]["eval/accuracy"] = 0.92
     summary = demo_seeds.summarise(write_metrics(tmp_path / "metrics.jsonl", rows).parent)
     assert summary["accuracy"] == 0.92 and summary["best_accuracy"] == 0.95 and summary["steps"] == 20
+    assert summary["train_s"] == 10.0  # 20 steps of 0.5 s: the loop alone, setup excluded
     assert summary["reward_first10"] == pytest.approx(0.55) and summary["reward_last10"] == pytest.approx(1.55)
     assert demo_seeds.summarise(tmp_path / "missing")["accuracy"] is None
 
     args = demo_seeds.parse_args(["--seeds", "3", "--goal", "0.9", "--", "algo=dapo"])
     assert args.seed_list == [1, 2, 3] and args.overrides == ["algo=dapo"]
-    runs = [{"seed": s, "returncode": 0, "wall_s": w, "accuracy": a}
+    runs = [{"seed": s, "returncode": 0, "wall_s": w, "accuracy": a, "train_s": w - 20}
             for s, w, a in [(1, 200.0, 0.95), (2, 250.0, 0.85), (3, 220.0, None)]]
     report = demo_seeds.report(runs, args)
     assert report["accuracy"] == {"min": 0.85, "median": pytest.approx(0.9), "max": 0.95}
-    assert report["wall_s"]["median"] == 220.0
+    assert report["wall_s"]["median"] == 220.0 and report["train_s"] == {"min": 180.0, "median": 200.0, "max": 230.0}
     assert report["reached_goal"] == "1/3 at >= 0.9"  # a run with no evaluation did not reach it
