@@ -14,8 +14,9 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], cfg) -> torch.optim.Op
     params = [p for p in params if p.requires_grad]
     if not params:
         raise ValueError("no trainable parameters (with actor.use_lora, check actor.target_modules)")
-    # The fused CUDA kernel updates every parameter in a few launches (DTensor shards included).
-    fused = all(p.device.type == "cuda" for p in params)
+    # The fused kernel (CUDA and CPU) updates every parameter in one pass (DTensor shards
+    # included); off it, DTensor parameters take the per-parameter loop, not the foreach path.
+    fused = all(p.device.type in ("cuda", "cpu") for p in params)
     return torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
                              weight_decay=cfg.weight_decay, fused=fused or None)
 
