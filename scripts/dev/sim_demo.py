@@ -1,7 +1,7 @@
 """A fast in-process stand-in for the CPU demo, to screen its hyperparameters over many seeds.
 
     python scripts/dev/sim_demo.py --seeds 1 2 3 4 --init-seed 0 --data-seed 0 --no-std \
-        --entropy 0.06 --minibatches 4 [--stale --hidden 128 --lr 1e-3 ...]
+        --entropy 0.06 --minibatches 4 --uniform-answers --steps 250 [--stale --lr 1e-3 ...]
 
 The same tiny model, tokenizer, task, reward, group-normalised advantages and clipped loss
 (areal.algo) as `tiny_arith_cpu.yaml`, in one process with no server, weight updates or launcher:

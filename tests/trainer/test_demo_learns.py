@@ -27,9 +27,10 @@ def test_tiny_arith_demo_reward_rises(tmp_path):
     rewards = [row["rollout/reward_mean"] for row in rows if row["step"] > 0]
     assert len(rewards) == steps
     first, last = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10
-    # floors well under what 150 steps measured (reward 0.04 -> 0.73, accuracy 0 -> 0.87), above chance
-    assert first < 0.3 and last > first + 0.35, (first, last)
+    # floors well under what 150 steps measured (reward 0.04 -> 0.79, accuracy 0 -> 1.0; at step 150
+    # of the 250-step demo, seeds 1-10 were at 0.73-1.0), far above chance (0.1)
+    assert first < 0.3 and last > first + 0.4, (first, last)
     evals = [row["eval/accuracy"] for row in rows if "eval/accuracy" in row]
-    assert evals[0] < 0.2 and evals[-1] >= 0.4, evals
+    assert evals[0] < 0.2 and evals[-1] >= 0.6, evals
     assert (run_dir / "metrics.png").read_bytes()[:4] == b"\x89PNG"
     assert (run_dir / "logs" / "server-0.log").exists() and (run_dir / "logs" / "trainer-0.log").exists()
