@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from .base import Section
 
@@ -24,4 +24,11 @@ class DatasetConfig(Section):
         None, ge=1, description="Drop records whose prompt is longer than this many tokens (the chat prompt "
                                 "the workflow sends: template and workflow.system_prompt included); null keeps all.")
     max_samples: int | None = Field(None, ge=1, description="Use only the first N records (debugging).")
-    kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra loader arguments.")
+    kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Extra loader arguments. One set to null is left out, so a config "
+        "that composes another drops an inherited argument its own loader does not take.")
+
+    @field_validator("kwargs")
+    @classmethod
+    def _drop_nulls(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return {key: item for key, item in value.items() if item is not None}

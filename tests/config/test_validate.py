@@ -147,3 +147,13 @@ def test_config_built_in_python_equals_yaml_one(tmp_path):
         actor=ActorConfig(path="/models/x", dtype="float32", c_clip=3.0, optimizer=OptimizerConfig(lr=3e-6)),
         train_dataset=DatasetConfig(path="/data", batch_size=4), gconfig=GenerationConfig(n_samples=2))
     assert validate_config(from_python.model_dump()) == from_yaml
+
+
+def test_null_dataset_kwargs_are_left_out():
+    """A config composing another (calculator_agent_cpu.yaml on the demo) drops an inherited loader
+    argument by setting it to null; set, it would be refused as not an argument of that loader."""
+    raw = with_(train_dataset__type="synthetic_word", train_dataset__path=None,
+                train_dataset__kwargs={"size": 8, "uniform_answers": None})
+    assert validate_config(raw).train_dataset.kwargs == {"size": 8}
+    raw["train_dataset"]["kwargs"]["uniform_answers"] = True
+    assert [i.key for i in issues(raw)] == ["train_dataset.kwargs.uniform_answers"]
