@@ -32,6 +32,7 @@ handed to the reward function as keyword arguments.
 
 from __future__ import annotations
 
+import inspect
 import os
 from pathlib import Path
 from typing import Callable
@@ -93,6 +94,7 @@ def _load_by_import_path(spec: str, split: str, path: str | None, kwargs: dict) 
         raise TypeError(f"dataset loader {spec!r} is a {type(loader).__name__}, not a function")
     if path is not None:
         kwargs = {**kwargs, "path": path}
+    _check_arguments(spec, loader, split, kwargs)
     records = loader(split=split, **kwargs)
     records = list(records) if not isinstance(records, list) else records
     bad = next((i for i, r in enumerate(records) if not isinstance(r, dict)), None)
@@ -102,6 +104,22 @@ def _load_by_import_path(spec: str, split: str, path: str | None, kwargs: dict) 
             f"{type(records[bad]).__name__}"
         )
     return records
+
+
+def _check_arguments(spec: str, loader: Callable, split: str, kwargs: dict) -> None:
+    """Refuse arguments the loader does not take before calling it, naming them and the way out
+    (a kwarg inherited from a composed config, e.g. the demo's, is dropped by setting it to null)."""
+    try:
+        signature = inspect.signature(loader)
+    except (TypeError, ValueError):  # no signature to read (some builtins): let the call decide
+        return
+    try:
+        signature.bind(split=split, **kwargs)
+    except TypeError as exc:
+        raise TypeError(
+            f"dataset loader {spec!r} cannot be called with split and kwargs {sorted(kwargs)}: {exc}. "
+            "Fix the dataset's kwargs; one inherited from a composed config is left out by setting it "
+            "to null (e.g. train_dataset.kwargs.NAME=null)") from None
 
 
 def _load_local(path: Path, split: str) -> list[dict]:

@@ -45,6 +45,9 @@ def test_user_loader_errors_name_the_spec():
         load_dataset_by_name("no_such_module:load")
     with pytest.raises(ImportError, match="has no attribute 'missing'"):
         load_dataset_by_name("tests.dataset.user_loaders:missing")
+    # an argument the loader does not take (say, inherited from the demo's kwargs): named, with the fix
+    with pytest.raises(TypeError, match=r"load_pairs.*\['n', 'uniform_answers'\].*uniform_answers.*=null"):
+        load_dataset_by_name("tests.dataset.user_loaders:load_pairs", n=2, uniform_answers=True)
 
 
 def test_unknown_spec_lists_the_accepted_forms():

@@ -23,6 +23,7 @@ def test_custom_dataset_workflow_and_reward_by_import_path(tmp_path, tiny_model_
             f"actor.path={tiny_model_dir}", f"cluster.fileroot={tmp_path}", "launcher.trainer_n_nodes=0",
             f"rollout.server_addrs=[{server.url.removeprefix('http://')}]", "launcher.inference_only_batches=1",
             "train_dataset.type=examples.custom_task:load_doubling", "train_dataset.kwargs={size: 8}",
+            "train_dataset.kwargs.uniform_answers=null",  # the demo's kwarg, merged in: left out
             "train_dataset.batch_size=4", "workflow.type=examples.custom_task:AnswerTwiceWorkflow",
             "workflow.reward_fn=examples.custom_task:doubling_reward"]))
         path = tmp_path / "config.yaml"
