@@ -48,9 +48,9 @@ def make_synthetic_arith(n: int, seed: int = 0, max_sum: int = 9, max_operand: i
         by_sum: dict[int, list[tuple[int, int]]] = {}
         for pair in pairs:
             by_sum.setdefault(sum(pair), []).append(pair)
-        draw_sum, draw_pair = _drawer(list(by_sum), rng, balanced), {
-            total: _drawer(group, rng, balanced) for total, group in by_sum.items()}
-        return [_record(*draw_pair[total]()) for total in (draw_sum() for _ in range(n))]
+        draw_sum = _drawer(list(by_sum), rng, balanced)
+        draw_pair = {total: _drawer(group, rng, balanced) for total, group in by_sum.items()}
+        return [_record(*draw_pair[draw_sum()]()) for _ in range(n)]
     draw = _drawer(pairs, rng, balanced)
     return [_record(*draw()) for _ in range(n)]
 
