@@ -34,40 +34,50 @@ from areal.reward.gsm8k import extract_answer, numbers_equal, reference_solution
 
 MAX_TURNS = 3
 TOOL_BONUS = 0.1
-SYSTEM = ("You solve arithmetic word problems. Use the calculator tool for every computation, "
-          "then reply with the final answer as a number.")
+SYSTEM = (
+    "You solve arithmetic word problems. Use the calculator tool for every computation, "
+    "then reply with the final answer as a number."
+)
 CUE = "\nUse the calculator."
-CALCULATOR = {"type": "function", "function": {
-    "name": "calculator",
-    "description": "Evaluate an arithmetic expression with + - * / and parentheses.",
-    "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},
-                   "required": ["expression"]}}}
+CALCULATOR = {
+    "type": "function",
+    "function": {
+        "name": "calculator",
+        "description": "Evaluate an arithmetic expression with + - * / and parentheses.",
+        "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
+    },
+}
 
 
 def solved(question: str, expression: str, answer: str, call_id: str) -> list[dict]:
     """A worked example as the conversation the agent would have had."""
-    call = {"id": call_id, "type": "function",
-            "function": {"name": "calculator", "arguments": json.dumps({"expression": expression})}}
-    return [{"role": "user", "content": question + CUE},
-            {"role": "assistant", "content": "", "tool_calls": [call]},
-            {"role": "tool", "tool_call_id": call_id, "content": answer},
-            {"role": "assistant", "content": answer}]
+    call = {
+        "id": call_id,
+        "type": "function",
+        "function": {"name": "calculator", "arguments": json.dumps({"expression": expression})},
+    }
+    return [
+        {"role": "user", "content": question + CUE},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call_id, "content": answer},
+        {"role": "assistant", "content": answer},
+    ]
 
 
-EXAMPLES = (solved("Sam has 4 cards. He buys 5 more. How many cards does Sam have now?", "4 + 5", "9", "call_ex1")
-            + solved("Ava had 12 shells and gave 7 of them to a friend. How many shells does Ava have left?",
-                     "12 - 7", "5", "call_ex2"))
+EXAMPLES = solved(
+    "Sam has 4 cards. He buys 5 more. How many cards does Sam have now?", "4 + 5", "9", "call_ex1"
+) + solved(
+    "Ava had 12 shells and gave 7 of them to a friend. How many shells does Ava have left?", "12 - 7", "5", "call_ex2"
+)
 
 
 async def run(client, data: dict) -> dict:
     """One episode: the conversation, the tool calls it asks for, and the score."""
-    messages = [{"role": "system", "content": SYSTEM}, *EXAMPLES,
-                {"role": "user", "content": data["question"] + CUE}]
+    messages = [{"role": "system", "content": SYSTEM}, *EXAMPLES, {"role": "user", "content": data["question"] + CUE}]
     used_tool = False
     reply = None
     for _ in range(MAX_TURNS):
-        response = await client.chat.completions.create(model="policy", messages=messages,
-                                                        tools=[CALCULATOR])
+        response = await client.chat.completions.create(model="policy", messages=messages, tools=[CALCULATOR])
         reply = response.choices[0].message
         messages.append(reply.model_dump(exclude_none=True))
         if not reply.tool_calls:

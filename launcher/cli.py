@@ -20,14 +20,19 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="areal-launch",
         description="Compose a YAML experiment with Hydra, validate it, plan and launch it.",
-        epilog="Overrides use Hydra's grammar: a.b=v, +a.b=v, ~a.b, a.b=null, a.l=[1,2], group=option.")
-    p.add_argument("--config", required=True,
-                   help="a config name under configs/ (e.g. gsm8k_grpo) or a path to a YAML file")
+        epilog="Overrides use Hydra's grammar: a.b=v, +a.b=v, ~a.b, a.b=null, a.l=[1,2], group=option.",
+    )
+    p.add_argument(
+        "--config", required=True, help="a config name under configs/ (e.g. gsm8k_grpo) or a path to a YAML file"
+    )
     p.add_argument("overrides", nargs="*", help="Hydra overrides")
     p.add_argument("--dry-run", action="store_true", help="print the launch plan and start nothing")
     p.add_argument("--json", action="store_true", help="with --dry-run: print the plan as JSON")
-    p.add_argument("--cfg", choices=["job", "all"],
-                   help="print the config and exit: 'job' as composed, 'all' validated with every default filled")
+    p.add_argument(
+        "--cfg",
+        choices=["job", "all"],
+        help="print the config and exit: 'job' as composed, 'all' validated with every default filled",
+    )
     p.add_argument("--resolve", action="store_true", help="with --cfg job: resolve ${...} interpolations")
     return p
 

@@ -31,9 +31,16 @@ def find_config(config: str) -> tuple[Path, str]:
     if (CONFIG_DIR / f"{name}.yaml").is_file():
         return CONFIG_DIR, name
     known = sorted(p.stem for p in CONFIG_DIR.glob("*.yaml"))
-    raise ConfigError([ConfigIssue(
-        "--config", config, "no such YAML file, and no config of that name under configs/",
-        f"pass a path to a YAML file or one of: {', '.join(known)}")])
+    raise ConfigError(
+        [
+            ConfigIssue(
+                "--config",
+                config,
+                "no such YAML file, and no config of that name under configs/",
+                f"pass a path to a YAML file or one of: {', '.join(known)}",
+            )
+        ]
+    )
 
 
 def compose(config: str, overrides: list[str] = (), *, resolve: bool = True) -> dict[str, Any]:
@@ -55,8 +62,7 @@ def compose(config: str, overrides: list[str] = (), *, resolve: bool = True) -> 
     search = [f"file://{CONFIG_DIR}"] + ([f"file://{config_dir}"] if config_dir != CONFIG_DIR else [])
     store = ConfigStore.instance()
     store.store(name="areal_base", node=base)
-    store.store(name=_ENTRY, node={"defaults": ["areal_base", name, "_self_"],
-                                   "hydra": {"searchpath": search}})
+    store.store(name=_ENTRY, node={"defaults": ["areal_base", name, "_self_"], "hydra": {"searchpath": search}})
     GlobalHydra.instance().clear()
     try:
         with initialize(version_base=None, config_path=None):
@@ -93,9 +99,16 @@ def _check_top_level(path: Path, config: str, base: dict) -> None:
     except yaml.YAMLError as e:
         raise ConfigError([_yaml_issue(e, config)]) from None
     if data is not None and not isinstance(data, dict):
-        raise ConfigError([ConfigIssue(
-            "--config", config, f"the top level of {path} is a {type(data).__name__}, not a mapping",
-            "write the experiment as `key: value` lines (e.g. `actor:` with its keys indented below)")])
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    "--config",
+                    config,
+                    f"the top level of {path} is a {type(data).__name__}, not a mapping",
+                    "write the experiment as `key: value` lines (e.g. `actor:` with its keys indented below)",
+                )
+            ]
+        )
     issues = _shape_issues(data or {}, base)
     if issues:
         raise ConfigError(issues)
@@ -113,8 +126,9 @@ def _shape_issues(data: dict, base: dict, prefix: str = "") -> list[ConfigIssue]
             issues += _shape_issues(value, want, key + ".")
         elif isinstance(want, (dict, list)) and isinstance(value, (dict, list)) and type(want) is not type(value):
             kind = "a mapping" if isinstance(want, dict) else "a list"
-            issues.append(ConfigIssue(key, value, f"a {type(value).__name__} where {kind} belongs",
-                                      f"write {key} as {kind}"))
+            issues.append(
+                ConfigIssue(key, value, f"a {type(value).__name__} where {kind} belongs", f"write {key} as {kind}")
+            )
     return issues
 
 
@@ -122,8 +136,12 @@ def _yaml_issue(exc: Exception, config: str) -> ConfigIssue:
     mark = getattr(exc, "problem_mark", None)
     where = f" ({mark.name}, line {mark.line + 1}, column {mark.column + 1})" if mark else ""
     what = getattr(exc, "problem", None) or " ".join(str(exc).split())
-    return ConfigIssue("--config", config, f"not valid YAML: {what}{where}",
-                       "fix the YAML at the line shown (indent with spaces, close brackets, no duplicate keys)")
+    return ConfigIssue(
+        "--config",
+        config,
+        f"not valid YAML: {what}{where}",
+        "fix the YAML at the line shown (indent with spaces, close brackets, no duplicate keys)",
+    )
 
 
 def _override_key(override: str) -> str:
@@ -143,23 +161,33 @@ def _issue_from_hydra(exc: Exception, overrides, config: str = "") -> ConfigIssu
         return _yaml_issue(exc, config)
     if isinstance(exc, OverrideParseException):
         first = exc.message.strip().splitlines()[0]
-        return ConfigIssue(_override_key(exc.override) or "overrides", exc.override,
-                           f"cannot parse the override: {first}",
-                           "fix the override syntax (key=value, +key=value, ~key, key=[a,b], key={k: v})")
+        return ConfigIssue(
+            _override_key(exc.override) or "overrides",
+            exc.override,
+            f"cannot parse the override: {first}",
+            "fix the override syntax (key=value, +key=value, ~key, key=[a,b], key={k: v})",
+        )
     m = re.search(r"Could not override '([^']+)'\. No match in the defaults list", msg)
     if m:
         group = m.group(1)
         value = next((o.split("=", 1)[1] for o in overrides if _override_key(o) == group and "=" in o), None)
         options = _group_options(group)
         if value in options:
-            return ConfigIssue(group, value, "this config's defaults list has no entry for the group",
-                               f"add it with +{group}={value}")
-        return ConfigIssue(group, value, "no such config group option",
-                           f"choose one of: {', '.join(options)} (with +{group}=... when the config's "
-                           "defaults list lacks the group)")
+            return ConfigIssue(
+                group, value, "this config's defaults list has no entry for the group", f"add it with +{group}={value}"
+            )
+        return ConfigIssue(
+            group,
+            value,
+            "no such config group option",
+            f"choose one of: {', '.join(options)} (with +{group}=... when the config's defaults list lacks the group)",
+        )
     cause_key = getattr(exc.__cause__, "full_key", None)
-    m = (re.search(r"Could not override '([^']+)'", msg) or re.search(r"Key '([^']+)' (?:is not in struct|not in)", msg)
-         or re.search(r"Could not delete from config\. '([^']+)' does not exist", msg))
+    m = (
+        re.search(r"Could not override '([^']+)'", msg)
+        or re.search(r"Key '([^']+)' (?:is not in struct|not in)", msg)
+        or re.search(r"Could not delete from config\. '([^']+)' does not exist", msg)
+    )
     if m:
         key = m.group(1)
         value = next((o.split("=", 1)[1] for o in overrides if _override_key(o) == key and "=" in o), None)

@@ -260,8 +260,11 @@ class Supervisor(abc.ABC):
         if n > MAX_SERVER_RESTARTS:
             return self.fail(name, code, f"{reason} after {MAX_SERVER_RESTARTS} restarts")
         spec, weights = self.restart_spec(name)
-        say(f"{name} {reason}; restarting it at {self.addrs[name]} with {weights} "
-            f"({n}/{MAX_SERVER_RESTARTS}, launcher.restart_failed_servers=true)", sys.stderr)
+        say(
+            f"{name} {reason}; restarting it at {self.addrs[name]} with {weights} "
+            f"({n}/{MAX_SERVER_RESTARTS}, launcher.restart_failed_servers=true)",
+            sys.stderr,
+        )
         self.start(spec, {})
         if not self.await_health({name: self.addrs[name]}):
             return self.failed_code
@@ -340,20 +343,26 @@ class Supervisor(abc.ABC):
         if silent is None:
             return None
         name, seconds = silent
-        reason = (f"did not answer http://{self.addrs[name]}/health for {seconds:.0f} s "
-                  f"(launcher.server_health_timeout_s={watch.timeout_s:g}): it is hung or stopped")
+        reason = (
+            f"did not answer http://{self.addrs[name]}/health for {seconds:.0f} s "
+            f"(launcher.server_health_timeout_s={watch.timeout_s:g}): it is hung or stopped"
+        )
         if self.cfg.launcher.restart_failed_servers:
             failed = self.restart_server(name, reason, 1)
             watch.reset(name)
             return failed
-        return self.fail(name, 1, reason + "; if it is only slow (e.g. loading weights), raise "
-                         "launcher.server_health_timeout_s")
+        return self.fail(
+            name, 1, reason + "; if it is only slow (e.g. loading weights), raise launcher.server_health_timeout_s"
+        )
 
     def hold_servers(self, addrs: list[str]) -> int:
         """launcher.keep_servers: leave the servers up for manual debugging until Ctrl-C."""
         self.holding = True
-        say("launcher.keep_servers=true: servers stay up at " + ", ".join(f"http://{a}" for a in addrs)
-            + " ; press Ctrl-C to stop them")
+        say(
+            "launcher.keep_servers=true: servers stay up at "
+            + ", ".join(f"http://{a}" for a in addrs)
+            + " ; press Ctrl-C to stop them"
+        )
         servers = [s.name for s in self.plan.by_role("server")]
         while True:
             self.refresh()
@@ -369,8 +378,7 @@ class Supervisor(abc.ABC):
         if proc is not None:
             proc.wait_output()
         self.failed_code = code
-        print(failure_report(name, proc.log_path if proc is not None else None, reason),
-              file=sys.stderr, flush=True)
+        print(failure_report(name, proc.log_path if proc is not None else None, reason), file=sys.stderr, flush=True)
         return code
 
 
@@ -412,15 +420,15 @@ class LocalRun(Supervisor):
         assign_ports(self.plan)
 
     def start(self, spec: ProcessSpec, extra: dict[str, str]) -> ManagedProcess:
-        env = child_env(spec.env, extra, cpu=self.plan.device == "cpu",
-                        procs_on_node=len(self.plan.processes))
+        env = child_env(spec.env, extra, cpu=self.plan.device == "cpu", procs_on_node=len(self.plan.processes))
         old = self.procs.get(spec.name)
         if old is not None:  # a restart; a hung one still holds its port: stop it first
             if old.poll() is None:
                 old.stop(self.cfg.launcher.shutdown_grace_s)
             self.retired.append(old)
-        proc = ManagedProcess(spec.name, spec.command, env, log_path=log_path(self.plan, spec),
-                              sink=console_sink(spec.name))
+        proc = ManagedProcess(
+            spec.name, spec.command, env, log_path=log_path(self.plan, spec), sink=console_sink(spec.name)
+        )
         self.procs[spec.name] = proc
         say(f"started {spec.name} (pid {proc.pid}); log: {proc.log_path}")
         return proc

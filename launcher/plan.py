@@ -53,19 +53,26 @@ class LaunchPlan:
         return [p for p in self.processes if p.role == role]
 
     def to_dict(self) -> dict:
-        return {"run_dir": self.run_dir, "device": self.device, "server": self.server_kind,
-                "colocated": self.colocated, "warnings": self.warnings,
-                "processes": [{k: v for k, v in asdict(p).items()} for p in self.processes]}
+        return {
+            "run_dir": self.run_dir,
+            "device": self.device,
+            "server": self.server_kind,
+            "colocated": self.colocated,
+            "warnings": self.warnings,
+            "processes": [{k: v for k, v in asdict(p).items()} for p in self.processes],
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
 
     def describe(self) -> str:
         """The plan as people read it (areal-launch --dry-run)."""
-        lines = [f"run directory: {self.run_dir}",
-                 f"device: {self.device}    server program: {self.server_kind or '(none: trainer-only)'}"
-                 + ("    colocated: servers and trainers share devices" if self.colocated else ""),
-                 f"processes: {len(self.processes)}"]
+        lines = [
+            f"run directory: {self.run_dir}",
+            f"device: {self.device}    server program: {self.server_kind or '(none: trainer-only)'}"
+            + ("    colocated: servers and trainers share devices" if self.colocated else ""),
+            f"processes: {len(self.processes)}",
+        ]
         for p in self.processes:
             devs = ",".join(map(str, p.devices)) or "-"
             port = f"  port {p.port}" if p.port else ""
@@ -81,12 +88,14 @@ def make_plan(cfg: ExperimentConfig, facts: HostFacts) -> LaunchPlan:
     device = resolve_device(cfg, facts)
     la = cfg.launcher
     run_servers, run_trainers = la.rollout_n_nodes > 0, la.trainer_n_nodes > 0
-    plan = LaunchPlan(run_dir=cfg.run_dir, device=device,
-                      server_kind=resolve_server_kind(cfg, facts, device) if run_servers else None,
-                      colocated=la.colocate)
+    plan = LaunchPlan(
+        run_dir=cfg.run_dir,
+        device=device,
+        server_kind=resolve_server_kind(cfg, facts, device) if run_servers else None,
+        colocated=la.colocate,
+    )
     slots = _DeviceSlots(cfg)
-    base_env = {"AREAL_RUN_DIR": cfg.run_dir, "AREAL_CONFIG": f"{cfg.run_dir}/config.yaml",
-                "PYTHONUNBUFFERED": "1"}
+    base_env = {"AREAL_RUN_DIR": cfg.run_dir, "AREAL_CONFIG": f"{cfg.run_dir}/config.yaml", "PYTHONUNBUFFERED": "1"}
     if run_servers:
         plan.processes += _servers(cfg, facts, plan, slots, base_env)
     if run_trainers:
@@ -130,8 +139,9 @@ def _servers(cfg, facts, plan, slots, base_env) -> list[ProcessSpec]:
     for i in range(st.dp):
         node, devices = slots.take("rollout", i, st.tp, st.world_size)
         port = cfg.launcher.server_base_port + i
-        command = indexed_server_command(cfg, i, port=port, kind=plan.server_kind, facts=facts,
-                                         warnings=plan.warnings if i == 0 else None)
+        command = indexed_server_command(
+            cfg, i, port=port, kind=plan.server_kind, facts=facts, warnings=plan.warnings if i == 0 else None
+        )
         env = {**base_env, **_visible(plan.device, devices), **cfg.launcher.server_env}
         procs.append(ProcessSpec("server", i, node, devices, command, env, port=port))
     return procs
@@ -147,11 +157,17 @@ def _trainers(cfg, facts, device, slots, base_env) -> list[ProcessSpec]:
     procs = []
     for rank in range(world):
         node, devices = slots.take("trainer", rank, 1, world)
-        env = {**base_env, **_visible(device, devices),
-               "MASTER_ADDR": master, "MASTER_PORT": str(la.trainer_master_port),
-               "RANK": str(rank), "WORLD_SIZE": str(world),
-               "LOCAL_RANK": str(rank % per_node), "LOCAL_WORLD_SIZE": str(per_node),
-               **la.trainer_env}
+        env = {
+            **base_env,
+            **_visible(device, devices),
+            "MASTER_ADDR": master,
+            "MASTER_PORT": str(la.trainer_master_port),
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world),
+            "LOCAL_RANK": str(rank % per_node),
+            "LOCAL_WORLD_SIZE": str(per_node),
+            **la.trainer_env,
+        }
         command = [facts.python, "-m", la.trainer_entry, "--config", base_env["AREAL_CONFIG"]]
         procs.append(ProcessSpec("trainer", rank, node, devices, command, env))
     return procs

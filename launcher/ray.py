@@ -53,9 +53,12 @@ def run_ray(plan: LaunchPlan, cfg: ExperimentConfig) -> int:
     try:
         ray.init(address=address, log_to_driver=False, **extra)
     except (ConnectionError, RuntimeError, ValueError) as e:
-        print(f"error: cannot connect to Ray at launcher.ray_address={address!r}: {e}\n"
-              "fix: start the cluster (ray start --head) or set launcher.ray_address to its address "
-              "(null starts a local Ray)", file=sys.stderr)
+        print(
+            f"error: cannot connect to Ray at launcher.ray_address={address!r}: {e}\n"
+            "fix: start the cluster (ray start --head) or set launcher.ray_address to its address "
+            "(null starts a local Ray)",
+            file=sys.stderr,
+        )
         return 1
     try:
         return RayRun(plan, cfg).execute()
@@ -105,9 +108,11 @@ class ProcessHost:
     def node(self) -> dict:
         import ray
 
-        return {"node_id": ray.get_runtime_context().get_node_id(),
-                "ip": ray.util.get_node_ip_address(),
-                "gpu_ids": [str(g) for g in ray.get_gpu_ids()]}
+        return {
+            "node_id": ray.get_runtime_context().get_node_id(),
+            "ip": ray.util.get_node_ip_address(),
+            "gpu_ids": [str(g) for g in ray.get_gpu_ids()],
+        }
 
     def free_port(self, port: int, avoid: list[int]) -> int:
         return next_free_port(port, set(avoid))
@@ -124,8 +129,9 @@ class ProcessHost:
         full = child_env(env, {}, cpu=cpu, procs_on_node=procs_on_node, base=base)
         if self.proc is not None:  # a restart: clear what is left of the previous run
             self.proc.stop(grace_s=1.0)
-        self.proc = ManagedProcess(self.name, command, full, cwd=cwd if os.path.isdir(cwd) else None,
-                                   sink=self.lines.append)
+        self.proc = ManagedProcess(
+            self.name, command, full, cwd=cwd if os.path.isdir(cwd) else None, sink=self.lines.append
+        )
         return self.proc.pid
 
     def drain(self) -> tuple[list[str], int | None]:
@@ -216,7 +222,8 @@ class RayRun(Supervisor):
                 f"on its own node) within {PLACEMENT_TIMEOUT_S:g} s; it has "
                 f"{len([n for n in ray.nodes() if n.get('Alive')])} live node(s) with "
                 f"{ray.available_resources()} free. Add nodes, or lower launcher.trainer_n_nodes / "
-                "launcher.rollout_n_nodes / the parallel degrees")
+                "launcher.rollout_n_nodes / the parallel degrees"
+            )
 
     def _create_actors(self) -> None:
         import ray
@@ -227,16 +234,19 @@ class RayRun(Supervisor):
         for p in self.plan.processes:
             res = process_resources(p, self.plan)
             strategy = PlacementGroupSchedulingStrategy(
-                placement_group=self.pg, placement_group_bundle_index=index[p.node])
+                placement_group=self.pg, placement_group_bundle_index=index[p.node]
+            )
             self.actors[p.name] = host.options(
-                num_cpus=res["CPU"], num_gpus=res.get("GPU", 0), max_restarts=0,
-                scheduling_strategy=strategy, name=None).remote(p.name)
+                num_cpus=res["CPU"], num_gpus=res.get("GPU", 0), max_restarts=0, scheduling_strategy=strategy, name=None
+            ).remote(p.name)
         names = list(self.actors)
         try:
             infos = ray.get([self.actors[n].node.remote() for n in names], timeout=CALL_TIMEOUT_S)
         except ray.exceptions.RayError as e:
-            raise LaunchError(f"the Ray actors that run the processes did not start ({type(e).__name__}: "
-                              f"{e}); the project must be importable on every Ray node") from None
+            raise LaunchError(
+                f"the Ray actors that run the processes did not start ({type(e).__name__}: "
+                f"{e}); the project must be importable on every Ray node"
+            ) from None
         self.nodes = dict(zip(names, infos, strict=True))
         for node in sorted({p.node for p in self.plan.processes}):
             members = [p.name for p in self.plan.processes if p.node == node]
@@ -277,8 +287,11 @@ class RayRun(Supervisor):
         ips = {info["ip"] for info in self.nodes.values()}
         for s in self.plan.by_role("server"):
             if len(ips) > 1 and advertised_host(s.command).startswith("127."):
-                say(f"warning: {s.name} listens on {advertised_host(s.command)} only, but the run spans "
-                    f"{len(ips)} machines; set sglang.host=0.0.0.0 so the trainers can reach it", sys.stderr)
+                say(
+                    f"warning: {s.name} listens on {advertised_host(s.command)} only, but the run spans "
+                    f"{len(ips)} machines; set sglang.host=0.0.0.0 so the trainers can reach it",
+                    sys.stderr,
+                )
 
     # -- processes ----------------------------------------------------------------------------
 
@@ -293,8 +306,10 @@ class RayRun(Supervisor):
             env.setdefault("OMP_NUM_THREADS", os.environ["OMP_NUM_THREADS"])
         on_node = sum(1 for p in self.plan.processes if p.node == spec.node)
         actor = self.actors[spec.name]
-        pid = ray.get(actor.start.remote(spec.command, env, os.getcwd(), self.plan.device == "cpu", on_node),
-                      timeout=CALL_TIMEOUT_S)
+        pid = ray.get(
+            actor.start.remote(spec.command, env, os.getcwd(), self.plan.device == "cpu", on_node),
+            timeout=CALL_TIMEOUT_S,
+        )
         proc = RemoteProcess(spec.name, actor, log_path(self.plan, spec), spec.command)
         if spec.name in self.procs:  # a restart
             self.procs[spec.name].close()

@@ -36,8 +36,9 @@ def _whole_cli(config: str, repeat: int) -> list[float]:
     times = []
     for _ in range(repeat):
         t = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "launcher.cli", "--config", config, "--dry-run"],
-                       check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "launcher.cli", "--config", config, "--dry-run"], check=True, capture_output=True
+        )
         times.append(time.perf_counter() - t)
     return times
 

@@ -78,65 +78,123 @@ def parse_args(argv=None):
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="where to write the JSON result")
-    p.add_argument("--data", default=None,
-                   help="GSM8K train split: a train.jsonl / .parquet file or a folder holding one "
-                        "(default: $AREAL_GSM8K_DIR, else ../shared/data/gsm8k beside the checkout)")
+    p.add_argument(
+        "--data",
+        default=None,
+        help="GSM8K train split: a train.jsonl / .parquet file or a folder holding one "
+        "(default: $AREAL_GSM8K_DIR, else ../shared/data/gsm8k beside the checkout)",
+    )
     p.add_argument("--device", choices=("cuda", "cpu"), default=None, help="default: cuda when a GPU is visible")
     p.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-1.5b")
     p.add_argument("--dtype", default=None, help="default: bfloat16 on cuda, float32 on cpu")
-    p.add_argument("--servers", type=int, default=1,
-                   help="inference servers, one GPU each (rollout.backend=sglang:dN)")
-    p.add_argument("--trainer-backend", nargs="+", default=["fsdp:d1"], metavar="FSDP",
-                   help="actor.backend, e.g. fsdp:d2, fsdp:d2r2 (HSDP 2x1), fsdp:d1t2 (tensor parallel 2); "
-                        "the trainer uses its world size in GPUs; several values: one run set per layout")
-    p.add_argument("--offpolicyness", type=int, nargs="+", default=[0, 2, 4],
-                   help="rollout.max_head_offpolicyness values, one run each (0 = synchronous)")
+    p.add_argument("--servers", type=int, default=1, help="inference servers, one GPU each (rollout.backend=sglang:dN)")
+    p.add_argument(
+        "--trainer-backend",
+        nargs="+",
+        default=["fsdp:d1"],
+        metavar="FSDP",
+        help="actor.backend, e.g. fsdp:d2, fsdp:d2r2 (HSDP 2x1), fsdp:d1t2 (tensor parallel 2); "
+        "the trainer uses its world size in GPUs; several values: one run set per layout",
+    )
+    p.add_argument(
+        "--offpolicyness",
+        type=int,
+        nargs="+",
+        default=[0, 2, 4],
+        help="rollout.max_head_offpolicyness values, one run each (0 = synchronous)",
+    )
     p.add_argument("--steps", type=int, default=4, help="measured training steps per mode")
     p.add_argument("--warmup", type=int, default=1, help="steps run first and excluded from the numbers")
     p.add_argument("--batch-size", type=int, default=64, help="prompts per step (train_dataset.batch_size)")
     p.add_argument("--n-samples", type=int, default=4, help="samples per prompt (GRPO group size)")
     p.add_argument("--max-new-tokens", type=int, default=256, help="fixed generation length (ignore_eos)")
-    p.add_argument("--max-concurrent", type=int, default=None,
-                   help="rollout.max_concurrent_rollouts (episodes = prompts); default: --batch-size")
-    p.add_argument("--max-running-requests", type=int, default=None,
-                   help="sglang.max_running_requests (sequences decoded together per server); "
-                        "default: max-concurrent x n-samples")
+    p.add_argument(
+        "--max-concurrent",
+        type=int,
+        default=None,
+        help="rollout.max_concurrent_rollouts (episodes = prompts); default: --batch-size",
+    )
+    p.add_argument(
+        "--max-running-requests",
+        type=int,
+        default=None,
+        help="sglang.max_running_requests (sequences decoded together per server); default: max-concurrent x n-samples",
+    )
     p.add_argument("--ppo-minibatches", type=int, default=4, help="actor.ppo_n_minibatches")
     p.add_argument("--max-tokens-per-mb", type=int, default=16384, help="actor.max_tokens_per_mb")
-    p.add_argument("--grad-ckpt", action=argparse.BooleanOptionalAction, default=True,
-                   help="actor.gradient_checkpointing (the recipe's default: on)")
-    p.add_argument("--colocate", action="store_true",
-                   help="launcher.colocate: servers and trainer share the GPUs (one GPU runs both); the "
-                        "sync mode then time-shares the device (sglang.enable_memory_saver follows), the "
-                        "async modes split it (--mem-fraction)")
-    p.add_argument("--mem-fraction", type=float, default=0.8,
-                   help="sglang.mem_fraction_static: the servers' share of each GPU's memory")
-    p.add_argument("--offload", action="store_true",
-                   help="actor.offload: the trainer's state goes to CPU while the servers generate "
-                        "(colocated sync mode only; async modes ignore it)")
-    p.add_argument("--weight-update", choices=("distributed", "disk", "tensor"), default=None,
-                   help="actor.weight_update (distributed = NCCL on GPU, gloo on CPU; tensor = CUDA IPC to a "
-                        "colocated server); default: tensor with --colocate, else distributed")
+    p.add_argument(
+        "--grad-ckpt",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="actor.gradient_checkpointing (the recipe's default: on)",
+    )
+    p.add_argument(
+        "--colocate",
+        action="store_true",
+        help="launcher.colocate: servers and trainer share the GPUs (one GPU runs both); the "
+        "sync mode then time-shares the device (sglang.enable_memory_saver follows), the "
+        "async modes split it (--mem-fraction)",
+    )
+    p.add_argument(
+        "--mem-fraction",
+        type=float,
+        default=0.8,
+        help="sglang.mem_fraction_static: the servers' share of each GPU's memory",
+    )
+    p.add_argument(
+        "--offload",
+        action="store_true",
+        help="actor.offload: the trainer's state goes to CPU while the servers generate "
+        "(colocated sync mode only; async modes ignore it)",
+    )
+    p.add_argument(
+        "--weight-update",
+        choices=("distributed", "disk", "tensor"),
+        default=None,
+        help="actor.weight_update (distributed = NCCL on GPU, gloo on CPU; tensor = CUDA IPC to a "
+        "colocated server); default: tensor with --colocate, else distributed",
+    )
     p.add_argument("--server", choices=("builtin", "sglang", "auto"), default="builtin", help="rollout.server")
     p.add_argument("--config", default="gsm8k_grpo.yaml", help="the experiment the overrides apply to")
-    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra Hydra override for every run (repeatable), e.g. --override actor.optimizer.lr=1e-6")
-    p.add_argument("--reward-p", type=float, default=None,
-                   help="score answers with scripts/bench_rewards.py:coin, 1 with this probability (the "
-                        "random-weight model's answers earn no real reward); with --override "
-                        "rollout.dynamic_sampling=true, groups of equal rewards are dropped at the rate it implies")
-    p.add_argument("--run-timeout", type=float, default=None,
-                   help="seconds one mode may take, start-up included (default: 270 on cuda, 300 on cpu)")
-    p.add_argument("--budget", type=float, default=None,
-                   help="seconds for the whole script (default: 480 on cuda, none on cpu): a mode may use "
-                        "what is left minus 100 s per mode still to run; a mode cut short reports the "
-                        "steps it finished")
+    p.add_argument(
+        "--override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra Hydra override for every run (repeatable), e.g. --override actor.optimizer.lr=1e-6",
+    )
+    p.add_argument(
+        "--reward-p",
+        type=float,
+        default=None,
+        help="score answers with scripts/bench_rewards.py:coin, 1 with this probability (the "
+        "random-weight model's answers earn no real reward); with --override "
+        "rollout.dynamic_sampling=true, groups of equal rewards are dropped at the rate it implies",
+    )
+    p.add_argument(
+        "--run-timeout",
+        type=float,
+        default=None,
+        help="seconds one mode may take, start-up included (default: 270 on cuda, 300 on cpu)",
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=None,
+        help="seconds for the whole script (default: 480 on cuda, none on cpu): a mode may use "
+        "what is left minus 100 s per mode still to run; a mode cut short reports the "
+        "steps it finished",
+    )
     p.add_argument("--gpu-sample-s", type=float, default=0.1, help="GPU utilization sampling period")
     p.add_argument("--port-base", type=int, default=31200, help="server port of the first run (+10 per run)")
-    p.add_argument("--master-port-base", type=int, default=29600,
-                   help="trainer rendezvous port of the first run (+10 per run)")
-    p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "areal-bench-e2e"),
-                   help="models (cached across calls) and run directories")
+    p.add_argument(
+        "--master-port-base", type=int, default=29600, help="trainer rendezvous port of the first run (+10 per run)"
+    )
+    p.add_argument(
+        "--workdir",
+        default=os.path.join(tempfile.gettempdir(), "areal-bench-e2e"),
+        help="models (cached across calls) and run directories",
+    )
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args(argv)
     if args.weight_update is None:
@@ -194,6 +252,7 @@ def gpus_needed(args) -> int:
 
 # ---- set-up ---------------------------------------------------------------------------------------
 
+
 def resolve_device(args) -> str:
     if args.device:
         return args.device
@@ -218,19 +277,24 @@ def check_cuda_layout(args, n: int | None = None) -> None:
     need = gpus_needed(args)
     if n < need:
         widest = max(args.trainer_backend, key=lambda b: gpus_of(args, b))
-        sys.exit(f"error: --device cuda with --servers {args.servers} and --trainer-backend {widest} needs "
-                 f"{need} GPUs ({args.servers} for the servers, {need - args.servers} for the trainer); "
-                 f"nvidia-smi lists {n}")
+        sys.exit(
+            f"error: --device cuda with --servers {args.servers} and --trainer-backend {widest} needs "
+            f"{need} GPUs ({args.servers} for the servers, {need - args.servers} for the trainer); "
+            f"nvidia-smi lists {n}"
+        )
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is None:
         return
     first = [str(i) for i in range(need)]
     if n > need and [d.strip() for d in visible.split(",")][:need] != first:
-        sys.exit(f"error: CUDA_VISIBLE_DEVICES={visible!r} on a node with {n} GPUs: areal-launch places the "
-                 f"servers and the trainer on GPUs {','.join(first)} whatever it says; unset it or make it "
-                 f"start with {','.join(first)}")
-    say(f"note: CUDA_VISIBLE_DEVICES={visible!r} is not passed on; the launcher uses GPUs "
-        f"{','.join(first)} of the node")
+        sys.exit(
+            f"error: CUDA_VISIBLE_DEVICES={visible!r} on a node with {n} GPUs: areal-launch places the "
+            f"servers and the trainer on GPUs {','.join(first)} whatever it says; unset it or make it "
+            f"start with {','.join(first)}"
+        )
+    say(
+        f"note: CUDA_VISIBLE_DEVICES={visible!r} is not passed on; the launcher uses GPUs {','.join(first)} of the node"
+    )
 
 
 def resolve_data(path: str | None) -> str:
@@ -257,34 +321,57 @@ def build_model(args, workdir: Path) -> tuple[str, str]:
     return model_dir, tok_dir
 
 
-def overrides(args, k: int, index: int, model_dir: str, tok_dir: str, data: str, runs_root: Path,
-              backend: str | None = None) -> list[str]:
+def overrides(
+    args, k: int, index: int, model_dir: str, tok_dir: str, data: str, runs_root: Path, backend: str | None = None
+) -> list[str]:
     backend = backend or args.trainer_backend[0]
     conc = args.max_concurrent or args.batch_size
     running = args.max_running_requests or conc * args.n_samples  # per server
     offset = 10 * index
     return [
-        "experiment_name=bench_e2e", f"trial_name={trial_name(backend, k, args)}", f"seed={args.seed}",
-        f"cluster.fileroot={runs_root}", f"cluster.device={args.device}", "cluster.n_nodes=1",
+        "experiment_name=bench_e2e",
+        f"trial_name={trial_name(backend, k, args)}",
+        f"seed={args.seed}",
+        f"cluster.fileroot={runs_root}",
+        f"cluster.device={args.device}",
+        "cluster.n_nodes=1",
         f"cluster.n_gpus_per_node={gpus_of(args, backend) if args.colocate else max(2, gpus_of(args, backend))}",
-        f"launcher.colocate={str(args.colocate).lower()}", f"sglang.mem_fraction_static={args.mem_fraction}",
+        f"launcher.colocate={str(args.colocate).lower()}",
+        f"sglang.mem_fraction_static={args.mem_fraction}",
         f"actor.offload={str(args.offload and k == 0).lower()}",
-        f"actor.path={model_dir}", f"actor.tokenizer_path={tok_dir}", f"actor.backend={backend}",
-        f"actor.dtype={args.dtype}", f"actor.gradient_checkpointing={str(args.grad_ckpt).lower()}",
-        f"actor.max_tokens_per_mb={args.max_tokens_per_mb}", f"actor.ppo_n_minibatches={args.ppo_minibatches}",
+        f"actor.path={model_dir}",
+        f"actor.tokenizer_path={tok_dir}",
+        f"actor.backend={backend}",
+        f"actor.dtype={args.dtype}",
+        f"actor.gradient_checkpointing={str(args.grad_ckpt).lower()}",
+        f"actor.max_tokens_per_mb={args.max_tokens_per_mb}",
+        f"actor.ppo_n_minibatches={args.ppo_minibatches}",
         f"actor.weight_update={args.weight_update}",
-        f"rollout.backend=sglang:d{args.servers}", f"rollout.server={args.server}",
+        f"rollout.backend=sglang:d{args.servers}",
+        f"rollout.server={args.server}",
         f"rollout.max_head_offpolicyness={k}",
         f"rollout.max_concurrent_rollouts={conc}",
-        f"gconfig.n_samples={args.n_samples}", f"gconfig.max_new_tokens={args.max_new_tokens}",
-        "gconfig.min_new_tokens=0", "gconfig.ignore_eos=true", "gconfig.temperature=1.0", "gconfig.stop=[]",
-        f"sglang.max_running_requests={running}", "sglang.context_length=null",
-        "train_dataset.type=gsm8k", f"train_dataset.path={data}", f"train_dataset.batch_size={args.batch_size}",
+        f"gconfig.n_samples={args.n_samples}",
+        f"gconfig.max_new_tokens={args.max_new_tokens}",
+        "gconfig.min_new_tokens=0",
+        "gconfig.ignore_eos=true",
+        "gconfig.temperature=1.0",
+        "gconfig.stop=[]",
+        f"sglang.max_running_requests={running}",
+        "sglang.context_length=null",
+        "train_dataset.type=gsm8k",
+        f"train_dataset.path={data}",
+        f"train_dataset.batch_size={args.batch_size}",
         "train_dataset.max_samples=null",
-        f"total_train_steps={args.warmup + args.steps}", "total_train_epochs=1000",
-        "evaluator.freq_steps=null", "saver.freq_steps=null", "saver.save_at_end=false",
-        "recover.mode=disabled", "recover.freq_steps=null",
-        "stats_logger.tensorboard=false", "stats_logger.plot=false",
+        f"total_train_steps={args.warmup + args.steps}",
+        "total_train_epochs=1000",
+        "evaluator.freq_steps=null",
+        "saver.freq_steps=null",
+        "saver.save_at_end=false",
+        "recover.mode=disabled",
+        "recover.freq_steps=null",
+        "stats_logger.tensorboard=false",
+        "stats_logger.plot=false",
         f"launcher.server_base_port={args.port_base + offset}",
         f"launcher.trainer_master_port={args.master_port_base + offset}",
         *(["workflow.reward_fn=bench_rewards:coin"] if args.reward_p is not None else []),
@@ -293,6 +380,7 @@ def overrides(args, k: int, index: int, model_dir: str, tok_dir: str, data: str,
 
 
 # ---- GPU utilization ------------------------------------------------------------------------------
+
 
 class GpuSampler:
     """(wall time, NVML index, utilization %, memory MiB) every `period` s, in a background thread.
@@ -345,16 +433,24 @@ class GpuSampler:
         self.source = "pynvml"
 
         def read():
-            return [(i, float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu),
-                     pynvml.nvmlDeviceGetMemoryInfo(h).used / 2**20) for i, h in handles.items()]
+            return [
+                (i, float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu), pynvml.nvmlDeviceGetMemoryInfo(h).used / 2**20)
+                for i, h in handles.items()
+            ]
+
         return read
 
     def _smi_reader(self):
         if not shutil.which("nvidia-smi"):
             return None
         self.source = "nvidia-smi"
-        cmd = ["nvidia-smi", "--query-gpu=index,utilization.gpu,memory.used", "--format=csv,noheader,nounits",
-               "-i", ",".join(map(str, self.indices))]
+        cmd = [
+            "nvidia-smi",
+            "--query-gpu=index,utilization.gpu,memory.used",
+            "--format=csv,noheader,nounits",
+            "-i",
+            ",".join(map(str, self.indices)),
+        ]
 
         def read():
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout
@@ -364,41 +460,66 @@ class GpuSampler:
                 if len(parts) == 3 and all(x.replace(".", "").isdigit() for x in parts):
                     rows.append((int(parts[0]), float(parts[1]), float(parts[2])))
             return rows
+
         return read
 
     def summary(self, index: int, t0: float | None, t1: float | None) -> dict:
         mine = [s for s in self.samples if s[1] == index]
         window = [s for s in mine if t0 is not None and t1 is not None and t0 <= s[0] <= t1]
-        return {"index": index,
-                "busy_fraction": statistics.fmean(s[2] for s in window) / 100 if window else None,
-                "samples": len(window),
-                "peak_memory_mib": max((s[3] for s in mine), default=None)}
+        return {
+            "index": index,
+            "busy_fraction": statistics.fmean(s[2] for s in window) / 100 if window else None,
+            "samples": len(window),
+            "peak_memory_mib": max((s[3] for s in mine), default=None),
+        }
 
 
 # ---- one mode -------------------------------------------------------------------------------------
 
-def run_mode(args, k: int, index: int, model_dir: str, tok_dir: str, data: str, workdir: Path, *,
-             timeout: float, backend: str | None = None) -> dict:
+
+def run_mode(
+    args,
+    k: int,
+    index: int,
+    model_dir: str,
+    tok_dir: str,
+    data: str,
+    workdir: Path,
+    *,
+    timeout: float,
+    backend: str | None = None,
+) -> dict:
     backend = backend or args.trainer_backend[0]
     name, total = trial_name(backend, k, args), args.warmup + args.steps
     runs_root = workdir / "runs"
     run_dir = runs_root / "bench_e2e" / name
     shutil.rmtree(run_dir, ignore_errors=True)  # a fresh trial: no stale metrics.jsonl
     run_dir.mkdir(parents=True)
-    cmd = [sys.executable, "-m", "launcher.cli", "--config", args.config,
-           *overrides(args, k, index, model_dir, tok_dir, data, runs_root, backend)]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false",
-           "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}  # CUDA index i is NVML index i
+    cmd = [
+        sys.executable,
+        "-m",
+        "launcher.cli",
+        "--config",
+        args.config,
+        *overrides(args, k, index, model_dir, tok_dir, data, runs_root, backend),
+    ]
+    env = {
+        **os.environ,
+        "PYTHONUNBUFFERED": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+    }  # CUDA index i is NVML index i
     env.setdefault("HF_HUB_OFFLINE", "1")  # every path is local: never wait on the hub
     if args.reward_p is not None:  # bench_rewards.py beside this script, importable by every process
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent),
-                                                          env.get("PYTHONPATH")]))
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent), env.get("PYTHONPATH")]))
         env["BENCH_REWARD_P"] = str(args.reward_p)
     if args.device == "cuda":
         env.pop("CUDA_VISIBLE_DEVICES", None)  # see check_cuda_layout ("" would hide the GPUs from it)
     roles = gpu_roles(args.servers, backend, args.colocate)
-    say(f"\n== {name} ({backend}, {args.servers} server(s), max_head_offpolicyness={k}): {total} steps, "
-        f"the first {args.warmup} excluded; time limit {timeout:.0f} s")
+    say(
+        f"\n== {name} ({backend}, {args.servers} server(s), max_head_offpolicyness={k}): {total} steps, "
+        f"the first {args.warmup} excluded; time limit {timeout:.0f} s"
+    )
     say("$ areal-launch " + " ".join(cmd[3:]))
     sampler = GpuSampler(sorted(set(roles.values())), args.gpu_sample_s) if args.device == "cuda" else None
     if sampler:
@@ -407,8 +528,7 @@ def run_mode(args, k: int, index: int, model_dir: str, tok_dir: str, data: str, 
     start = time.time()
     rows, arrivals, status = [], [], "ok"
     with open(launcher_log, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO,
-                                start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
         metrics = run_dir / "metrics.jsonl"
         pos = 0
         try:
@@ -437,20 +557,30 @@ def run_mode(args, k: int, index: int, model_dir: str, tok_dir: str, data: str, 
     if status == "ok" and (proc.returncode != 0 or len(steps) < total):
         status = "failed"
     result = summarise(args, k, steps, arrivals, sampler, start, roles)
-    result.update(status=status, returncode=proc.returncode, wall_s=wall, run_dir=str(run_dir),
-                  steps_expected=total, steps_completed=len(steps))
+    result.update(
+        status=status,
+        returncode=proc.returncode,
+        wall_s=wall,
+        run_dir=str(run_dir),
+        steps_expected=total,
+        steps_completed=len(steps),
+    )
     if status != "ok":
         result["log_tail"] = _log_tails(run_dir)
-        say(f"[{name}] {status} (exit {proc.returncode}, {len(steps)}/{total} steps); log tails:\n"
-            + result["log_tail"])
+        say(
+            f"[{name}] {status} (exit {proc.returncode}, {len(steps)}/{total} steps); log tails:\n" + result["log_tail"]
+        )
     else:
-        say(f"[{name}] done in {wall:.0f} s: {result['samples_per_s']:.2f} samples/s, "
-            f"{result['gen_tokens_per_s']:.0f} generated tokens/s" + _gpu_text(result["gpu"]))
+        say(
+            f"[{name}] done in {wall:.0f} s: {result['samples_per_s']:.2f} samples/s, "
+            f"{result['gen_tokens_per_s']:.0f} generated tokens/s" + _gpu_text(result["gpu"])
+        )
     return result
 
 
-def _read_rows(path: Path, pos: int, rows: list, arrivals: list, name: str, total: int, warmup: int,
-               start: float) -> int:
+def _read_rows(
+    path: Path, pos: int, rows: list, arrivals: list, name: str, total: int, warmup: int, start: float
+) -> int:
     """New complete lines of metrics.jsonl since byte `pos`; records their arrival time and prints them."""
     if not path.exists():
         return pos
@@ -466,23 +596,33 @@ def _read_rows(path: Path, pos: int, rows: list, arrivals: list, name: str, tota
         rows.append(row)
         arrivals.append(now)
         if row.get("step", 0) > 0:
-            say(f"[{name}] step {row['step']}/{total}{' (warm-up)' if row['step'] <= warmup else ''} "
-                f"at {now - start:.0f} s: {_step_text(row)}")
+            say(
+                f"[{name}] step {row['step']}/{total}{' (warm-up)' if row['step'] <= warmup else ''} "
+                f"at {now - start:.0f} s: {_step_text(row)}"
+            )
     return pos + end
 
 
 def _step_text(row: dict) -> str:
-    ph = " | ".join(f"{p} {row[f'timing/{p}_s']:.2f}" for p in PHASES
-                    if isinstance(row.get(f"timing/{p}_s"), (int, float)) and row[f"timing/{p}_s"] >= 0.005)
-    return (f"{row.get('timing/step_s', 0):.2f} s ({ph}); {row.get('rollout/n_samples')} samples, "
-            f"{row.get('rollout/gen_tokens')} generated tokens, staleness {row.get('rollout/staleness_max')}")
+    ph = " | ".join(
+        f"{p} {row[f'timing/{p}_s']:.2f}"
+        for p in PHASES
+        if isinstance(row.get(f"timing/{p}_s"), (int, float)) and row[f"timing/{p}_s"] >= 0.005
+    )
+    return (
+        f"{row.get('timing/step_s', 0):.2f} s ({ph}); {row.get('rollout/n_samples')} samples, "
+        f"{row.get('rollout/gen_tokens')} generated tokens, staleness {row.get('rollout/staleness_max')}"
+    )
 
 
 def _gpu_text(gpu: dict | None) -> str:
     if not gpu:
         return ""
-    parts = [f"{role} busy {g['busy_fraction']:.0%}" for role, g in gpu.items()
-             if isinstance(g, dict) and g.get("busy_fraction") is not None]  # skips "source"
+    parts = [
+        f"{role} busy {g['busy_fraction']:.0%}"
+        for role, g in gpu.items()
+        if isinstance(g, dict) and g.get("busy_fraction") is not None
+    ]  # skips "source"
     return "; " + ", ".join(parts) if parts else ""
 
 
@@ -504,8 +644,9 @@ def _log_tails(run_dir: Path, chars: int = 2500) -> str:
     return "\n".join(out)
 
 
-def summarise(args, k: int, steps: list[dict], arrivals: list[float], sampler, start: float,
-              roles: dict[str, int] | None = None) -> dict:
+def summarise(
+    args, k: int, steps: list[dict], arrivals: list[float], sampler, start: float, roles: dict[str, int] | None = None
+) -> dict:
     measured = [r for r in steps if r["step"] > args.warmup]
     step_arrivals = [t for r, t in zip_steps(steps, arrivals)]
 
@@ -518,53 +659,80 @@ def summarise(args, k: int, steps: list[dict], arrivals: list[float], sampler, s
 
     seconds = total("timing/step_s")
     expected_tokens = args.batch_size * args.n_samples * args.max_new_tokens
-    out = {"max_head_offpolicyness": k, "measured_steps": len(measured), "measured_s": seconds,
-           "samples_per_s": total("rollout/n_samples") / seconds if seconds else None,
-           "gen_tokens_per_s": total("rollout/gen_tokens") / seconds if seconds else None,
-           "samples_per_step": mean("rollout/n_samples"), "gen_tokens_per_step": mean("rollout/gen_tokens"),
-           "fixed_lengths_ok": bool(measured) and all(r.get("rollout/gen_tokens") == expected_tokens for r in measured),
-           "step_s": [r.get("timing/step_s") for r in steps],
-           "step_s_mean": mean("timing/step_s"),
-           "phase_s_mean": {p: mean(f"timing/{p}_s") for p in PHASES},
-           # CPU seconds of the trainer's training thread and of its other threads (the rollout
-           # client, in an async run) per phase: the GIL share the training thread gave up
-           "phase_cpu_s_mean": {p: {"main": mean(f"cpu/{p}_main_s"), "others": mean(f"cpu/{p}_others_s")}
-                                for p in ("recompute_logprob", "train")},
-           "weight_update_s_mean": mean("weight_update/seconds"),
-           # its parts (gather, transfer, ...) and, around it, pausing and resuming generation
-           # (pause_s on the trainer, server_pause_s the server's own, requests_aborted)
-           "weight_update_parts_mean": {key.removeprefix("weight_update/"): mean(key) for key in sorted(
-               {k for r in measured for k in r if k.startswith("weight_update/")
-                and (k.endswith("_s") or k.endswith(("requests_aborted", "requests_held")))})},
-           # the built-in server's work per step: prefills, decode steps, their seconds, the mean
-           # decode batch and forward_frac (the share of the step it spent in forward passes)
-           "server_mean": {key.removeprefix("server/"): mean(key) for key in sorted(
-               {k for r in measured for k in r if k.startswith("server/")})},
-           # generated tokens over the trainer's seconds (logprob recompute + train): the trainer's
-           # rate on this pipeline, prompts not counted (bench_train reports all tokens)
-           "train_gen_tokens_per_s": (total("rollout/gen_tokens")
-                                      / (total("timing/recompute_logprob_s") + total("timing/train_s"))
-                                      if total("timing/train_s") else None),
-           # colocated runs: the hand-off of a time-shared step (release, resume, the trainer's
-           # offload) and each process's device memory at the hand-off points (max over steps)
-           "handoff_mean": {key.removeprefix("handoff/"): mean(key) for key in sorted(
-               {k for r in measured for k in r if k.startswith("handoff/")})},
-           "memory_gb_max": {key.removeprefix("memory/"): max(float(r[key]) for r in measured if key in r)
-                             for key in sorted({k for r in measured for k in r if k.startswith("memory/")})},
-           "weight_update_bytes": mean("weight_update/bytes"),
-           "staleness_max": max((r.get("rollout/staleness_max") or 0 for r in measured), default=None),
-           "staleness_mean": mean("rollout/staleness_mean"),
-           "mixed_version_frac": mean("rollout/mixed_version_frac"),
-           # dynamic sampling: the share of groups dropped, and the samples generated beyond each batch
-           "dropped_groups_frac": mean("rollout/dropped_groups_frac"),
-           "extra_samples_per_step": mean("rollout/extra_samples"),
-           "startup_s": (step_arrivals[0] - start - float(steps[0].get("timing/step_s") or 0)) if steps else None,
-           "gpu": None}
+    out = {
+        "max_head_offpolicyness": k,
+        "measured_steps": len(measured),
+        "measured_s": seconds,
+        "samples_per_s": total("rollout/n_samples") / seconds if seconds else None,
+        "gen_tokens_per_s": total("rollout/gen_tokens") / seconds if seconds else None,
+        "samples_per_step": mean("rollout/n_samples"),
+        "gen_tokens_per_step": mean("rollout/gen_tokens"),
+        "fixed_lengths_ok": bool(measured) and all(r.get("rollout/gen_tokens") == expected_tokens for r in measured),
+        "step_s": [r.get("timing/step_s") for r in steps],
+        "step_s_mean": mean("timing/step_s"),
+        "phase_s_mean": {p: mean(f"timing/{p}_s") for p in PHASES},
+        # CPU seconds of the trainer's training thread and of its other threads (the rollout
+        # client, in an async run) per phase: the GIL share the training thread gave up
+        "phase_cpu_s_mean": {
+            p: {"main": mean(f"cpu/{p}_main_s"), "others": mean(f"cpu/{p}_others_s")}
+            for p in ("recompute_logprob", "train")
+        },
+        "weight_update_s_mean": mean("weight_update/seconds"),
+        # its parts (gather, transfer, ...) and, around it, pausing and resuming generation
+        # (pause_s on the trainer, server_pause_s the server's own, requests_aborted)
+        "weight_update_parts_mean": {
+            key.removeprefix("weight_update/"): mean(key)
+            for key in sorted(
+                {
+                    k
+                    for r in measured
+                    for k in r
+                    if k.startswith("weight_update/")
+                    and (k.endswith("_s") or k.endswith(("requests_aborted", "requests_held")))
+                }
+            )
+        },
+        # the built-in server's work per step: prefills, decode steps, their seconds, the mean
+        # decode batch and forward_frac (the share of the step it spent in forward passes)
+        "server_mean": {
+            key.removeprefix("server/"): mean(key)
+            for key in sorted({k for r in measured for k in r if k.startswith("server/")})
+        },
+        # generated tokens over the trainer's seconds (logprob recompute + train): the trainer's
+        # rate on this pipeline, prompts not counted (bench_train reports all tokens)
+        "train_gen_tokens_per_s": (
+            total("rollout/gen_tokens") / (total("timing/recompute_logprob_s") + total("timing/train_s"))
+            if total("timing/train_s")
+            else None
+        ),
+        # colocated runs: the hand-off of a time-shared step (release, resume, the trainer's
+        # offload) and each process's device memory at the hand-off points (max over steps)
+        "handoff_mean": {
+            key.removeprefix("handoff/"): mean(key)
+            for key in sorted({k for r in measured for k in r if k.startswith("handoff/")})
+        },
+        "memory_gb_max": {
+            key.removeprefix("memory/"): max(float(r[key]) for r in measured if key in r)
+            for key in sorted({k for r in measured for k in r if k.startswith("memory/")})
+        },
+        "weight_update_bytes": mean("weight_update/bytes"),
+        "staleness_max": max((r.get("rollout/staleness_max") or 0 for r in measured), default=None),
+        "staleness_mean": mean("rollout/staleness_mean"),
+        "mixed_version_frac": mean("rollout/mixed_version_frac"),
+        # dynamic sampling: the share of groups dropped, and the samples generated beyond each batch
+        "dropped_groups_frac": mean("rollout/dropped_groups_frac"),
+        "extra_samples_per_step": mean("rollout/extra_samples"),
+        "startup_s": (step_arrivals[0] - start - float(steps[0].get("timing/step_s") or 0)) if steps else None,
+        "gpu": None,
+    }
     # the measured window: from the end of the last warm-up step to the end of the last step
     t0 = t1 = None
     if measured:
-        t0 = (step_arrivals[args.warmup - 1] if args.warmup
-              else step_arrivals[0] - float(steps[0].get("timing/step_s") or 0))
+        t0 = (
+            step_arrivals[args.warmup - 1]
+            if args.warmup
+            else step_arrivals[0] - float(steps[0].get("timing/step_s") or 0)
+        )
         t1 = step_arrivals[-1]
     # the measured seconds from arrival times of metrics rows (0.2 s resolution): a cross-check
     out["measured_wall_s"] = t1 - t0 if t0 is not None else None
@@ -577,18 +745,26 @@ def summarise(args, k: int, steps: list[dict], arrivals: list[float], sampler, s
 
 def zip_steps(steps: list[dict], arrivals: list[float]):
     """(row, arrival) of training steps only; `arrivals` holds one time per metrics row (step 0 too)."""
-    return [(r, t) for r, t in zip(steps, arrivals[len(arrivals) - len(steps):])]
+    return [(r, t) for r, t in zip(steps, arrivals[len(arrivals) - len(steps) :])]
 
 
 # ---- the whole benchmark --------------------------------------------------------------------------
+
 
 def hardware(device: str) -> dict:
     import torch
     import transformers
 
-    info = {"device": device, "host": platform.node(), "cpu_count": os.cpu_count(),
-            "python": platform.python_version(), "torch": torch.__version__,
-            "transformers": transformers.__version__, "cuda": torch.version.cuda, "gpus": None}
+    info = {
+        "device": device,
+        "host": platform.node(),
+        "cpu_count": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "cuda": torch.version.cuda,
+        "gpus": None,
+    }
     try:
         import importlib.metadata as md
 
@@ -597,8 +773,12 @@ def hardware(device: str) -> dict:
         info["sglang"] = None
     if device == "cuda":
         try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version",
-                                  "--format=csv,noheader"], capture_output=True, text=True, timeout=30).stdout
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=30,
+            ).stdout
             info["gpus"] = [line.strip() for line in out.splitlines() if line.strip()]
         except (OSError, subprocess.TimeoutExpired) as e:
             info["gpus"] = f"nvidia-smi failed: {e}"
@@ -615,8 +795,13 @@ def balance(modes: dict) -> dict | None:
     train = sum(ph.get(p) or 0.0 for p in ("advantages", "recompute_logprob", "train"))
     other = (sync.get("step_s_mean") or 0.0) - gen - train
     ceiling = (gen + train + other) / (max(gen, train) + other) if max(gen, train) + other > 0 else None
-    return {"sync_generation_s": gen, "sync_training_s": train, "sync_other_s": other,
-            "generation_over_training": gen / train if train else None, "async_ceiling": ceiling}
+    return {
+        "sync_generation_s": gen,
+        "sync_training_s": train,
+        "sync_other_s": other,
+        "generation_over_training": gen / train if train else None,
+        "async_ceiling": ceiling,
+    }
 
 
 def async_losses(modes: dict) -> dict:
@@ -631,16 +816,19 @@ def async_losses(modes: dict) -> dict:
 
     def training(ph):
         return sum(ph.get(p) or 0.0 for p in ("advantages", "recompute_logprob", "train"))
+
     floor = max(sph.get("rollout") or 0.0, training(sph)) + (sph.get("weight_update") or 0.0)
     out = {}
     for name, m in modes.items():
         if name == "sync" or not m.get("measured_steps"):
             continue
         ph = m["phase_s_mean"]
-        out[name] = {"over_ceiling_s": (m.get("step_s_mean") or 0.0) - floor,
-                     "train_s": training(ph) - training(sph),
-                     "rollout_wait_s": ph.get("rollout") or 0.0,
-                     "weight_update_s": (ph.get("weight_update") or 0.0) - (sph.get("weight_update") or 0.0)}
+        out[name] = {
+            "over_ceiling_s": (m.get("step_s_mean") or 0.0) - floor,
+            "train_s": training(ph) - training(sph),
+            "rollout_wait_s": ph.get("rollout") or 0.0,
+            "weight_update_s": (ph.get("weight_update") or 0.0) - (sph.get("weight_update") or 0.0),
+        }
     return out
 
 
@@ -676,27 +864,50 @@ def bench(args) -> int:
     workdir = Path(args.workdir).expanduser().resolve()  # the runs' cwd is the repository
     workdir.mkdir(parents=True, exist_ok=True)
     t_start = time.time()
-    say(f"bench_e2e: {args.shape} on {args.device} ({args.dtype}), {args.batch_size} prompts x "
+    say(
+        f"bench_e2e: {args.shape} on {args.device} ({args.dtype}), {args.batch_size} prompts x "
         f"{args.n_samples} samples x {args.max_new_tokens} new tokens per step, offpolicyness "
-        f"{args.offpolicyness}, {args.servers} server(s), trainer {' '.join(args.trainer_backend)}, data {data}")
+        f"{args.offpolicyness}, {args.servers} server(s), trainer {' '.join(args.trainer_backend)}, data {data}"
+    )
     model_dir, tok_dir = build_model(args, workdir)
     config = {k: (None if v == float("inf") else v) for k, v in vars(args).items()}
-    config.update(data=data, model_dir=model_dir, tokenizer_dir=tok_dir,
-                  overrides_example=overrides(args, 0, 0, model_dir, tok_dir, data, workdir / "runs"))
-    result = {"benchmark": "bench_e2e", "goal_speedup": GOAL_SPEEDUP, "config": config,
-              "hardware": hardware(args.device), "layouts": {}, "modes": {}, "speedup": {}, "balance": None,
-              "goal_met": None}
+    config.update(
+        data=data,
+        model_dir=model_dir,
+        tokenizer_dir=tok_dir,
+        overrides_example=overrides(args, 0, 0, model_dir, tok_dir, data, workdir / "runs"),
+    )
+    result = {
+        "benchmark": "bench_e2e",
+        "goal_speedup": GOAL_SPEEDUP,
+        "config": config,
+        "hardware": hardware(args.device),
+        "layouts": {},
+        "modes": {},
+        "speedup": {},
+        "balance": None,
+        "goal_met": None,
+    }
     runs = [(backend, k) for backend in args.trainer_backend for k in args.offpolicyness]
     for index, (backend, k) in enumerate(runs):
-        timeout, warning = mode_time_limit(args.run_timeout, args.budget, time.time() - t_start,
-                                           later=len(runs) - index - 1)
+        timeout, warning = mode_time_limit(
+            args.run_timeout, args.budget, time.time() - t_start, later=len(runs) - index - 1
+        )
         if warning:
             say(warning)
-        layout = result["layouts"].setdefault(backend, {"gpus": gpu_roles(args.servers, backend, args.colocate),
-                                                        "modes": {}, "speedup": {}, "balance": None,
-                                                        "goal_met": None})
-        layout["modes"][mode_name(k)] = run_mode(args, k, index, model_dir, tok_dir, data, workdir,
-                                                 timeout=timeout, backend=backend)
+        layout = result["layouts"].setdefault(
+            backend,
+            {
+                "gpus": gpu_roles(args.servers, backend, args.colocate),
+                "modes": {},
+                "speedup": {},
+                "balance": None,
+                "goal_met": None,
+            },
+        )
+        layout["modes"][mode_name(k)] = run_mode(
+            args, k, index, model_dir, tok_dir, data, workdir, timeout=timeout, backend=backend
+        )
         finish(layout)
         first = result["layouts"][args.trainer_backend[0]]  # the top level: the first layout's
         result.update({key: first.get(key) for key in ("modes", "speedup", "balance", "async_losses", "goal_met")})
@@ -716,16 +927,21 @@ def mode_time_limit(run_timeout: float, budget: float, elapsed: float, later: in
     limit = max(min(run_timeout, budget - elapsed - RESERVE_S * later), 60.0)
     if limit >= run_timeout:
         return limit, None
-    return limit, (f"warning: --budget {budget:.0f} s leaves this mode {limit:.0f} s of its --run-timeout "
-                   f"{run_timeout:.0f} s ({elapsed:.0f} s spent, {RESERVE_S:.0f} s kept for each of "
-                   f"{later} later mode(s)); it may stop before its measured steps: raise --budget")
+    return limit, (
+        f"warning: --budget {budget:.0f} s leaves this mode {limit:.0f} s of its --run-timeout "
+        f"{run_timeout:.0f} s ({elapsed:.0f} s spent, {RESERVE_S:.0f} s kept for each of "
+        f"{later} later mode(s)); it may stop before its measured steps: raise --budget"
+    )
 
 
 def finish(result: dict) -> None:
     modes = result["modes"]
     base = (modes.get("sync") or {}).get("samples_per_s")
-    result["speedup"] = {f"{name}_vs_sync": (m["samples_per_s"] / base if base and m.get("samples_per_s") else None)
-                         for name, m in modes.items() if name != "sync"}
+    result["speedup"] = {
+        f"{name}_vs_sync": (m["samples_per_s"] / base if base and m.get("samples_per_s") else None)
+        for name, m in modes.items()
+        if name != "sync"
+    }
     result["balance"] = balance(modes)
     result["async_losses"] = async_losses(modes)
     ups = [v for v in result["speedup"].values() if v is not None]
@@ -734,8 +950,11 @@ def finish(result: dict) -> None:
 
 def busy(gpu: dict | None, role: str) -> float | None:
     """Mean busy fraction of the GPUs whose role starts with `role` (server / trainer)."""
-    vals = [g["busy_fraction"] for name, g in (gpu or {}).items()
-            if name.startswith(role + "-") and isinstance(g, dict) and g.get("busy_fraction") is not None]
+    vals = [
+        g["busy_fraction"]
+        for name, g in (gpu or {}).items()
+        if name.startswith(role + "-") and isinstance(g, dict) and g.get("busy_fraction") is not None
+    ]
     return statistics.fmean(vals) if vals else None
 
 
@@ -745,41 +964,53 @@ def report(result: dict) -> None:
 
     for backend, layout in result["layouts"].items():
         say(f"\n== summary: trainer {backend}, {result['config']['servers']} server(s)")
-        say(f"{'mode':<8} {'status':<8} {'samples/s':>10} {'gen tok/s':>10} {'step s':>8} {'rollout':>8} "
-            f"{'train':>8} {'w-update':>8} {'trn tok/s':>9} {'srv busy':>8} {'trn busy':>8}")
+        say(
+            f"{'mode':<8} {'status':<8} {'samples/s':>10} {'gen tok/s':>10} {'step s':>8} {'rollout':>8} "
+            f"{'train':>8} {'w-update':>8} {'trn tok/s':>9} {'srv busy':>8} {'trn busy':>8}"
+        )
         for name, m in layout["modes"].items():
             ph = m.get("phase_s_mean") or {}
             train = sum(ph.get(p) or 0.0 for p in ("advantages", "recompute_logprob", "train"))
-            say(f"{name:<8} {m['status']:<8} {f(m.get('samples_per_s'), '10.2f')} "
+            say(
+                f"{name:<8} {m['status']:<8} {f(m.get('samples_per_s'), '10.2f')} "
                 f"{f(m.get('gen_tokens_per_s'), '10.0f')} {f(m.get('step_s_mean'), '8.2f')} "
                 f"{f(ph.get('rollout'), '8.2f')} {f(train, '8.2f')} {f(ph.get('weight_update'), '8.2f')} "
                 f"{f(m.get('train_gen_tokens_per_s'), '9.0f')} {f(busy(m.get('gpu'), 'server'), '8.0%')} "
-                f"{f(busy(m.get('gpu'), 'trainer'), '8.0%')}")
+                f"{f(busy(m.get('gpu'), 'trainer'), '8.0%')}"
+            )
         for key, value in layout["speedup"].items():
             say(f"speedup {key}: {value:.2f}x (goal {GOAL_SPEEDUP}x)" if value else f"speedup {key}: -")
         say_balance(layout["balance"])
         for name, loss in (layout.get("async_losses") or {}).items():
-            say(f"{name} over the ceiling: {loss['over_ceiling_s']:+.2f} s per step = training slower than "
+            say(
+                f"{name} over the ceiling: {loss['over_ceiling_s']:+.2f} s per step = training slower than "
                 f"sync {loss['train_s']:+.2f} s, waiting for rollouts {loss['rollout_wait_s']:.2f} s, "
-                f"weight update {loss['weight_update_s']:+.2f} s (and the rest)")
+                f"weight update {loss['weight_update_s']:+.2f} s (and the rest)"
+            )
     say(f"total {result.get('total_s', 0):.0f} s")
 
 
 def say_balance(b: dict | None) -> None:
     if not b:
         return
-    say(f"balance (sync run, per step): generation {b['sync_generation_s']:.2f} s, training "
+    say(
+        f"balance (sync run, per step): generation {b['sync_generation_s']:.2f} s, training "
         f"{b['sync_training_s']:.2f} s, weight update and the rest {b['sync_other_s']:.2f} s -> "
-        f"async can reach at most {b['async_ceiling']:.2f}x with these settings")
+        f"async can reach at most {b['async_ceiling']:.2f}x with these settings"
+    )
     ratio = b["generation_over_training"]
     if ratio and not 0.8 <= ratio <= 1.25:
         if ratio > 1:
-            say("hint: generation dominates. A decode step costs about the same for more sequences while "
+            say(
+                "hint: generation dominates. A decode step costs about the same for more sequences while "
                 "training grows with them: raise --n-samples or --batch-size (with --max-running-requests "
-                "following), keep --grad-ckpt, or shorten --max-new-tokens (prompts then weigh more in training)")
+                "following), keep --grad-ckpt, or shorten --max-new-tokens (prompts then weigh more in training)"
+            )
         else:
-            say("hint: training dominates: --no-grad-ckpt, fewer sequences (--batch-size, --n-samples), "
-                "or longer --max-new-tokens")
+            say(
+                "hint: training dominates: --no-grad-ckpt, fewer sequences (--batch-size, --n-samples), "
+                "or longer --max-new-tokens"
+            )
 
 
 if __name__ == "__main__":

@@ -59,8 +59,10 @@ def raise_fd_limit(needed: int) -> int:
         resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
         soft = new
     if soft != resource.RLIM_INFINITY and soft < needed:
-        raise SystemExit(f"the open-file limit ({soft}, hard {hard}) is below the {needed} this load needs; "
-                         "raise it (ulimit -n) or lower --concurrency")
+        raise SystemExit(
+            f"the open-file limit ({soft}, hard {hard}) is below the {needed} this load needs; "
+            "raise it (ulimit -n) or lower --concurrency"
+        )
     return soft
 
 
@@ -114,8 +116,10 @@ async def load(url: str, args) -> dict:
     ok_lat: list[float] = []
     reject_lat: list[float] = []
     examples: dict[str, str] = {}
-    body = {"input_ids": [1] + [3 + i % 10 for i in range(args.prompt_len - 1)],
-            "sampling_params": {"max_new_tokens": args.max_new_tokens, "ignore_eos": True, "temperature": 1.0}}
+    body = {
+        "input_ids": [1] + [3 + i % 10 for i in range(args.prompt_len - 1)],
+        "sampling_params": {"max_new_tokens": args.max_new_tokens, "ignore_eos": True, "temperature": 1.0},
+    }
     deadline = time.monotonic() + args.duration
     timeout = aiohttp.ClientTimeout(total=args.request_timeout)
     connector = aiohttp.TCPConnector(limit=args.concurrency)
@@ -156,11 +160,17 @@ async def load(url: str, args) -> dict:
         await asyncio.gather(*(client(session) for _ in range(args.concurrency)))
     wall = time.monotonic() - t0
     sent = sum(statuses.values()) + sum(errors.values())
-    return {"requests_sent": sent, "answered_200": statuses[200],
-            "rejected": {str(s): n for s, n in sorted(statuses.items()) if s != 200},
-            "errors": dict(errors), "examples": examples, "wall_s": round(wall, 2),
-            "answered_per_s": round(statuses[200] / wall, 1),
-            "latency_200_s": percentiles(ok_lat), "latency_rejected_s": percentiles(reject_lat)}
+    return {
+        "requests_sent": sent,
+        "answered_200": statuses[200],
+        "rejected": {str(s): n for s, n in sorted(statuses.items()) if s != 200},
+        "errors": dict(errors),
+        "examples": examples,
+        "wall_s": round(wall, 2),
+        "answered_per_s": round(statuses[200] / wall, 1),
+        "latency_200_s": percentiles(ok_lat),
+        "latency_rejected_s": percentiles(reject_lat),
+    }
 
 
 def run(args) -> dict:
@@ -171,14 +181,18 @@ def run(args) -> dict:
     server = None
     url = args.server_url
     if url is None:
-        server = start_server(resolve_model_path(args.model_path), timeout=300,
-                              extra_args=["--log-level", "warning", *shlex.split(args.server_args)])
+        server = start_server(
+            resolve_model_path(args.model_path),
+            timeout=300,
+            extra_args=["--log-level", "warning", *shlex.split(args.server_args)],
+        )
         url = server.url
     try:
         import requests
 
-        warm = requests.post(url + "/generate", json={"input_ids": [1, 3], "sampling_params": {
-            "max_new_tokens": 2}}, timeout=60)
+        warm = requests.post(
+            url + "/generate", json={"input_ids": [1, 3], "sampling_params": {"max_new_tokens": 2}}, timeout=60
+        )
         warm.raise_for_status()
         if server is None:
             result = asyncio.run(load(url, args))
@@ -189,19 +203,31 @@ def run(args) -> dict:
                 result = asyncio.run(load(url, args))
             time.sleep(1.0)  # let the server settle after the last answers
             end = rss_mib(server.proc.pid)
-            rss = {"start_mib": round(start, 1), "peak_mib": round(sampler.peak, 1), "end_mib": round(end, 1),
-                   "growth_peak_mib": round(sampler.peak - start, 1)}
+            rss = {
+                "start_mib": round(start, 1),
+                "peak_mib": round(sampler.peak, 1),
+                "end_mib": round(end, 1),
+                "growth_peak_mib": round(sampler.peak - start, 1),
+            }
         health = requests.get(url + "/health", timeout=30).status_code
         info = requests.get(url + "/get_server_info", timeout=30).json()
     finally:
         if server is not None:
             server.stop()
-    return {"concurrency": args.concurrency, "duration_s": args.duration, "max_new_tokens": args.max_new_tokens,
-            "model": args.model_path, "server_args": args.server_args, "fd_limit": fd_limit, **result,
-            "server_rss": rss, "health_after": health,
-            "server_capacity": info.get("load", {}).get("capacity"),
-            "server_accepted_after": info.get("load", {}).get("accepted"),  # 0: no request slot leaked
-            "server_batching": info.get("batching")}
+    return {
+        "concurrency": args.concurrency,
+        "duration_s": args.duration,
+        "max_new_tokens": args.max_new_tokens,
+        "model": args.model_path,
+        "server_args": args.server_args,
+        "fd_limit": fd_limit,
+        **result,
+        "server_rss": rss,
+        "health_after": health,
+        "server_capacity": info.get("load", {}).get("capacity"),
+        "server_accepted_after": info.get("load", {}).get("accepted"),  # 0: no request slot leaked
+        "server_batching": info.get("batching"),
+    }
 
 
 def main(argv=None) -> dict:

@@ -28,10 +28,17 @@ def parse_args(argv=None):
     p.add_argument("--batches", type=int, default=3, help="measured batches (one more warms up)")
     p.add_argument("--batch-size", type=int, default=64, help="prompts per batch")
     p.add_argument("--n-samples", type=int, default=8)
-    p.add_argument("--max-new-tokens", type=int, default=4,
-                   help="kept small: the server runs on CPU here; the client's work per sample barely depends on it")
-    p.add_argument("--gc-freeze", action="store_true",
-                   help="gc.freeze() after the warm-up batch (what the trainer does after building its engines)")
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=4,
+        help="kept small: the server runs on CPU here; the client's work per sample barely depends on it",
+    )
+    p.add_argument(
+        "--gc-freeze",
+        action="store_true",
+        help="gc.freeze() after the warm-up batch (what the trainer does after building its engines)",
+    )
     return p.parse_args(argv)
 
 
@@ -67,19 +74,35 @@ def main(argv=None) -> dict:
     from areal.workflow.rlvr import RLVRWorkflow
 
     args = parse_args(argv)
-    model_dir = str(make_tiny_model_dir(Path(tempfile.gettempdir()) / "bench-rollout-client-model",
-                                        max_position=2048))
+    model_dir = str(make_tiny_model_dir(Path(tempfile.gettempdir()) / "bench-rollout-client-model", max_position=2048))
     records = load_gsm8k(args.data, "train")
     need = (args.batches + 2) * args.batch_size  # the executor queues one batch ahead
-    loader = [records[i:i + args.batch_size] for i in range(0, need, args.batch_size)]
-    server = start_server(model_dir, extra_args=["--dtype", "float32", "--max-running-requests",
-                                                 str(args.batch_size * args.n_samples), "--log-level", "warning"],
-                          env={"OMP_NUM_THREADS": "1"})
+    loader = [records[i : i + args.batch_size] for i in range(0, need, args.batch_size)]
+    server = start_server(
+        model_dir,
+        extra_args=[
+            "--dtype",
+            "float32",
+            "--max-running-requests",
+            str(args.batch_size * args.n_samples),
+            "--log-level",
+            "warning",
+        ],
+        env={"OMP_NUM_THREADS": "1"},
+    )
     engine = RemoteSGLangEngine.from_pretrained(
-        model_dir, server_addrs=[server.url], max_concurrent_rollouts=args.batch_size,
+        model_dir,
+        server_addrs=[server.url],
+        max_concurrent_rollouts=args.batch_size,
         rollout={"consumer_batch_size": args.batch_size, "max_head_offpolicyness": 0},
-        gconfig={"n_samples": args.n_samples, "max_new_tokens": args.max_new_tokens, "min_new_tokens": 0,
-                 "ignore_eos": True, "temperature": 1.0})
+        gconfig={
+            "n_samples": args.n_samples,
+            "max_new_tokens": args.max_new_tokens,
+            "min_new_tokens": 0,
+            "ignore_eos": True,
+            "temperature": 1.0,
+        },
+    )
     shorten_gil_switch_interval(engine.config.rollout.gil_switch_interval_ms)  # as a trainer's rank 0 does
     workflow = RLVRWorkflow("gsm8k", engine.config.gconfig, model_dir)
     rows = []
@@ -101,19 +124,30 @@ def main(argv=None) -> dict:
                     gc.freeze()
                 continue
             n = int(batch["rewards"].numel())
-            rows.append({"samples": n, "wall_s": round(wall, 3), "client_cpu_s": round(cpu, 3),
-                         "client_cpu_ms_per_sample": round(1e3 * cpu / n, 3),
-                         # stop-the-world pauses: they stall a training thread in the same process too
-                         "gc_s_by_generation": [round(a - b, 4) for a, b in zip(gc_s, gc_s0)],
-                         "gc_collections_by_generation": [a - b for a, b in zip(gc_n, gc_n0)]})
+            rows.append(
+                {
+                    "samples": n,
+                    "wall_s": round(wall, 3),
+                    "client_cpu_s": round(cpu, 3),
+                    "client_cpu_ms_per_sample": round(1e3 * cpu / n, 3),
+                    # stop-the-world pauses: they stall a training thread in the same process too
+                    "gc_s_by_generation": [round(a - b, 4) for a, b in zip(gc_s, gc_s0)],
+                    "gc_collections_by_generation": [a - b for a, b in zip(gc_n, gc_n0)],
+                }
+            )
             print(rows[-1], flush=True)
     finally:
         engine.destroy()
         workflow.close()
         server.stop()
     per_sample = sorted(r["client_cpu_ms_per_sample"] for r in rows)[len(rows) // 2]
-    out = {"batch_size": args.batch_size, "n_samples": args.n_samples, "max_new_tokens": args.max_new_tokens,
-           "rows": rows, "median_client_cpu_ms_per_sample": per_sample}
+    out = {
+        "batch_size": args.batch_size,
+        "n_samples": args.n_samples,
+        "max_new_tokens": args.max_new_tokens,
+        "rows": rows,
+        "median_client_cpu_ms_per_sample": per_sample,
+    }
     Path(args.out).write_text(json.dumps(out, indent=1))
     print(f"client CPU per sample: {per_sample} ms (median of {len(rows)} batches)")
     return out

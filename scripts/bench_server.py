@@ -28,20 +28,29 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="Where to write the JSON result.")
     p.add_argument("--model-path", default=None, help="HF model folder; default: a tiny model.")
-    p.add_argument("--shape", default=None, help="A random-weight real architecture instead "
-                   "(areal/models/shapes.py SHAPES, e.g. qwen2.5-0.5b), with the project's tokenizer.")
+    p.add_argument(
+        "--shape",
+        default=None,
+        help="A random-weight real architecture instead "
+        "(areal/models/shapes.py SHAPES, e.g. qwen2.5-0.5b), with the project's tokenizer.",
+    )
     p.add_argument("--hidden-size", type=int, default=256)
     p.add_argument("--num-layers", type=int, default=4)
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--dtype", default=None, help="Default: float32 on CPU, bfloat16 on CUDA.")
     p.add_argument("--prompt-len", type=int, default=32)
     p.add_argument("--new-tokens", type=int, default=64)
-    p.add_argument("--baseline-requests", type=int, default=4,
-                   help="Sequential generate() calls timed for the baseline.")
+    p.add_argument(
+        "--baseline-requests", type=int, default=4, help="Sequential generate() calls timed for the baseline."
+    )
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64])
-    p.add_argument("--cpu-threads", type=int, default=None,
-                   help="torch CPU threads for both sides (OMP_NUM_THREADS for the server); "
-                        "1 gives stable numbers on a shared, oversubscribed machine.")
+    p.add_argument(
+        "--cpu-threads",
+        type=int,
+        default=None,
+        help="torch CPU threads for both sides (OMP_NUM_THREADS for the server); "
+        "1 gives stable numbers on a shared, oversubscribed machine.",
+    )
     p.add_argument("--with-256", action="store_true", help="Also run 256 concurrent requests.")
     return p.parse_args(argv)
 
@@ -71,8 +80,14 @@ def baseline_tokens_per_s(model_path, device, dtype, prompts, new_tokens) -> flo
 
     def run(prompt):
         ids = torch.tensor([prompt], device=device)
-        model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                       max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=0)
+        model.generate(
+            ids,
+            attention_mask=torch.ones_like(ids),
+            do_sample=False,
+            max_new_tokens=new_tokens,
+            min_new_tokens=new_tokens,
+            pad_token_id=0,
+        )
 
     run(prompts[0])
     _sync(device)
@@ -95,11 +110,17 @@ async def wave(url: str, prompts, new_tokens: int) -> dict:
     """Send all prompts at once; wall time until the last answer."""
     import aiohttp
 
-    body = lambda p: {"input_ids": p, "sampling_params": {  # noqa: E731
-        "max_new_tokens": new_tokens, "temperature": 0, "ignore_eos": True}}
+    body = lambda p: {  # noqa: E731
+        "input_ids": p,
+        "sampling_params": {
+            "max_new_tokens": new_tokens,
+            "temperature": 0,
+            "ignore_eos": True,
+        },
+    }
     timeout = aiohttp.ClientTimeout(total=3600)
-    async with aiohttp.ClientSession(timeout=timeout,
-                                     connector=aiohttp.TCPConnector(limit=0)) as session:
+    async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as session:
+
         async def one(p):
             async with session.post(url + "/generate", json=body(p)) as r:
                 r.raise_for_status()
@@ -110,9 +131,13 @@ async def wave(url: str, prompts, new_tokens: int) -> dict:
         results = await asyncio.gather(*(one(p) for p in prompts))
         elapsed = time.perf_counter() - start
     tokens = sum(n for n, _ in results)
-    return {"requests": len(prompts), "tokens": tokens, "wall_s": round(elapsed, 3),
-            "tokens_per_s": round(tokens / elapsed, 1),
-            "mean_latency_s": round(sum(lat for _, lat in results) / len(results), 3)}
+    return {
+        "requests": len(prompts),
+        "tokens": tokens,
+        "wall_s": round(elapsed, 3),
+        "tokens_per_s": round(tokens / elapsed, 1),
+        "mean_latency_s": round(sum(lat for _, lat in results) / len(results), 3),
+    }
 
 
 def main(argv=None) -> dict:
@@ -136,10 +161,14 @@ def main(argv=None) -> dict:
 
         args.model_path, tok_dir = build_model_dir(args.shape, Path(tempfile.gettempdir()) / "areal-bench-train")
         tokenizer_args = ["--tokenizer-path", tok_dir]
-    model_path = args.model_path or str(make_tiny_model_dir(
-        Path(tempfile.gettempdir()) / f"bench-tiny-h{args.hidden_size}-l{args.num_layers}",
-        hidden_size=args.hidden_size, num_layers=args.num_layers,
-        max_position=args.prompt_len + args.new_tokens + 8))
+    model_path = args.model_path or str(
+        make_tiny_model_dir(
+            Path(tempfile.gettempdir()) / f"bench-tiny-h{args.hidden_size}-l{args.num_layers}",
+            hidden_size=args.hidden_size,
+            num_layers=args.num_layers,
+            max_position=args.prompt_len + args.new_tokens + 8,
+        )
+    )
     from transformers import AutoConfig
 
     model_config = AutoConfig.from_pretrained(model_path)
@@ -147,12 +176,24 @@ def main(argv=None) -> dict:
     if args.model_path:  # report the model's own size, not the tiny-model defaults
         args.hidden_size, args.num_layers = model_config.hidden_size, model_config.num_hidden_layers
     prompts = make_prompts(max(levels + [args.baseline_requests]), args.prompt_len, vocab)
-    base = baseline_tokens_per_s(model_path, device, dtype,
-                                 prompts[:args.baseline_requests], args.new_tokens)
+    base = baseline_tokens_per_s(model_path, device, dtype, prompts[: args.baseline_requests], args.new_tokens)
     print(f"baseline sequential generate: {base:.1f} tok/s", flush=True)
-    server = start_server(model_path, extra_args=[
-        "--device", device, "--dtype", dtype, "--max-running-requests", str(max(levels)),
-        "--log-level", "warning", *tokenizer_args], timeout=600, env=env)
+    server = start_server(
+        model_path,
+        extra_args=[
+            "--device",
+            device,
+            "--dtype",
+            dtype,
+            "--max-running-requests",
+            str(max(levels)),
+            "--log-level",
+            "warning",
+            *tokenizer_args,
+        ],
+        timeout=600,
+        env=env,
+    )
     try:
         asyncio.run(wave(server.url, prompts[:2], 4))  # warm-up
         results = {}
@@ -160,17 +201,28 @@ def main(argv=None) -> dict:
             res = asyncio.run(wave(server.url, prompts[:n], args.new_tokens))
             res["speedup_vs_sequential"] = round(res["tokens_per_s"] / base, 2)
             results[str(n)] = res
-            print(f"{n:>4} concurrent: {res['tokens_per_s']:>9.1f} tok/s  "
-                  f"x{res['speedup_vs_sequential']:<6} wall {res['wall_s']}s", flush=True)
+            print(
+                f"{n:>4} concurrent: {res['tokens_per_s']:>9.1f} tok/s  "
+                f"x{res['speedup_vs_sequential']:<6} wall {res['wall_s']}s",
+                flush=True,
+            )
         batching = requests.get(server.url + "/get_server_info").json()["batching"]
     finally:
         server.stop()
-    report = {"device": device, "dtype": dtype, "model_path": model_path, "shape": args.shape,
-              "cpu_threads": args.cpu_threads,
-              "hidden_size": args.hidden_size, "num_layers": args.num_layers,
-              "prompt_len": args.prompt_len, "new_tokens": args.new_tokens,
-              "baseline_sequential_tokens_per_s": round(base, 1), "server": results,
-              "server_batching_stats": batching}
+    report = {
+        "device": device,
+        "dtype": dtype,
+        "model_path": model_path,
+        "shape": args.shape,
+        "cpu_threads": args.cpu_threads,
+        "hidden_size": args.hidden_size,
+        "num_layers": args.num_layers,
+        "prompt_len": args.prompt_len,
+        "new_tokens": args.new_tokens,
+        "baseline_sequential_tokens_per_s": round(base, 1),
+        "server": results,
+        "server_batching_stats": batching,
+    }
     Path(args.out).write_text(json.dumps(report, indent=2))
     print(f"wrote {args.out}")
     return report

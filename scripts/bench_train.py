@@ -75,15 +75,23 @@ def _timed(step, n_warmup: int, n_steps: int, device: str) -> list[float]:
     return times
 
 
-def bench_engine(args, model_dir: str, tok_dir: str, batch: dict, *, compile: bool = False,
-                 profile: str | None = None) -> dict:
+def bench_engine(
+    args, model_dir: str, tok_dir: str, batch: dict, *, compile: bool = False, profile: str | None = None
+) -> dict:
     from areal.engine.fsdp.engine import FSDPEngine
 
     t0 = time.perf_counter()
     engine = FSDPEngine.from_pretrained(
-        model_dir, tokenizer_path=tok_dir, dtype=args.dtype, learning_rate=1e-5, backend=args.backend,
-        max_tokens_per_mb=args.max_tokens_per_mb, gradient_checkpointing=args.gradient_checkpointing,
-        compile=compile, device=args.device)
+        model_dir,
+        tokenizer_path=tok_dir,
+        dtype=args.dtype,
+        learning_rate=1e-5,
+        backend=args.backend,
+        max_tokens_per_mb=args.max_tokens_per_mb,
+        gradient_checkpointing=args.gradient_checkpointing,
+        compile=compile,
+        device=args.device,
+    )
     local = engine.dp_shard(batch)  # this data-parallel rank's rows; tensor-parallel peers get the same
     stats = {}
 
@@ -94,8 +102,12 @@ def bench_engine(args, model_dir: str, tok_dir: str, batch: dict, *, compile: bo
     if profile:
         _profile(step, profile, args.device)
     # warm-up steps included (they hold the compilation under --compile)
-    out = {"step_s": times, "n_microbatches": stats.get("n_microbatches"), "loss": stats.get("loss"),
-           "build_and_run_s": time.perf_counter() - t0}
+    out = {
+        "step_s": times,
+        "n_microbatches": stats.get("n_microbatches"),
+        "loss": stats.get("loss"),
+        "build_and_run_s": time.perf_counter() - t0,
+    }
     engine.destroy()
     return out
 
@@ -135,7 +147,7 @@ def bench_bare(args, model_dir: str, batch: dict) -> dict:
     lo = dist.get_rank() * per_rank
     rows = max(1, args.max_tokens_per_mb // width)
     chunks = [slice(s, min(s + rows, lo + per_rank)) for s in range(lo, lo + per_rank, rows)]
-    total = float(batch["loss_mask"][lo:lo + per_rank].sum())
+    total = float(batch["loss_mask"][lo : lo + per_rank].sum())
 
     def step():
         for c in chunks:
@@ -163,8 +175,15 @@ def summarise(run: dict, real_tokens: int, padded_tokens: int, cfg, avg_len: flo
     step = statistics.median(run["step_s"])
     tokens_s = real_tokens / step
     flops = flops_per_token(cfg, avg_len) * tokens_s / world
-    out = dict(run, median_step_s=step, tokens_per_s=tokens_s, tokens_per_s_per_device=tokens_s / world,
-               model_tflops_per_device=flops / 1e12, real_tokens=real_tokens, padded_tokens=padded_tokens)
+    out = dict(
+        run,
+        median_step_s=step,
+        tokens_per_s=tokens_s,
+        tokens_per_s_per_device=tokens_s / world,
+        model_tflops_per_device=flops / 1e12,
+        real_tokens=real_tokens,
+        padded_tokens=padded_tokens,
+    )
     if args.device == "cuda":
         out["mfu"] = flops / (args.peak_tflops * 1e12)
         out["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
@@ -187,15 +206,25 @@ def main(argv=None) -> None:
     p.add_argument("--gradient-checkpointing", action="store_true")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--peak-tflops", type=float, default=790.0,
-                   help="bf16 dense peak of one device (H200: 790 measured with torch.matmul, 989 datasheet)")
-    p.add_argument("--backend", default=None,
-                   help="actor.backend of the engine: fsdp:d2 (FSDP), fsdp:d2r2 (HSDP 2 replicas x 1 shard), "
-                        "fsdp:d1t2 (tensor parallel 2); its world size must equal the process count "
-                        "(default: fsdp:dN for N processes)")
+    p.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=790.0,
+        help="bf16 dense peak of one device (H200: 790 measured with torch.matmul, 989 datasheet)",
+    )
+    p.add_argument(
+        "--backend",
+        default=None,
+        help="actor.backend of the engine: fsdp:d2 (FSDP), fsdp:d2r2 (HSDP 2 replicas x 1 shard), "
+        "fsdp:d1t2 (tensor parallel 2); its world size must equal the process count "
+        "(default: fsdp:dN for N processes)",
+    )
     p.add_argument("--skip-bare", action="store_true")
-    p.add_argument("--compile", action="store_true",
-                   help="also run the engine with actor.compile (torch.compile per decoder layer): engine_compiled")
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="also run the engine with actor.compile (torch.compile per decoder layer): engine_compiled",
+    )
     p.add_argument("--profile", metavar="TXT", help="also profile one engine step; write the kernel table here")
     p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "areal-bench-train"))
     p.add_argument("--out", required=True)
@@ -217,8 +246,10 @@ def main(argv=None) -> None:
     except ParallelStrategyError as e:
         p.error(f"--backend: {e}")
     if strategy.world_size != world:
-        p.error(f"--backend {args.backend} uses {strategy.world_size} processes (d x t) but {world} were started "
-                f"(torchrun --nproc-per-node {strategy.world_size})")
+        p.error(
+            f"--backend {args.backend} uses {strategy.world_size} processes (d x t) but {world} were started "
+            f"(torchrun --nproc-per-node {strategy.world_size})"
+        )
     if args.seqs % strategy.dp:
         p.error(f"--seqs {args.seqs} does not split over the {strategy.dp} data-parallel ranks of {args.backend}")
     root = Path(args.workdir)
@@ -231,27 +262,47 @@ def main(argv=None) -> None:
     real = int(batch["attention_mask"].sum())
     padded = batch["input_ids"].numel()
     avg_len = real / args.seqs
-    result = {"shape": args.shape, "device": args.device, "world_size": world, "backend": args.backend,
-              "dp": strategy.dp, "tp": strategy.tp, "hsdp_replicate": strategy.replicate, "dtype": args.dtype,
-              "seqs": args.seqs, "len_range": [args.min_len, args.max_len],
-              "max_tokens_per_mb": args.max_tokens_per_mb, "gradient_checkpointing": args.gradient_checkpointing,
-              "matmul_params": matmul_params(cfg), "flops_per_token": flops_per_token(cfg, avg_len),
-              "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None}
-    result["engine"] = summarise(bench_engine(args, model_dir, tok_dir, batch, profile=args.profile),
-                                 real, padded, cfg, avg_len, args, world)
+    result = {
+        "shape": args.shape,
+        "device": args.device,
+        "world_size": world,
+        "backend": args.backend,
+        "dp": strategy.dp,
+        "tp": strategy.tp,
+        "hsdp_replicate": strategy.replicate,
+        "dtype": args.dtype,
+        "seqs": args.seqs,
+        "len_range": [args.min_len, args.max_len],
+        "max_tokens_per_mb": args.max_tokens_per_mb,
+        "gradient_checkpointing": args.gradient_checkpointing,
+        "matmul_params": matmul_params(cfg),
+        "flops_per_token": flops_per_token(cfg, avg_len),
+        "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None,
+    }
+    result["engine"] = summarise(
+        bench_engine(args, model_dir, tok_dir, batch, profile=args.profile), real, padded, cfg, avg_len, args, world
+    )
     _release(args.device)
     if args.compile:
         profile = args.profile and args.profile.replace(".txt", "") + "_compiled.txt"
-        result["engine_compiled"] = summarise(bench_engine(args, model_dir, tok_dir, batch, compile=True,
-                                                           profile=profile), real, padded, cfg, avg_len, args, world)
+        result["engine_compiled"] = summarise(
+            bench_engine(args, model_dir, tok_dir, batch, compile=True, profile=profile),
+            real,
+            padded,
+            cfg,
+            avg_len,
+            args,
+            world,
+        )
         _release(args.device)
     if not args.skip_bare:
         result["bare_fsdp2_backend"] = f"fsdp:d{world}"
         result["bare_fsdp2"] = summarise(bench_bare(args, model_dir, batch), real, padded, cfg, avg_len, args, world)
         for name in ("engine", "engine_compiled"):
             if name in result:
-                result[f"{name}_speedup_vs_bare"] = (result["bare_fsdp2"]["median_step_s"]
-                                                     / result[name]["median_step_s"])
+                result[f"{name}_speedup_vs_bare"] = (
+                    result["bare_fsdp2"]["median_step_s"] / result[name]["median_step_s"]
+                )
     if rank == 0:
         Path(args.out).write_text(json.dumps(result, indent=1))
         runs = ("engine", "engine_compiled", "bare_fsdp2")
@@ -259,10 +310,12 @@ def main(argv=None) -> None:
         for name in runs:
             if name in result:
                 r = result[name]
-                print(f"{name} ({args.backend if name.startswith('engine') else f'fsdp:d{world}'}): "
-                      f"{r['tokens_per_s']:.0f} tok/s ({r['tokens_per_s_per_device']:.0f} per device), "
-                      f"step {r['median_step_s']:.3f} s"
-                      + (f", MFU {r['mfu']:.3f}, peak {r['peak_memory_gib']:.1f} GiB" if "mfu" in r else ""))
+                print(
+                    f"{name} ({args.backend if name.startswith('engine') else f'fsdp:d{world}'}): "
+                    f"{r['tokens_per_s']:.0f} tok/s ({r['tokens_per_s_per_device']:.0f} per device), "
+                    f"step {r['median_step_s']:.3f} s"
+                    + (f", MFU {r['mfu']:.3f}, peak {r['peak_memory_gib']:.1f} GiB" if "mfu" in r else "")
+                )
     dist.destroy_process_group()
 
 

@@ -68,21 +68,42 @@ def log(msg: str) -> None:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", nargs="+", choices=sorted(SHAPES), default=["qwen2.5-0.5b"])
-    p.add_argument("--modes", nargs="+", choices=["disk", "nccl", "gloo", "tensor"], default=None,
-                   help="default: disk nccl on cuda, disk gloo on cpu")
+    p.add_argument(
+        "--modes",
+        nargs="+",
+        choices=["disk", "nccl", "gloo", "tensor"],
+        default=None,
+        help="default: disk nccl on cuda, disk gloo on cpu",
+    )
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16",
-                   help="trainer compute dtype = update dtype = server dtype")
+    p.add_argument(
+        "--dtype",
+        choices=["bfloat16", "float32"],
+        default="bfloat16",
+        help="trainer compute dtype = update dtype = server dtype",
+    )
     p.add_argument("--repeats", type=int, default=3, help="timed updates per mode and bucket size")
     p.add_argument("--warmup", type=int, default=1)
-    p.add_argument("--bucket-mb", type=int, nargs="+", default=[64, 256, 1024],
-                   help="actor.weight_update_bucket_mb values for distributed updates")
-    p.add_argument("--disk-dir", default=None,
-                   help="where disk updates are written; default /dev/shm when it has room, else the temp dir")
-    p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "areal-bench-train"),
-                   help="model folders (shared with bench_train.py and bench_e2e.py)")
-    p.add_argument("--server-gpu", default=None,
-                   help="CUDA_VISIBLE_DEVICES of the server; default: the second visible GPU")
+    p.add_argument(
+        "--bucket-mb",
+        type=int,
+        nargs="+",
+        default=[64, 256, 1024],
+        help="actor.weight_update_bucket_mb values for distributed updates",
+    )
+    p.add_argument(
+        "--disk-dir",
+        default=None,
+        help="where disk updates are written; default /dev/shm when it has room, else the temp dir",
+    )
+    p.add_argument(
+        "--workdir",
+        default=os.path.join(tempfile.gettempdir(), "areal-bench-train"),
+        help="model folders (shared with bench_train.py and bench_e2e.py)",
+    )
+    p.add_argument(
+        "--server-gpu", default=None, help="CUDA_VISIBLE_DEVICES of the server; default: the second visible GPU"
+    )
     p.add_argument("--server-timeout", type=float, default=600.0)
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
@@ -94,8 +115,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.device == "cuda" and "gloo" in args.modes:
         p.error("--modes gloo is the CPU path; use nccl with --device cuda")
     if "tensor" in args.modes and "nccl" in args.modes:
-        p.error("--modes tensor puts the server on the trainer's GPU, where nccl cannot reach it; "
-                "measure them in separate calls")
+        p.error(
+            "--modes tensor puts the server on the trainer's GPU, where nccl cannot reach it; "
+            "measure them in separate calls"
+        )
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda but torch sees no GPU")
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
@@ -118,11 +141,14 @@ def server_gpu(args) -> str:
         ids = [v.strip() for v in visible.split(",") if v.strip()]
         if len(ids) >= 2:
             return ids[1]
-        raise SystemExit(f"CUDA_VISIBLE_DEVICES={visible!r} shows one GPU; the server needs a second "
-                         "(or pass --server-gpu)")
+        raise SystemExit(
+            f"CUDA_VISIBLE_DEVICES={visible!r} shows one GPU; the server needs a second (or pass --server-gpu)"
+        )
     if torch.cuda.device_count() < 2:
-        raise SystemExit("one GPU visible: the server needs a second one (NCCL cannot join two ranks "
-                         "on one GPU); pass --server-gpu to share it for disk updates only")
+        raise SystemExit(
+            "one GPU visible: the server needs a second one (NCCL cannot join two ranks "
+            "on one GPU); pass --server-gpu to share it for disk updates only"
+        )
     return "1"
 
 
@@ -159,8 +185,17 @@ def start_server_for(args, model_dir: str, disk_root: str):
     from areal.server.args import build_parser
     from areal.server.testing import start_server
 
-    extra = ["--dtype", args.dtype, "--device", args.device, "--skip-tokenizer-init",
-             "--max-running-requests", "4", "--log-level", "warning"]
+    extra = [
+        "--dtype",
+        args.dtype,
+        "--device",
+        args.device,
+        "--skip-tokenizer-init",
+        "--max-running-requests",
+        "4",
+        "--log-level",
+        "warning",
+    ]
     if any("--weight-dirs" in a.option_strings for a in build_parser()._actions):
         extra += ["--weight-dirs", disk_root]  # disk loads are limited to allowed folders
     env = {"CUDA_VISIBLE_DEVICES": server_gpu(args)} if args.device == "cuda" else {}
@@ -173,8 +208,9 @@ def make_meta(mode: str, version: int, group: str):
 
     if mode in ("disk", "tensor"):
         return WeightUpdateMeta(type=mode, version=version)
-    return WeightUpdateMeta(type="distributed", backend=mode, version=version, group_name=group,
-                            master_address="127.0.0.1", master_port=0)
+    return WeightUpdateMeta(
+        type="distributed", backend=mode, version=version, group_name=group, master_address="127.0.0.1", master_port=0
+    )
 
 
 def split(mode: str, stats: dict) -> dict:
@@ -184,8 +220,7 @@ def split(mode: str, stats: dict) -> dict:
     if mode == "disk":
         parts = {"gather": get("gather"), "transfer": get("transfer"), "load": get("load")}
     else:  # the trainer's transfer phase waits for the servers' answers, which include their load
-        parts = {"gather": get("gather"), "transfer": max(0.0, get("transfer") - server_load),
-                 "load": server_load}
+        parts = {"gather": get("gather"), "transfer": max(0.0, get("transfer") - server_load), "load": server_load}
     parts["other"] = stats["weight_update/seconds"] - sum(parts.values())
     parts["server_load"] = server_load
     return parts
@@ -204,12 +239,20 @@ def timed_updates(engine, mode: str, version: int, args, group: str) -> tuple[li
             shutil.rmtree(engine.weight_update_path(version), ignore_errors=True)
         parts = split(mode, stats)
         tag = "warm-up" if k < args.warmup else f"{k - args.warmup + 1}/{args.repeats}"
-        log(f"  {mode} v{version} {tag}: {stats['weight_update/seconds']:.3f} s "
-            + " ".join(f"{n}={v:.3f}" for n, v in parts.items()))
+        log(
+            f"  {mode} v{version} {tag}: {stats['weight_update/seconds']:.3f} s "
+            + " ".join(f"{n}={v:.3f}" for n, v in parts.items())
+        )
         if k >= args.warmup:
-            samples.append({"seconds": stats["weight_update/seconds"], "wall_s": wall,
-                            "bytes": int(stats["weight_update/bytes"]), "split_s": parts,
-                            "raw": {k2: v for k2, v in stats.items() if k2.endswith("_s")}})
+            samples.append(
+                {
+                    "seconds": stats["weight_update/seconds"],
+                    "wall_s": wall,
+                    "bytes": int(stats["weight_update/bytes"]),
+                    "split_s": parts,
+                    "raw": {k2: v for k2, v in stats.items() if k2.endswith("_s")},
+                }
+            )
     return samples, version
 
 
@@ -217,11 +260,19 @@ def summarise(samples: list[dict], bucket_mb) -> dict:
     nbytes = samples[0]["bytes"]
     seconds = statistics.median(s["seconds"] for s in samples)
     parts = {n: statistics.median(s["split_s"][n] for s in samples) for n in samples[0]["split_s"]}
-    return {"bucket_mb": bucket_mb, "seconds": seconds, "bytes": nbytes, "gb": nbytes / 1e9,
-            "gb_per_s": nbytes / seconds / 1e9, "split_s": parts,
-            "split_gb_per_s": {n: (nbytes / v / 1e9 if v > 0 else None) for n, v in parts.items()
-                               if n in ("gather", "transfer", "load")},
-            "min_seconds": min(s["seconds"] for s in samples), "samples": samples}
+    return {
+        "bucket_mb": bucket_mb,
+        "seconds": seconds,
+        "bytes": nbytes,
+        "gb": nbytes / 1e9,
+        "gb_per_s": nbytes / seconds / 1e9,
+        "split_s": parts,
+        "split_gb_per_s": {
+            n: (nbytes / v / 1e9 if v > 0 else None) for n, v in parts.items() if n in ("gather", "transfer", "load")
+        },
+        "min_seconds": min(s["seconds"] for s in samples),
+        "samples": samples,
+    }
 
 
 # ---- consistency -------------------------------------------------------------------------------
@@ -232,14 +283,19 @@ def logprob_gap(engine, url: str, seed: int) -> dict:
     vocab = engine.hf_config.vocab_size
     g = torch.Generator().manual_seed(seed)
     prompt = torch.randint(3, vocab, (PROMPT_LEN,), generator=g).tolist()
-    resp = requests.post(url + "/generate", json={
-        "input_ids": prompt, "return_logprob": True,
-        "sampling_params": {"temperature": 1.0, "max_new_tokens": NEW_TOKENS, "ignore_eos": True}},
-        timeout=300)
+    resp = requests.post(
+        url + "/generate",
+        json={
+            "input_ids": prompt,
+            "return_logprob": True,
+            "sampling_params": {"temperature": 1.0, "max_new_tokens": NEW_TOKENS, "ignore_eos": True},
+        },
+        timeout=300,
+    )
     resp.raise_for_status()
     out = resp.json()["meta_info"]["output_token_logprobs"]
     ids = torch.tensor([prompt + [int(t) for _, t, _ in out]])
-    mine = engine.forward({"input_ids": ids, "attention_mask": torch.ones_like(ids)})[0, len(prompt):]
+    mine = engine.forward({"input_ids": ids, "attention_mask": torch.ones_like(ids)})[0, len(prompt) :]
     gap = (mine - torch.tensor([float(v) for v, _, _ in out])).abs()
     version = requests.get(url + "/get_weight_version", timeout=30).json()["weight_version"]
     return {"mean": float(gap.mean()), "max": float(gap.max()), "server_version": version}
@@ -269,14 +325,25 @@ def consistency_check(engine, url: str, mode: str, version: int, group: str, see
     # bf16 on both sides with different kernels: a loose absolute tolerance; the stale server's
     # gap must stand well above that noise (else the check would prove nothing)
     tol = 0.01 if engine.config.dtype == "float32" else 0.1
-    checks = {"version": after["server_version"] == str(version),
-              "after_mean_within_tol": after["mean"] <= tol,
-              "stale_server_detected": before["mean"] >= 5 * max(after["mean"], 1e-3)}
-    result = {"passed": all(checks.values()), "checks": checks, "version": version, "tolerance": tol,
-              "gap_before": before, "gap_after": after, "update_seconds": stats["weight_update/seconds"]}
-    log(f"  {mode} check: {'PASSED' if result['passed'] else 'FAILED'} gap before "
+    checks = {
+        "version": after["server_version"] == str(version),
+        "after_mean_within_tol": after["mean"] <= tol,
+        "stale_server_detected": before["mean"] >= 5 * max(after["mean"], 1e-3),
+    }
+    result = {
+        "passed": all(checks.values()),
+        "checks": checks,
+        "version": version,
+        "tolerance": tol,
+        "gap_before": before,
+        "gap_after": after,
+        "update_seconds": stats["weight_update/seconds"],
+    }
+    log(
+        f"  {mode} check: {'PASSED' if result['passed'] else 'FAILED'} gap before "
         f"{before['mean']:.4f} (max {before['max']:.4f}), after {after['mean']:.4f} "
-        f"(max {after['max']:.4f}), server version {after['server_version']!r} (want {version})")
+        f"(max {after['max']:.4f}), server version {after['server_version']!r} (want {version})"
+    )
     return result
 
 
@@ -293,37 +360,50 @@ def bench_shape(args, shape: str, index: int, result: dict, write) -> dict:
     out["model_bytes_on_disk"] = folder_bytes(model_dir)
     disk_root, disk_fs = pick_disk_dir(args, out["model_bytes_on_disk"] * (2 if args.dtype == "float32" else 1))
     out["disk_dir"], out["disk_fs"] = disk_root, disk_fs
-    log(f"[{shape}] {out['model_bytes_on_disk'] / 1e9:.2f} GB folder; starting the server "
-        f"({args.device}) and the trainer; disk updates go to {disk_root} ({disk_fs})")
+    log(
+        f"[{shape}] {out['model_bytes_on_disk'] / 1e9:.2f} GB folder; starting the server "
+        f"({args.device}) and the trainer; disk updates go to {disk_root} ({disk_fs})"
+    )
     pool = ThreadPoolExecutor(1)
     server_future = pool.submit(start_server_for, args, model_dir, disk_root)  # loads while the trainer does
     engine = server = None
     try:
         t = time.perf_counter()
         engine = FSDPEngine.from_pretrained(
-            model_dir, tokenizer_path=tok_dir, dtype=args.dtype, trainable=False, device=args.device,
-            fileroot=disk_root, experiment_name="bench_weight_sync", trial_name=shape)
+            model_dir,
+            tokenizer_path=tok_dir,
+            dtype=args.dtype,
+            trainable=False,
+            device=args.device,
+            fileroot=disk_root,
+            experiment_name="bench_weight_sync",
+            trial_name=shape,
+        )
         out["trainer_init_s"] = time.perf_counter() - t
         out["params"] = sum(p.numel() for p in engine.model.parameters())
         server = server_future.result()
         out["server_ready_s"] = time.perf_counter() - t
-        log(f"[{shape}] trainer ready in {out['trainer_init_s']:.1f} s ({out['params'] / 1e6:.1f} M "
-            f"params), server at {server.url} after {out['server_ready_s']:.1f} s")
+        log(
+            f"[{shape}] trainer ready in {out['trainer_init_s']:.1f} s ({out['params'] / 1e6:.1f} M "
+            f"params), server at {server.url} after {out['server_ready_s']:.1f} s"
+        )
         engine.connect_servers([server.url])
         version, group = 0, f"bench_ws_{index}"
         for mode in args.modes:
             runs = []
             out["modes"][mode] = {"runs": runs, "best": None, "check": None}
-            for mb in ([None] if mode == "disk" else args.bucket_mb):
+            for mb in [None] if mode == "disk" else args.bucket_mb:
                 if mb is not None:
                     engine.config.weight_update_bucket_mb = mb
                 log(f"[{shape}] {mode}" + (f", bucket {mb} MB" if mb else ""))
                 samples, version = timed_updates(engine, mode, version, args, group)
                 runs.append(summarise(samples, mb))
                 r = runs[-1]
-                log(f"[{shape}] {mode}{f' bucket {mb} MB' if mb else ''}: {r['seconds']:.3f} s, "
+                log(
+                    f"[{shape}] {mode}{f' bucket {mb} MB' if mb else ''}: {r['seconds']:.3f} s, "
                     f"{r['gb_per_s']:.2f} GB/s ({r['gb']:.3f} GB); "
-                    + ", ".join(f"{n} {v:.3f} s" for n, v in r["split_s"].items()))
+                    + ", ".join(f"{n} {v:.3f} s" for n, v in r["split_s"].items())
+                )
                 write()
             best = min(runs, key=lambda r: r["seconds"])
             version += 1
@@ -359,10 +439,17 @@ def rows(result: dict) -> list[dict]:
     for shape, out in result["shapes"].items():
         for mode, m in out.get("modes", {}).items():
             for r in m["runs"]:
-                table.append({"shape": shape, "mode": mode, "bucket_mb": r["bucket_mb"],
-                              "seconds": round(r["seconds"], 4), "gb_per_s": round(r["gb_per_s"], 3),
-                              **{f"{n}_s": round(v, 4) for n, v in r["split_s"].items()},
-                              "check_passed": m["check"]["passed"] if m["check"] else None})
+                table.append(
+                    {
+                        "shape": shape,
+                        "mode": mode,
+                        "bucket_mb": r["bucket_mb"],
+                        "seconds": round(r["seconds"], 4),
+                        "gb_per_s": round(r["gb_per_s"], 3),
+                        **{f"{n}_s": round(v, 4) for n, v in r["split_s"].items()},
+                        "check_passed": m["check"]["passed"] if m["check"] else None,
+                    }
+                )
     return table
 
 
@@ -374,21 +461,31 @@ def main(argv=None) -> int:
     if threading.current_thread() is threading.main_thread():  # finally blocks stop the server
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     hf_logging.disable_progress_bar()  # keep the log to one line per step
-    result = {"script": "bench_weight_sync", "device": args.device, "dtype": args.dtype,
-              "modes": args.modes, "repeats": args.repeats, "warmup": args.warmup,
-              "bucket_mb": args.bucket_mb, "torch": torch.__version__,
-              "transformers": transformers.__version__,
-              "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else None,
-              "server_gpu": server_gpu(args) if args.device == "cuda" else None,
-              "shapes": {}, "errors": {}}
+    result = {
+        "script": "bench_weight_sync",
+        "device": args.device,
+        "dtype": args.dtype,
+        "modes": args.modes,
+        "repeats": args.repeats,
+        "warmup": args.warmup,
+        "bucket_mb": args.bucket_mb,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else None,
+        "server_gpu": server_gpu(args) if args.device == "cuda" else None,
+        "shapes": {},
+        "errors": {},
+    }
 
     def write() -> None:
         result["rows"] = rows(result)
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result, indent=1))
 
-    log(f"bench_weight_sync: shapes {args.shape}, modes {args.modes}, device {args.device}, "
-        f"dtype {args.dtype}, buckets {args.bucket_mb} MB, out {args.out}")
+    log(
+        f"bench_weight_sync: shapes {args.shape}, modes {args.modes}, device {args.device}, "
+        f"dtype {args.dtype}, buckets {args.bucket_mb} MB, out {args.out}"
+    )
     for index, shape in enumerate(args.shape):
         try:
             bench_shape(args, shape, index, result, write)
@@ -397,8 +494,11 @@ def main(argv=None) -> int:
             result["errors"][shape] = f"{type(exc).__name__}: {exc}"
             log(f"[{shape}] FAILED: {result['errors'][shape]}")
         write()
-    checks = [bool(m["check"] and m["check"]["passed"])
-              for out in result["shapes"].values() for m in out.get("modes", {}).values()]
+    checks = [
+        bool(m["check"] and m["check"]["passed"])
+        for out in result["shapes"].values()
+        for m in out.get("modes", {}).values()
+    ]
     result["checks_passed"] = bool(checks) and all(checks) and not result["errors"]
     nccl = result["shapes"].get("qwen2.5-1.5b", {}).get("modes", {}).get("nccl")
     if nccl and nccl["best"]:

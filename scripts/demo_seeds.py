@@ -34,14 +34,20 @@ EXPERIMENT = "tiny_arith_cpu"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                epilog="Arguments after `--` are Hydra overrides for every run.")
-    p.add_argument("--seeds", type=int, nargs="+", default=[10],
-                   help="one number N (seeds 1..N) or the list of seeds to run")
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], epilog="Arguments after `--` are Hydra overrides for every run."
+    )
+    p.add_argument(
+        "--seeds", type=int, nargs="+", default=[10], help="one number N (seeds 1..N) or the list of seeds to run"
+    )
     p.add_argument("--jobs", type=int, default=1, help="runs at once (distinct ports); 1 on a 2-core machine")
-    p.add_argument("--first-slot", type=int, default=0,
-                   help="first port slot (20 server ports and one trainer port each): a second "
-                        "demo_seeds.py beside this one starts past this one's --jobs")
+    p.add_argument(
+        "--first-slot",
+        type=int,
+        default=0,
+        help="first port slot (20 server ports and one trainer port each): a second "
+        "demo_seeds.py beside this one starts past this one's --jobs",
+    )
     p.add_argument("--goal", type=float, default=0.9, help="the held-out accuracy a run should reach")
     p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "areal-demo-seeds"))
     p.add_argument("--timeout", type=float, default=1800, help="seconds before a run is stopped")
@@ -50,7 +56,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     overrides: list[str] = []
     if "--" in argv:
         cut = argv.index("--")
-        argv, overrides = argv[:cut], argv[cut + 1:]
+        argv, overrides = argv[:cut], argv[cut + 1 :]
     args = p.parse_args(argv)
     args.overrides = overrides
     args.seed_list = list(range(1, args.seeds[0] + 1)) if len(args.seeds) == 1 else args.seeds
@@ -61,9 +67,19 @@ def run_one(seed: int, slot: int, args: argparse.Namespace) -> dict:
     """One demo run; its metrics summarised (accuracy None when it logged no evaluation)."""
     root = Path(args.workdir) / f"seed{seed}"
     trial = f"seed{seed}"
-    cmd = [sys.executable, "-m", "launcher.cli", "--config", CONFIG, f"seed={seed}", f"trial_name={trial}",
-           f"cluster.fileroot={root}", f"launcher.server_base_port={31800 + 20 * slot}",
-           f"launcher.trainer_master_port={29800 + slot}", *args.overrides]
+    cmd = [
+        sys.executable,
+        "-m",
+        "launcher.cli",
+        "--config",
+        CONFIG,
+        f"seed={seed}",
+        f"trial_name={trial}",
+        f"cluster.fileroot={root}",
+        f"launcher.server_base_port={31800 + 20 * slot}",
+        f"launcher.trainer_master_port={29800 + slot}",
+        *args.overrides,
+    ]
     root.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     with open(root / "console.log", "w") as log:
@@ -108,9 +124,15 @@ def report(runs: list[dict], args: argparse.Namespace) -> dict:
     walls = [r["wall_s"] for r in runs]
     trains = [r["train_s"] for r in runs if r.get("train_s") is not None]
     return {
-        "config": CONFIG, "overrides": args.overrides, "seeds": args.seed_list, "jobs": args.jobs,
-        "date": time.strftime("%Y-%m-%d"), "cpus": os.cpu_count(),
-        "accuracy": spread(accs), "wall_s": spread(walls), "train_s": spread(trains),
+        "config": CONFIG,
+        "overrides": args.overrides,
+        "seeds": args.seed_list,
+        "jobs": args.jobs,
+        "date": time.strftime("%Y-%m-%d"),
+        "cpus": os.cpu_count(),
+        "accuracy": spread(accs),
+        "wall_s": spread(walls),
+        "train_s": spread(trains),
         "reached_goal": f"{sum(a >= args.goal for a in accs)}/{len(runs)} at >= {args.goal}",
         "runs": sorted(runs, key=lambda r: r["seed"]),
     }
@@ -137,9 +159,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         Path(args.out).write_text(text + "\n")
     acc, wall, train = result["accuracy"], result["wall_s"], result["train_s"]
-    print(f"accuracy min/median/max: {acc.get('min')} / {acc.get('median')} / {acc.get('max')}; "
-          f"wall s min/median/max: {wall['min']} / {wall['median']} / {wall['max']}; "
-          f"train s: {train.get('min')} / {train.get('median')} / {train.get('max')}; {result['reached_goal']}")
+    print(
+        f"accuracy min/median/max: {acc.get('min')} / {acc.get('median')} / {acc.get('max')}; "
+        f"wall s min/median/max: {wall['min']} / {wall['median']} / {wall['max']}; "
+        f"train s: {train.get('min')} / {train.get('median')} / {train.get('max')}; {result['reached_goal']}"
+    )
     return 0 if all(r["returncode"] == 0 for r in runs) else 1
 
 

@@ -32,9 +32,13 @@ def summarise(path: Path, warmup: int) -> dict:
     memory = sorted({k for r in steps for k in r if k.startswith("memory/")})
     evals = [r["eval/accuracy"] for r in rows if r.get("eval/accuracy") is not None]
     return {
-        "metrics": str(path), "steps": len(steps), "warmup": warmup,
-        "samples_per_s": round(samples / seconds, 3), "step_s": round(seconds / len(steps), 3),
-        "phases_s": mean_of("timing/"), "handoff_s": mean_of("handoff/"),
+        "metrics": str(path),
+        "steps": len(steps),
+        "warmup": warmup,
+        "samples_per_s": round(samples / seconds, 3),
+        "step_s": round(seconds / len(steps), 3),
+        "phases_s": mean_of("timing/"),
+        "handoff_s": mean_of("handoff/"),
         "weight_update_s": round(statistics.fmean(r.get("weight_update/seconds", 0.0) for r in steps), 4),
         "memory_gb_max": {k: round(max(r.get(k, 0.0) for r in steps), 3) for k in memory},
         "staleness_max": max(r.get("rollout/staleness_max", 0) for r in steps),

@@ -16,9 +16,14 @@ from pathlib import Path
 from areal.chat.continuation import continuation_text
 from areal.chat.template import encode_text, render_chat
 
-CALCULATOR = {"type": "function", "function": {
-    "name": "calculator", "description": "Evaluate arithmetic.",
-    "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}}}}
+CALCULATOR = {
+    "type": "function",
+    "function": {
+        "name": "calculator",
+        "description": "Evaluate arithmetic.",
+        "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}},
+    },
+}
 TOOLS = [CALCULATOR]
 SYSTEM = {"role": "system", "content": "You may use tools."}
 ADD = [SYSTEM, {"role": "user", "content": "add 3 and 4"}]
@@ -33,9 +38,17 @@ HELLO_TEXT = "Hi there."
 
 def assistant_call(call_id: str = "call_1") -> dict:
     """The assistant message of ADD's first reply, as the openai client sends it back."""
-    return {"role": "assistant", "content": "", "tool_calls": [{
-        "id": call_id, "type": "function",
-        "function": {"name": "calculator", "arguments": json.dumps({"expression": "3+4"})}}]}
+    return {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": "calculator", "arguments": json.dumps({"expression": "3+4"})},
+            }
+        ],
+    }
 
 
 def tool_result(call_id: str = "call_1") -> dict:
@@ -47,12 +60,17 @@ def scripts(tok) -> list[tuple[list[int], str]]:
     add_1 = encode_text(tok, render_chat(tok, ADD, tools=TOOLS))
     call_ids = encode_text(tok, CALL_TEXT + END)
     follow = [tool_result()]
-    spliced = add_1 + call_ids + encode_text(tok, continuation_text(
-        tok, ADD, follow, ended_with=END, tools=TOOLS))  # the proxy's follow-up prompt
+    spliced = (
+        add_1 + call_ids + encode_text(tok, continuation_text(tok, ADD, follow, ended_with=END, tools=TOOLS))
+    )  # the proxy's follow-up prompt
     fresh = encode_text(tok, render_chat(tok, ADD + [assistant_call()] + follow, tools=TOOLS))  # the server's
-    return [(add_1, CALL_TEXT), (spliced, ANSWER_TEXT), (fresh, ANSWER_TEXT),
-            (encode_text(tok, render_chat(tok, BAD, tools=TOOLS)), MALFORMED_TEXT),
-            (encode_text(tok, render_chat(tok, HELLO)), HELLO_TEXT)]
+    return [
+        (add_1, CALL_TEXT),
+        (spliced, ANSWER_TEXT),
+        (fresh, ANSWER_TEXT),
+        (encode_text(tok, render_chat(tok, BAD, tools=TOOLS)), MALFORMED_TEXT),
+        (encode_text(tok, render_chat(tok, HELLO)), HELLO_TEXT),
+    ]
 
 
 def build_scripted_chat_model(path, *, steps: int = 1500, margin: float = 3.0) -> Path:
@@ -76,8 +94,8 @@ def build_scripted_chat_model(path, *, steps: int = 1500, margin: float = 3.0) -
     mask = torch.zeros(len(pairs), width, dtype=torch.long)
     for i, (p, t) in enumerate(pairs):
         seq = p + t
-        ids[i, :len(seq)], mask[i, :len(seq)] = torch.tensor(seq), 1
-        labels[i, len(p):len(seq)] = torch.tensor(t)
+        ids[i, : len(seq)], mask[i, : len(seq)] = torch.tensor(seq), 1
+        labels[i, len(p) : len(seq)] = torch.tensor(t)
     torch.manual_seed(0)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.0)
     for step in range(steps):
@@ -88,8 +106,9 @@ def build_scripted_chat_model(path, *, steps: int = 1500, margin: float = 3.0) -
         if step % 50 == 49 and _fitted(out.logits.detach(), labels, margin):
             break
     else:
-        raise AssertionError(f"the scripted chat model did not fit its scripts in {steps} steps "
-                             f"(loss {float(out.loss):.4f})")
+        raise AssertionError(
+            f"the scripted chat model did not fit its scripts in {steps} steps (loss {float(out.loss):.4f})"
+        )
     model.save_pretrained(path)
     (path / "scripted.ok").write_text("")
     return path

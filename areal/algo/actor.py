@@ -24,8 +24,9 @@ from .masked import aggregate, aggregation_weight, masked_mean
 from .ppo import entropy_bonus, kl_penalty, ppo_actor_loss
 
 
-def prepare_ppo_batch(batch: dict[str, Any], cfg, *, group_size: int,
-                      max_new_tokens: int | None = None) -> dict[str, Any]:
+def prepare_ppo_batch(
+    batch: dict[str, Any], cfg, *, group_size: int, max_new_tokens: int | None = None
+) -> dict[str, Any]:
     """Shape rewards (overlong penalty, bias, scaling, clip), normalise them into advantages and
     put them on tokens. The overlong penalty (actor.overlong_buffer_frac > 0) needs the generation
     budget `max_new_tokens` (gconfig.max_new_tokens) and counts an answer's loss tokens."""
@@ -33,11 +34,16 @@ def prepare_ppo_batch(batch: dict[str, Any], cfg, *, group_size: int,
     rewards = batch["rewards"].float()
     if cfg.overlong_buffer_frac > 0:
         if max_new_tokens is None:
-            raise ValueError("actor.overlong_buffer_frac > 0 needs the generation budget: pass "
-                             "max_new_tokens=gconfig.max_new_tokens to prepare_ppo_batch")
-        penalty = overlong_penalty(batch["loss_mask"].sum(-1), max_len=max_new_tokens,
-                                   buffer_len=cfg.overlong_buffer_frac * max_new_tokens,
-                                   factor=cfg.overlong_penalty)
+            raise ValueError(
+                "actor.overlong_buffer_frac > 0 needs the generation budget: pass "
+                "max_new_tokens=gconfig.max_new_tokens to prepare_ppo_batch"
+            )
+        penalty = overlong_penalty(
+            batch["loss_mask"].sum(-1),
+            max_len=max_new_tokens,
+            buffer_len=cfg.overlong_buffer_frac * max_new_tokens,
+            factor=cfg.overlong_penalty,
+        )
         out["overlong_penalty"] = penalty
         rewards = rewards + penalty
     rewards = scale_rewards(rewards, scaling=cfg.reward_scaling, bias=cfg.reward_bias, clip=cfg.reward_clip)
@@ -57,11 +63,14 @@ def clip_bounds(cfg) -> tuple[float, float]:
 def ppo_loss_fn(cfg) -> Callable:
     """loss_fn(logprobs, entropy, mb) -> (loss, stats) for FSDPEngine.train_batch (an ActorConfig)."""
     if cfg.use_decoupled_loss and not cfg.recompute_logprob:
-        raise ValueError("actor.use_decoupled_loss needs actor.recompute_logprob=true "
-                         "(the proximal logprobs come from the trainer)")
+        raise ValueError(
+            "actor.use_decoupled_loss needs actor.recompute_logprob=true (the proximal logprobs come from the trainer)"
+        )
     if cfg.rollout_is != "none" and not cfg.recompute_logprob:
-        raise ValueError(f"actor.rollout_is={cfg.rollout_is} needs actor.recompute_logprob=true "
-                         "(its weights compare the trainer's logprobs with the servers')")
+        raise ValueError(
+            f"actor.rollout_is={cfg.rollout_is} needs actor.recompute_logprob=true "
+            "(its weights compare the trainer's logprobs with the servers')"
+        )
     eps_low, eps_high = clip_bounds(cfg)
 
     def loss_fn(logprobs: torch.Tensor, entropy: torch.Tensor, mb: dict[str, Any]):
@@ -70,13 +79,23 @@ def ppo_loss_fn(cfg) -> Callable:
         prox = _require(mb, "prox_logprobs", "actor.recompute_logprob") if cfg.recompute_logprob else behav
         is_weights = None
         if cfg.rollout_is != "none":  # replaces the decoupled loss's raw behaviour weight
-            is_weights, _ = rollout_is_weights(prox, behav, mask, mode=cfg.rollout_is,
-                                               level=cfg.rollout_is_level, cap=cfg.rollout_is_cap)
+            is_weights, _ = rollout_is_weights(
+                prox, behav, mask, mode=cfg.rollout_is, level=cfg.rollout_is_level, cap=cfg.rollout_is_cap
+            )
         loss, stats = ppo_actor_loss(
-            logprobs, prox, mb["advantages"], mask, eps_clip=eps_low, eps_clip_high=eps_high,
-            c_clip=cfg.c_clip, behav_logprobs=behav if cfg.use_decoupled_loss and is_weights is None else None,
-            behav_imp_weight_cap=cfg.behav_imp_weight_cap, is_weights=is_weights,
-            aggregation=cfg.token_aggregation, ratio_level=cfg.ratio_level)
+            logprobs,
+            prox,
+            mb["advantages"],
+            mask,
+            eps_clip=eps_low,
+            eps_clip_high=eps_high,
+            c_clip=cfg.c_clip,
+            behav_logprobs=behav if cfg.use_decoupled_loss and is_weights is None else None,
+            behav_imp_weight_cap=cfg.behav_imp_weight_cap,
+            is_weights=is_weights,
+            aggregation=cfg.token_aggregation,
+            ratio_level=cfg.ratio_level,
+        )
         stats["pg_loss"] = loss.detach()
         if cfg.kl_ctl > 0:
             ref = _require(mb, "ref_logprobs", "actor.kl_ctl")
@@ -125,6 +144,8 @@ def _rows(value, start: int, end: int, size: int):
 
 def _require(mb: dict[str, Any], key: str, because: str) -> torch.Tensor:
     if key not in mb:
-        raise KeyError(f"the batch has no '{key}', needed because {because} is set; compute it "
-                       f"with engine.forward(batch) before train_batch")
+        raise KeyError(
+            f"the batch has no '{key}', needed because {because} is set; compute it "
+            f"with engine.forward(batch) before train_batch"
+        )
     return mb[key]

@@ -14,8 +14,9 @@ import torch
 AdvNorm = Literal["group", "batch", "none"]
 
 
-def scale_rewards(rewards: torch.Tensor, *, scaling: float = 1.0, bias: float = 0.0,
-                  clip: float | None = None) -> torch.Tensor:
+def scale_rewards(
+    rewards: torch.Tensor, *, scaling: float = 1.0, bias: float = 0.0, clip: float | None = None
+) -> torch.Tensor:
     """(r + bias) * scaling, then clipped to [-clip, clip] (AReaL's reward_bias/scaling/clip order)."""
     out = (rewards.float() + bias) * scaling
     if clip is not None:
@@ -23,8 +24,7 @@ def scale_rewards(rewards: torch.Tensor, *, scaling: float = 1.0, bias: float = 
     return out
 
 
-def overlong_penalty(lengths: torch.Tensor, *, max_len: int, buffer_len: float,
-                     factor: float = 1.0) -> torch.Tensor:
+def overlong_penalty(lengths: torch.Tensor, *, max_len: int, buffer_len: float, factor: float = 1.0) -> torch.Tensor:
     """DAPO's soft overlong punishment, added to the reward of each sequence ([N] -> [N]).
 
     0 for answers of at most max_len - buffer_len tokens; inside the last `buffer_len` tokens of
@@ -32,14 +32,15 @@ def overlong_penalty(lengths: torch.Tensor, *, max_len: int, buffer_len: float,
     off by the budget is penalised, and the penalty warns before the cut.
     """
     if buffer_len <= 0:
-        raise ValueError(f"overlong buffer of {buffer_len} tokens: it must be positive "
-                         "(set actor.overlong_buffer_frac > 0, or leave it 0 to disable the penalty)")
+        raise ValueError(
+            f"overlong buffer of {buffer_len} tokens: it must be positive "
+            "(set actor.overlong_buffer_frac > 0, or leave it 0 to disable the penalty)"
+        )
     excess = (lengths.float() - (max_len - buffer_len)).clamp(min=0) / buffer_len
     return -factor * excess.clamp(max=1.0)
 
 
-def group_normalize(rewards: torch.Tensor, group_size: int, *, std: bool = True,
-                    eps: float = 1e-6) -> torch.Tensor:
+def group_normalize(rewards: torch.Tensor, group_size: int, *, std: bool = True, eps: float = 1e-6) -> torch.Tensor:
     """GRPO advantages: (r - mean of its group) / (std of its group + eps).
 
     The std is the population std (divide by n, not n - 1), so a group {0, 1} gives advantages
@@ -47,8 +48,10 @@ def group_normalize(rewards: torch.Tensor, group_size: int, *, std: bool = True,
     reward gets advantage 0: it carries no learning signal.
     """
     if group_size < 1 or rewards.numel() % group_size:
-        raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size} "
-                         "(gconfig.n_samples must divide the number of sequences)")
+        raise ValueError(
+            f"{rewards.numel()} rewards do not split into groups of {group_size} "
+            "(gconfig.n_samples must divide the number of sequences)"
+        )
     r = rewards.float().view(-1, group_size)
     adv = r - r.mean(dim=1, keepdim=True)
     if std:
@@ -62,8 +65,9 @@ def batch_normalize(rewards: torch.Tensor, *, std: bool = True, eps: float = 1e-
     return group_normalize(rewards, rewards.numel(), std=std, eps=eps)
 
 
-def compute_advantages(rewards: torch.Tensor, *, mode: AdvNorm, group_size: int, std: bool = True,
-                       eps: float = 1e-6) -> torch.Tensor:
+def compute_advantages(
+    rewards: torch.Tensor, *, mode: AdvNorm, group_size: int, std: bool = True, eps: float = 1e-6
+) -> torch.Tensor:
     """Per-sequence advantages under the configured normalisation (actor.adv_norm)."""
     if mode == "group":
         return group_normalize(rewards, group_size, std=std, eps=eps)

@@ -29,8 +29,9 @@ RolloutIS = Literal["none", "tis", "mis"]
 ISLevel = Literal["token", "sequence"]
 
 
-def log_is_ratio(prox_logprobs: torch.Tensor, behav_logprobs: torch.Tensor, loss_mask: torch.Tensor,
-                 level: ISLevel) -> torch.Tensor:
+def log_is_ratio(
+    prox_logprobs: torch.Tensor, behav_logprobs: torch.Tensor, loss_mask: torch.Tensor, level: ISLevel
+) -> torch.Tensor:
     """log rho on every token [B, L]: the token's own (token) or its sequence's sum over loss
     tokens (sequence); 0 off the loss mask at token level."""
     mask = loss_mask.bool()
@@ -42,8 +43,15 @@ def log_is_ratio(prox_logprobs: torch.Tensor, behav_logprobs: torch.Tensor, loss
     raise ValueError(f"rollout_is_level={level!r} is not one of 'token', 'sequence' (set actor.rollout_is_level)")
 
 
-def rollout_is_weights(prox_logprobs: torch.Tensor, behav_logprobs: torch.Tensor, loss_mask: torch.Tensor, *,
-                       mode: RolloutIS, level: ISLevel, cap: float) -> tuple[torch.Tensor, torch.Tensor]:
+def rollout_is_weights(
+    prox_logprobs: torch.Tensor,
+    behav_logprobs: torch.Tensor,
+    loss_mask: torch.Tensor,
+    *,
+    mode: RolloutIS,
+    level: ISLevel,
+    cap: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(weights [B, L], capped [B, L] bool): the corrected importance weight of every loss token
     (0 off the mask) and which loss tokens were truncated (tis) or masked (mis) because rho > cap."""
     if mode not in ("tis", "mis"):
@@ -60,8 +68,14 @@ def rollout_is_weights(prox_logprobs: torch.Tensor, behav_logprobs: torch.Tensor
     return torch.where(mask, w, torch.zeros_like(w)), capped
 
 
-def mismatch_sums(prox_logprobs: torch.Tensor, behav_logprobs: torch.Tensor, loss_mask: torch.Tensor, *,
-                  level: ISLevel, cap: float | None) -> dict[str, torch.Tensor]:
+def mismatch_sums(
+    prox_logprobs: torch.Tensor,
+    behav_logprobs: torch.Tensor,
+    loss_mask: torch.Tensor,
+    *,
+    level: ISLevel,
+    cap: float | None,
+) -> dict[str, torch.Tensor]:
     """Sufficient statistics of the trainer/server mismatch over a batch (float64 0-d tensors),
     to be summed over ranks (weight_max: max) before `mismatch_metrics`.
 
@@ -80,10 +94,14 @@ def mismatch_sums(prox_logprobs: torch.Tensor, behav_logprobs: torch.Tensor, los
         log_w = log_is_ratio(prox_logprobs.double(), behav_logprobs.double(), loss_mask, level)[rows, 0]
     w = torch.exp(log_w)
     zero = torch.zeros((), dtype=torch.float64, device=w.device)
-    return {"kl_sum": kl_sum, "tokens": mask.sum().double(), "weight_sum": w.sum(),
-            "weight_max": w.max() if w.numel() else zero,
-            "units": torch.tensor(float(w.numel()), dtype=torch.float64, device=w.device),
-            "capped": (w > cap).sum().double() if cap is not None else zero}
+    return {
+        "kl_sum": kl_sum,
+        "tokens": mask.sum().double(),
+        "weight_sum": w.sum(),
+        "weight_max": w.max() if w.numel() else zero,
+        "units": torch.tensor(float(w.numel()), dtype=torch.float64, device=w.device),
+        "capped": (w > cap).sum().double() if cap is not None else zero,
+    }
 
 
 def mismatch_metrics(sums: dict[str, torch.Tensor]) -> dict[str, float]:
@@ -93,7 +111,9 @@ def mismatch_metrics(sums: dict[str, torch.Tensor]) -> dict[str, float]:
     tokens, units = float(sums["tokens"]), float(sums["units"])
     if tokens == 0:
         return {}
-    return {"mismatch/kl": float(sums["kl_sum"]) / tokens,
-            "mismatch/is_weight_mean": float(sums["weight_sum"]) / max(units, 1.0),
-            "mismatch/is_weight_max": float(sums["weight_max"]),
-            "mismatch/is_capped_frac": float(sums["capped"]) / max(units, 1.0)}
+    return {
+        "mismatch/kl": float(sums["kl_sum"]) / tokens,
+        "mismatch/is_weight_mean": float(sums["weight_sum"]) / max(units, 1.0),
+        "mismatch/is_weight_max": float(sums["weight_max"]),
+        "mismatch/is_capped_frac": float(sums["capped"]) / max(units, 1.0),
+    }

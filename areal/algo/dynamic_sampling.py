@@ -19,8 +19,10 @@ def zero_variance_groups(rewards: torch.Tensor, group_size: int) -> torch.Tensor
     """[N] rewards in contiguous groups -> [N / group_size] bool: True where the group's rewards
     are all equal (exactly: a spread of 0, however small the reward values)."""
     if group_size < 1 or rewards.numel() % group_size:
-        raise ValueError(f"{rewards.numel()} rewards do not split into groups of {group_size} "
-                         "(gconfig.n_samples must divide the number of sequences)")
+        raise ValueError(
+            f"{rewards.numel()} rewards do not split into groups of {group_size} "
+            "(gconfig.n_samples must divide the number of sequences)"
+        )
     r = rewards.view(-1, group_size)
     return r.amax(dim=1) == r.amin(dim=1)
 
@@ -41,6 +43,8 @@ def filter_metrics(stats: dict[str, int]) -> dict[str, float]:
     if not stats:
         return {}
     dropped, groups = stats["dropped_groups"], stats["groups"]
-    return {"rollout/dropped_groups_frac": dropped / max(dropped + groups, 1),
-            "rollout/extra_samples": float(stats["dropped_samples"]),
-            "rollout/kept_past_limit": float(stats["kept_past_limit"])}
+    return {
+        "rollout/dropped_groups_frac": dropped / max(dropped + groups, 1),
+        "rollout/extra_samples": float(stats["dropped_samples"]),
+        "rollout/kept_past_limit": float(stats["kept_past_limit"]),
+    }

@@ -56,5 +56,6 @@ def aggregation_weight(mask: torch.Tensor, mode: Aggregation) -> float:
 
 
 def _unknown(mode) -> str:
-    return (f"token_aggregation={mode!r} is not one of {', '.join(map(repr, AGGREGATIONS))} "
-            "(set actor.token_aggregation)")
+    return (
+        f"token_aggregation={mode!r} is not one of {', '.join(map(repr, AGGREGATIONS))} (set actor.token_aggregation)"
+    )

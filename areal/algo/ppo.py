@@ -101,8 +101,10 @@ def ppo_actor_loss(
     areal.algo.correction) multiply the term instead; passing both is an error.
     """
     if behav_logprobs is not None and is_weights is not None:
-        raise ValueError("pass behav_logprobs (the decoupled weight) or is_weights (a rollout "
-                         "correction's weight), not both: they weight by the same ratio")
+        raise ValueError(
+            "pass behav_logprobs (the decoupled weight) or is_weights (a rollout "
+            "correction's weight), not both: they weight by the same ratio"
+        )
     mask = loss_mask.bool()
     high = eps_clip if eps_clip_high is None else eps_clip_high
     if ratio_level == "token":

@@ -41,8 +41,10 @@ class ModelRequest:
     @classmethod
     def from_gconfig(cls, input_ids: list[int], gconfig, **overrides) -> "ModelRequest":
         """A request with the sampling parameters of a GenerationConfig (n_samples is the caller's)."""
-        fields = {k: getattr(gconfig, k) for k in (
-            "max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "ignore_eos")}
+        fields = {
+            k: getattr(gconfig, k)
+            for k in ("max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k", "ignore_eos")
+        }
         fields["stop"] = list(gconfig.stop)
         fields["stop_token_ids"] = list(gconfig.stop_token_ids)
         return cls(input_ids=list(input_ids), **{**fields, **overrides})

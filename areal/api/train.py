@@ -53,8 +53,9 @@ class TrainEngine(abc.ABC):
 
     # ---- compute ---------------------------------------------------------------------------------
     @abc.abstractmethod
-    def train_batch(self, batch: Batch, loss_fn: LossFn, loss_weight_fn: Callable[[Batch], float], *,
-                    temperature: float = 1.0) -> dict[str, float]:
+    def train_batch(
+        self, batch: Batch, loss_fn: LossFn, loss_weight_fn: Callable[[Batch], float], *, temperature: float = 1.0
+    ) -> dict[str, float]:
         """One optimizer step over this rank's batch (split into token-budget micro-batches).
 
         Micro-batch losses are weighted by loss_weight_fn(mb) / (its sum over all data-parallel

@@ -27,22 +27,35 @@ from areal.chat.template import content_text, render_chat
 PLACEHOLDER = "\u2063areal-assistant-turn\u2063"  # invisible separators: no real content has it
 
 
-def continuation_text(tokenizer, history: list[dict], new_messages: list[dict], *,
-                      ended_with: str | None, tools: list[dict] | None = None,
-                      template_kwargs: dict | None = None, chat_template: str | None = None) -> str | None:
+def continuation_text(
+    tokenizer,
+    history: list[dict],
+    new_messages: list[dict],
+    *,
+    ended_with: str | None,
+    tools: list[dict] | None = None,
+    template_kwargs: dict | None = None,
+    chat_template: str | None = None,
+) -> str | None:
     """The text after an assistant turn that followed `history`, through `new_messages` and the
     generation prompt. `ended_with` is the text of the end-of-turn token the model produced (its
     last token, when it stopped on a stop token), which the template's own end of turn then does
     not repeat. None when the template does not render the placeholder turn exactly once (the
     caller renders the conversation afresh)."""
     probe = [*history, {"role": "assistant", "content": PLACEHOLDER}, *new_messages]
-    text = render_chat(tokenizer, probe, tools=tools, add_generation_prompt=True,
-                       template_kwargs=template_kwargs, chat_template=chat_template)
+    text = render_chat(
+        tokenizer,
+        probe,
+        tools=tools,
+        add_generation_prompt=True,
+        template_kwargs=template_kwargs,
+        chat_template=chat_template,
+    )
     if text.count(PLACEHOLDER) != 1:
         return None
-    after = text[text.index(PLACEHOLDER) + len(PLACEHOLDER):]
+    after = text[text.index(PLACEHOLDER) + len(PLACEHOLDER) :]
     if ended_with and after.startswith(ended_with):
-        after = after[len(ended_with):]
+        after = after[len(ended_with) :]
     return after
 
 
@@ -50,8 +63,10 @@ def message_key(message: dict) -> tuple:
     """What identifies a message when a follow-up repeats it: role, text, tool calls (name and
     arguments, compared as JSON values), tool_call_id. Other keys (refusal, audio, ...) differ
     between clients and do not change the conversation."""
-    calls = tuple((c["function"]["name"], canonical_arguments(c["function"].get("arguments")))
-                  for c in message.get("tool_calls") or [])
+    calls = tuple(
+        (c["function"]["name"], canonical_arguments(c["function"].get("arguments")))
+        for c in message.get("tool_calls") or []
+    )
     tool_call_id = message.get("tool_call_id") if message.get("role") == "tool" else None
     return message.get("role"), content_text(message.get("content")), calls, tool_call_id
 

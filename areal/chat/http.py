@@ -9,8 +9,7 @@ from areal.chat.response import error_body, sse_events
 
 
 def request_error_reply(exc: RequestError) -> web.Response:
-    return web.json_response(error_body(str(exc), status=exc.status, param=exc.param, code=exc.code),
-                             status=exc.status)
+    return web.json_response(error_body(str(exc), status=exc.status, param=exc.param, code=exc.code), status=exc.status)
 
 
 async def reply(request: web.Request, body: dict, chunks: list[dict] | None) -> web.StreamResponse:
@@ -18,8 +17,7 @@ async def reply(request: web.Request, body: dict, chunks: list[dict] | None) -> 
     events ending with `data: [DONE]`."""
     if chunks is None:
         return web.json_response(body)
-    resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream",
-                                                   "Cache-Control": "no-cache"})
+    resp = web.StreamResponse(status=200, headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     await resp.prepare(request)
     for event in sse_events(chunks):
         await resp.write(event)

@@ -56,39 +56,78 @@ def parse_generation(req: ChatRequest, gen: Generation) -> ParsedReply:
     return parse_reply(gen.text, req.tool_names) if req.parses_tool_calls else ParsedReply(gen.text, None)
 
 
-def chat_response(req: ChatRequest, gens: list[Generation], replies: list[ParsedReply], *,
-                  prompt_ids: list[int], weight_version: str | None, rid: str | None = None,
-                  created: int | None = None) -> dict:
+def chat_response(
+    req: ChatRequest,
+    gens: list[Generation],
+    replies: list[ParsedReply],
+    *,
+    prompt_ids: list[int],
+    weight_version: str | None,
+    rid: str | None = None,
+    created: int | None = None,
+) -> dict:
     choices = []
     for index, (gen, reply) in enumerate(zip(gens, replies)):
         message = {"role": "assistant", "content": reply.content}
         if reply.tool_calls:
             message["tool_calls"] = reply.tool_calls
-        choice = {"index": index, "message": message,
-                  "logprobs": _chat_logprobs(gen) if req.logprobs else None,
-                  "finish_reason": _finish(gen, reply), "matched_stop": gen.matched_stop}
+        choice = {
+            "index": index,
+            "message": message,
+            "logprobs": _chat_logprobs(gen) if req.logprobs else None,
+            "finish_reason": _finish(gen, reply),
+            "matched_stop": gen.matched_stop,
+        }
         choices.append({**choice, **_extensions(req.extensions, gen, prompt_ids)})
-    return {"id": rid or new_id("chatcmpl"), "object": "chat.completion",
-            "created": created or int(time.time()), "model": req.model, "choices": choices,
-            "usage": usage(prompt_ids, gens), "metadata": {"weight_version": weight_version}}
+    return {
+        "id": rid or new_id("chatcmpl"),
+        "object": "chat.completion",
+        "created": created or int(time.time()),
+        "model": req.model,
+        "choices": choices,
+        "usage": usage(prompt_ids, gens),
+        "metadata": {"weight_version": weight_version},
+    }
 
 
-def completion_response(req: CompletionRequest, gens: list[Generation], *, prompt_ids: list[int],
-                        weight_version: str | None, rid: str | None = None,
-                        created: int | None = None) -> dict:
-    choices = [{"index": i, "text": gen.text, "finish_reason": gen.finish_reason,
-                "logprobs": _completion_logprobs(gen) if req.logprobs else None,
-                "matched_stop": gen.matched_stop, **_completion_extensions(req.extensions, gen, prompt_ids)}
-               for i, gen in enumerate(gens)]
-    return {"id": rid or new_id("cmpl"), "object": "text_completion",
-            "created": created or int(time.time()), "model": req.model, "choices": choices,
-            "usage": usage(prompt_ids, gens), "metadata": {"weight_version": weight_version}}
+def completion_response(
+    req: CompletionRequest,
+    gens: list[Generation],
+    *,
+    prompt_ids: list[int],
+    weight_version: str | None,
+    rid: str | None = None,
+    created: int | None = None,
+) -> dict:
+    choices = [
+        {
+            "index": i,
+            "text": gen.text,
+            "finish_reason": gen.finish_reason,
+            "logprobs": _completion_logprobs(gen) if req.logprobs else None,
+            "matched_stop": gen.matched_stop,
+            **_completion_extensions(req.extensions, gen, prompt_ids),
+        }
+        for i, gen in enumerate(gens)
+    ]
+    return {
+        "id": rid or new_id("cmpl"),
+        "object": "text_completion",
+        "created": created or int(time.time()),
+        "model": req.model,
+        "choices": choices,
+        "usage": usage(prompt_ids, gens),
+        "metadata": {"weight_version": weight_version},
+    }
 
 
 def usage(prompt_ids: list[int], gens: list[Generation]) -> dict:
     completion = sum(len(g.output_ids) for g in gens)
-    return {"prompt_tokens": len(prompt_ids), "completion_tokens": completion,
-            "total_tokens": len(prompt_ids) + completion}
+    return {
+        "prompt_tokens": len(prompt_ids),
+        "completion_tokens": completion,
+        "total_tokens": len(prompt_ids) + completion,
+    }
 
 
 def _finish(gen: Generation, reply: ParsedReply) -> str:
@@ -99,8 +138,13 @@ def _finish(gen: Generation, reply: ParsedReply) -> str:
 
 def _chat_logprobs(gen: Generation) -> dict:
     texts = gen.token_texts or [""] * len(gen.output_ids)
-    return {"content": [{"token": t, "logprob": lp, "bytes": list(t.encode("utf-8")), "top_logprobs": []}
-                        for t, lp in zip(texts, gen.logprobs or [])], "refusal": None}
+    return {
+        "content": [
+            {"token": t, "logprob": lp, "bytes": list(t.encode("utf-8")), "top_logprobs": []}
+            for t, lp in zip(texts, gen.logprobs or [])
+        ],
+        "refusal": None,
+    }
 
 
 def _completion_logprobs(gen: Generation) -> dict:
@@ -109,8 +153,12 @@ def _completion_logprobs(gen: Generation) -> dict:
     for t in texts:
         offsets.append(at)
         at += len(t)
-    return {"tokens": list(texts), "token_logprobs": list(gen.logprobs or []),
-            "top_logprobs": None, "text_offset": offsets}
+    return {
+        "tokens": list(texts),
+        "token_logprobs": list(gen.logprobs or []),
+        "top_logprobs": None,
+        "text_offset": offsets,
+    }
 
 
 def _extensions(ext: Extensions, gen: Generation, prompt_ids: list[int]) -> dict:
@@ -134,6 +182,7 @@ def _completion_extensions(ext: Extensions, gen: Generation, prompt_ids: list[in
 
 # ---- streaming ----------------------------------------------------------------------------------
 
+
 def chat_chunks(response: dict, include_usage: bool) -> list[dict]:
     """The chunks a streaming client receives for `response` (a chat_response body)."""
     head = {k: response[k] for k in ("id", "created", "model")}
@@ -141,8 +190,11 @@ def chat_chunks(response: dict, include_usage: bool) -> list[dict]:
     tail = {"usage": None} if include_usage else {}
 
     def chunk(index: int, delta: dict, finish=None, logprobs=None) -> dict:
-        return {**head, "choices": [{"index": index, "delta": delta, "logprobs": logprobs,
-                                     "finish_reason": finish}], **tail}
+        return {
+            **head,
+            "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
+            **tail,
+        }
 
     out = []
     for choice in response["choices"]:
@@ -165,10 +217,29 @@ def completion_chunks(response: dict, include_usage: bool) -> list[dict]:
     tail = {"usage": None} if include_usage else {}
     out = []
     for choice in response["choices"]:
-        out.append({**head, "choices": [{"index": choice["index"], "text": choice["text"],
-                                         "logprobs": choice["logprobs"], "finish_reason": None}], **tail})
-        out.append({**head, "choices": [{"index": choice["index"], "text": "", "logprobs": None,
-                                         "finish_reason": choice["finish_reason"]}], **tail})
+        out.append(
+            {
+                **head,
+                "choices": [
+                    {
+                        "index": choice["index"],
+                        "text": choice["text"],
+                        "logprobs": choice["logprobs"],
+                        "finish_reason": None,
+                    }
+                ],
+                **tail,
+            }
+        )
+        out.append(
+            {
+                **head,
+                "choices": [
+                    {"index": choice["index"], "text": "", "logprobs": None, "finish_reason": choice["finish_reason"]}
+                ],
+                **tail,
+            }
+        )
     if include_usage:
         out.append({**head, "choices": [], "usage": response["usage"]})
     return out

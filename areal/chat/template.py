@@ -60,8 +60,10 @@ def resolve_chat_template(spec: str, key: str = "workflow.agent.chat_template") 
     path = Path(spec).expanduser()
     if path.is_file():
         return path.read_text()
-    raise ValueError(f"{key}={spec!r} is neither a built-in chat template "
-                     f"({', '.join(BUILTIN_TEMPLATES)}) nor an existing Jinja file; give one of them")
+    raise ValueError(
+        f"{key}={spec!r} is neither a built-in chat template "
+        f"({', '.join(BUILTIN_TEMPLATES)}) nor an existing Jinja file; give one of them"
+    )
 
 
 def template_messages(messages: list[dict]) -> list[dict]:
@@ -98,23 +100,37 @@ def _template_call(call: dict) -> dict:
     return {**call, "function": function}
 
 
-def render_chat(tokenizer, messages: list[dict], *, tools: list[dict] | None = None,
-                add_generation_prompt: bool = True, template_kwargs: dict | None = None,
-                chat_template: str | None = None) -> str:
+def render_chat(
+    tokenizer,
+    messages: list[dict],
+    *,
+    tools: list[dict] | None = None,
+    add_generation_prompt: bool = True,
+    template_kwargs: dict | None = None,
+    chat_template: str | None = None,
+) -> str:
     """The prompt text of `messages` (OpenAI shape); a template that refuses them is a
     RequestError (HTTP 400) carrying the template's message."""
     if chat_template is None and getattr(tokenizer, "chat_template", None) is None:
-        raise RequestError(f"the tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat "
-                           "template, so chat messages cannot be rendered; use /v1/completions "
-                           "with a prompt, or a model with a chat template")
+        raise RequestError(
+            f"the tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat "
+            "template, so chat messages cannot be rendered; use /v1/completions "
+            "with a prompt, or a model with a chat template"
+        )
     kwargs = dict(template_kwargs or {})
     try:
         return tokenizer.apply_chat_template(
-            template_messages(messages), tools=tools or None, tokenize=False,
-            add_generation_prompt=add_generation_prompt, chat_template=chat_template, **kwargs)
+            template_messages(messages),
+            tools=tools or None,
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+            chat_template=chat_template,
+            **kwargs,
+        )
     except Exception as exc:  # jinja's TemplateError (raise_exception), or a TypeError inside
-        raise RequestError(f"messages: the chat template cannot render them: "
-                           f"{type(exc).__name__}: {exc}", param="messages") from None
+        raise RequestError(
+            f"messages: the chat template cannot render them: {type(exc).__name__}: {exc}", param="messages"
+        ) from None
 
 
 def encode_text(tokenizer, text: str) -> list[int]:

@@ -30,7 +30,7 @@ class ParsedReply:
 
     @property
     def finish_reason(self) -> str | None:
-        """"tool_calls" when the reply calls tools (replaces a "stop"), else None."""
+        """ "tool_calls" when the reply calls tools (replaces a "stop"), else None."""
         return "tool_calls" if self.tool_calls else None
 
 
@@ -43,7 +43,7 @@ def parse_reply(text: str, tool_names: set[str] | None) -> ParsedReply:
     while (start := text.find(OPEN, pos)) >= 0:
         pieces.append(text[pos:start])
         end = text.find(CLOSE, start)
-        raw = text[start + len(OPEN):] if end < 0 else text[start + len(OPEN):end]
+        raw = text[start + len(OPEN) :] if end < 0 else text[start + len(OPEN) : end]
         call, why = _parse_call(raw, tool_names)
         if why is not None:
             return ParsedReply(text, None, f"tool call {len(calls) + 1}: {why}")
@@ -76,5 +76,8 @@ def _parse_call(raw: str, tool_names: set[str]) -> tuple[dict | None, str | None
             pass
     if not isinstance(arguments, dict):
         return None, f"'arguments' of {name!r} is not an object"
-    return {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
-            "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}}, None
+    return {
+        "id": f"call_{uuid.uuid4().hex[:24]}",
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)},
+    }, None

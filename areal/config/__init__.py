@@ -1,6 +1,6 @@
 """The experiment config schema (pydantic, torch-free) and its validation.
 
-    from areal.config import ExperimentConfig, validate_config, ConfigError
+from areal.config import ExperimentConfig, validate_config, ConfigError
 """
 
 from .errors import ConfigError, ConfigIssue

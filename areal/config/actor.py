@@ -17,114 +17,163 @@ class OptimizerConfig(Section):
     beta2: float = Field(0.999, ge=0, lt=1, description="AdamW beta2.")
     eps: float = Field(1e-8, gt=0, description="AdamW epsilon.")
     lr_scheduler_type: Literal["constant", "linear", "cosine"] = Field(
-        "constant", description="Schedule after warmup. Warmup and decay count optimizer steps: "
-        "training steps x actor.ppo_n_minibatches.")
+        "constant",
+        description="Schedule after warmup. Warmup and decay count optimizer steps: "
+        "training steps x actor.ppo_n_minibatches.",
+    )
     warmup_steps_proportion: float = Field(
-        0.0, ge=0, le=1, description="Fraction of total steps with linear warmup from 0.")
+        0.0, ge=0, le=1, description="Fraction of total steps with linear warmup from 0."
+    )
     min_lr_ratio: float = Field(
-        0.0, ge=0, le=1, description="Final LR as a fraction of lr for linear/cosine schedules.")
-    gradient_clipping: float | None = Field(
-        1.0, gt=0, description="Max global gradient norm; null disables clipping.")
+        0.0, ge=0, le=1, description="Final LR as a fraction of lr for linear/cosine schedules."
+    )
+    gradient_clipping: float | None = Field(1.0, gt=0, description="Max global gradient norm; null disables clipping.")
 
 
 class ActorConfig(Section):
     path: str | None = Field(
-        None, description="Model to train: a Hugging Face folder or hub id. Required when trainers run.")
+        None, description="Model to train: a Hugging Face folder or hub id. Required when trainers run."
+    )
     tokenizer_path: str | None = Field(None, description="Tokenizer location; defaults to path.")
     backend: str = Field(
-        "fsdp:d1", description="Trainer parallelism, e.g. fsdp:d4 (FSDP), fsdp:d4r2 (HSDP 2x2), fsdp:d2t2 (TP).")
+        "fsdp:d1", description="Trainer parallelism, e.g. fsdp:d4 (FSDP), fsdp:d4r2 (HSDP 2x2), fsdp:d2t2 (TP)."
+    )
     dtype: DType = Field("bfloat16", description="Parameter dtype during compute.")
     grad_reduce_dtype: DType = Field("float32", description="Dtype of gradient reduction across ranks.")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="Optimizer and LR schedule.")
     max_tokens_per_mb: int = Field(
-        16384, ge=1, description="Token budget of one packed micro-batch (sequences are packed, never split).")
+        16384, ge=1, description="Token budget of one packed micro-batch (sequences are packed, never split)."
+    )
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
     compile: bool = Field(
-        False, description="torch.compile every decoder layer: fuses norms, rotary embeddings and activations "
-        "(the first two steps pay the compilation, tens of seconds; needs a C++ compiler on CPU).")
+        False,
+        description="torch.compile every decoder layer: fuses norms, rotary embeddings and activations "
+        "(the first two steps pay the compilation, tens of seconds; needs a C++ compiler on CPU).",
+    )
     # LoRA (peft)
     use_lora: bool = Field(False, description="Train LoRA adapters (peft) instead of all weights.")
     lora_rank: int = Field(16, ge=1, description="LoRA rank r.")
     lora_alpha: int = Field(32, ge=1, description="LoRA alpha (scaling = lora_alpha / lora_rank).")
     lora_dropout: float = Field(0.0, ge=0, lt=1, description="LoRA dropout.")
     target_modules: list[str] = Field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
-        description="Module names that get adapters.")
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], description="Module names that get adapters."
+    )
     lora_push: Literal["merged", "adapter"] = Field(
-        "merged", description="What weight updates send to servers: merged dense weights or adapters only.")
+        "merged", description="What weight updates send to servers: merged dense weights or adapters only."
+    )
     # PPO / GRPO objective
     eps_clip: float = Field(
-        0.2, gt=0, description="PPO ratio clip epsilon on both sides: the shorthand that eps_clip_low and "
-        "eps_clip_high follow when they are null.")
+        0.2,
+        gt=0,
+        description="PPO ratio clip epsilon on both sides: the shorthand that eps_clip_low and "
+        "eps_clip_high follow when they are null.",
+    )
     eps_clip_low: float | None = Field(
-        None, gt=0, description="Lower clip epsilon: the ratio is clipped below at 1 - eps_clip_low "
-        "(below 1); null follows eps_clip.")
+        None,
+        gt=0,
+        description="Lower clip epsilon: the ratio is clipped below at 1 - eps_clip_low "
+        "(below 1); null follows eps_clip.",
+    )
     eps_clip_high: float | None = Field(
-        None, gt=0, description="Upper clip epsilon: the ratio is clipped above at 1 + eps_clip_high; null "
+        None,
+        gt=0,
+        description="Upper clip epsilon: the ratio is clipped above at 1 + eps_clip_high; null "
         "follows eps_clip. Above eps_clip_low it is DAPO's clip-higher (e.g. 0.28 with 0.2): unlikely "
-        "tokens of good answers may gain more per step, which keeps entropy from collapsing.")
+        "tokens of good answers may gain more per step, which keeps entropy from collapsing.",
+    )
     ratio_level: Literal["token", "sequence"] = Field(
-        "token", description="PPO importance ratio per token, or per sequence as the geometric mean of its "
+        "token",
+        description="PPO importance ratio per token, or per sequence as the geometric mean of its "
         "token ratios, the same on each of its tokens (GSPO; pair with small clip epsilons, e.g. "
-        "eps_clip_low=3e-4 and eps_clip_high=4e-4, and token_aggregation=seq_mean).")
+        "eps_clip_low=3e-4 and eps_clip_high=4e-4, and token_aggregation=seq_mean).",
+    )
     c_clip: float | None = Field(
-        None, description="Dual-clip bound for negative advantages (must be > 1.0); null disables.")
+        None, description="Dual-clip bound for negative advantages (must be > 1.0); null disables."
+    )
     ppo_n_minibatches: int = Field(1, ge=1, description="PPO minibatches per training step.")
     reward_scaling: float = Field(1.0, description="Rewards are (r + reward_bias) * reward_scaling, then clipped.")
     reward_bias: float = Field(0.0, description="Added to rewards before scaling.")
     reward_clip: float = Field(20.0, gt=0, description="Rewards are clipped to [-reward_clip, reward_clip].")
     kl_ctl: float = Field(0.0, ge=0, description="KL penalty coefficient to the reference model; 0 disables.")
     kl_estimator: Literal["k1", "k2", "k3"] = Field(
-        "k3", description="Per-token estimator of KL(policy || reference) in the penalty: k1 = log-ratio "
-        "(unbiased, can be negative), k2 = squared log-ratio / 2, k3 = ratio - 1 - log-ratio (unbiased, >= 0).")
+        "k3",
+        description="Per-token estimator of KL(policy || reference) in the penalty: k1 = log-ratio "
+        "(unbiased, can be negative), k2 = squared log-ratio / 2, k3 = ratio - 1 - log-ratio (unbiased, >= 0).",
+    )
     entropy_coeff: float = Field(
-        0.0, ge=0, description="Entropy bonus: the loss subtracts entropy_coeff x the policy entropy "
+        0.0,
+        ge=0,
+        description="Entropy bonus: the loss subtracts entropy_coeff x the policy entropy "
         "(aggregated like the loss; its gradient is a sampled-token estimate, docs/algorithms.md); 0 disables. "
-        "The entropy is logged every step either way.")
+        "The entropy is logged every step either way.",
+    )
     recompute_logprob: bool = Field(
-        True, description="Recompute logprobs with the current trainer weights before the update (proximal policy).")
+        True, description="Recompute logprobs with the current trainer weights before the update (proximal policy)."
+    )
     use_decoupled_loss: bool = Field(
-        True, description="Decoupled PPO loss: clip against recomputed proximal logprobs, importance-weight by "
-        "behaviour logprobs (needs recompute_logprob).")
+        True,
+        description="Decoupled PPO loss: clip against recomputed proximal logprobs, importance-weight by "
+        "behaviour logprobs (needs recompute_logprob).",
+    )
     behav_imp_weight_cap: float | None = Field(
-        None, gt=0, description="Cap on behaviour importance weights in the decoupled loss; tokens above are masked.")
+        None, gt=0, description="Cap on behaviour importance weights in the decoupled loss; tokens above are masked."
+    )
     adv_norm: Literal["group", "batch", "none"] = Field(
-        "group", description="Advantage normalisation: per prompt group (GRPO), over the batch, or none.")
+        "group", description="Advantage normalisation: per prompt group (GRPO), over the batch, or none."
+    )
     adv_norm_std: bool = Field(True, description="Divide by the std as well as subtracting the mean.")
     token_aggregation: Literal["token_mean", "seq_mean", "seq_mean_token_sum"] = Field(
-        "token_mean", description="Loss aggregation: mean over all tokens, mean of per-sequence means, or "
-        "mean of per-sequence sums (Dr. GRPO: no length normalisation; the loss scales with answer length).")
+        "token_mean",
+        description="Loss aggregation: mean over all tokens, mean of per-sequence means, or "
+        "mean of per-sequence sums (Dr. GRPO: no length normalisation; the loss scales with answer length).",
+    )
     rollout_is: Literal["none", "tis", "mis"] = Field(
-        "none", description="Rollout-policy correction: weight the loss by rho = exp(trainer's proximal "
+        "none",
+        description="Rollout-policy correction: weight the loss by rho = exp(trainer's proximal "
         "logprob - server's behaviour logprob), truncated at rollout_is_cap (tis) or zeroed above it (mis). "
-        "It replaces the decoupled loss's raw behaviour weight; needs recompute_logprob (docs/algorithms.md).")
+        "It replaces the decoupled loss's raw behaviour weight; needs recompute_logprob (docs/algorithms.md).",
+    )
     rollout_is_level: Literal["token", "sequence"] = Field(
-        "token", description="rho per token, or per sequence (the product over its tokens, one weight for "
-        "all of them: mis then drops whole sequences).")
+        "token",
+        description="rho per token, or per sequence (the product over its tokens, one weight for "
+        "all of them: mis then drops whole sequences).",
+    )
     rollout_is_cap: float = Field(
-        2.0, ge=1, description="Cap C of the rollout correction's weight (and the threshold of "
-        "mismatch/is_capped_frac).")
+        2.0,
+        ge=1,
+        description="Cap C of the rollout correction's weight (and the threshold of mismatch/is_capped_frac).",
+    )
     overlong_buffer_frac: float = Field(
-        0.0, ge=0, lt=1, description="Overlong reward shaping (DAPO): in the last overlong_buffer_frac x "
+        0.0,
+        ge=0,
+        lt=1,
+        description="Overlong reward shaping (DAPO): in the last overlong_buffer_frac x "
         "gconfig.max_new_tokens tokens of the budget the reward falls linearly, down to -overlong_penalty at "
-        "the full budget; 0 disables.")
+        "the full budget; 0 disables.",
+    )
     overlong_penalty: float = Field(
-        1.0, ge=0, description="Penalty at the full generation budget (see overlong_buffer_frac).")
+        1.0, ge=0, description="Penalty at the full generation budget (see overlong_buffer_frac)."
+    )
     weight_update: Literal["disk", "distributed", "tensor"] = Field(
-        "disk", description="How new weights reach servers: save + reload from disk; broadcast over a "
+        "disk",
+        description="How new weights reach servers: save + reload from disk; broadcast over a "
         "process group (NCCL on GPU, gloo on CPU); or, for a server on the trainer's own device "
         "(launcher.colocate), through memory: SGLang's /update_weights_from_tensor with CUDA IPC handles "
-        "(shared memory on CPU).")
-    weight_update_bucket_mb: int = Field(
-        256, ge=1, description="Bucket size of distributed and tensor weight updates.")
+        "(shared memory on CPU).",
+    )
+    weight_update_bucket_mb: int = Field(256, ge=1, description="Bucket size of distributed and tensor weight updates.")
     offload: bool = Field(
-        False, description="Colocated synchronous runs (sglang.enable_memory_saver): move the trainer's "
+        False,
+        description="Colocated synchronous runs (sglang.enable_memory_saver): move the trainer's "
         "parameters, gradients and optimizer state to CPU memory while the servers generate, and back "
-        "for training, so generation can use the whole device.")
+        "for training, so generation can use the whole device.",
+    )
 
 
 class RefConfig(Section):
     path: str | None = Field(
-        None, description="Reference model for the KL penalty; null uses actor.path (the initial policy). "
-        "Loaded only when actor.kl_ctl > 0.")
+        None,
+        description="Reference model for the KL penalty; null uses actor.path (the initial policy). "
+        "Loaded only when actor.kl_ctl > 0.",
+    )
     dtype: DType | None = Field(None, description="Reference dtype; null follows actor.dtype.")

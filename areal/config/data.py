@@ -15,18 +15,24 @@ class DatasetConfig(Section):
         description="Loader: 'gsm8k' (path = local folder/file or hub id; null: $AREAL_GSM8K_DIR, else "
         "openai/gsm8k), 'synthetic_arith' (the CPU demo task, generated), 'synthetic_word' (easy generated "
         "GSM8K-style word problems), 'files' (jsonl/json/parquet rows "
-        "at path, as they are), or 'package.module:function' returning a list of dicts.")
+        "at path, as they are), or 'package.module:function' returning a list of dicts.",
+    )
     path: str | None = Field(None, description="Where the loader reads from (see type).")
     split: str = Field("train", description="Split to read.")
     batch_size: int = Field(8, ge=1, description="Prompts per training step (or per evaluation batch).")
     shuffle: bool = Field(True, description="Shuffle every epoch (seeded).")
     max_prompt_len: int | None = Field(
-        None, ge=1, description="Drop records whose prompt is longer than this many tokens (the chat prompt "
-                                "the workflow sends: template and workflow.system_prompt included); null keeps all.")
+        None,
+        ge=1,
+        description="Drop records whose prompt is longer than this many tokens (the chat prompt "
+        "the workflow sends: template and workflow.system_prompt included); null keeps all.",
+    )
     max_samples: int | None = Field(None, ge=1, description="Use only the first N records (debugging).")
     kwargs: dict[str, Any] = Field(
-        default_factory=dict, description="Extra loader arguments. One set to null is left out, so a config "
-        "that composes another drops an inherited argument its own loader does not take.")
+        default_factory=dict,
+        description="Extra loader arguments. One set to null is left out, so a config "
+        "that composes another drops an inherited argument its own loader does not take.",
+    )
 
     @field_validator("kwargs")
     @classmethod

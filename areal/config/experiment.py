@@ -23,12 +23,14 @@ from .sglang import SGLangConfig
 
 class ExperimentConfig(Section):
     experiment_name: str = Field(
-        "areal", min_length=1, description="Experiment name (a folder under cluster.fileroot).")
+        "areal", min_length=1, description="Experiment name (a folder under cluster.fileroot)."
+    )
     trial_name: str = Field("trial0", min_length=1, description="Trial name (a folder under the experiment).")
     seed: int = Field(1, description="Seed of data order, sampling and initialisation.")
     total_train_epochs: int = Field(1, ge=1, description="Passes over the training set.")
     total_train_steps: int | None = Field(
-        None, ge=1, description="Stop after this many steps (overrides epochs when smaller).")
+        None, ge=1, description="Stop after this many steps (overrides epochs when smaller)."
+    )
     cluster: ClusterConfig = Field(default_factory=ClusterConfig, description="Hardware and run directory.")
     launcher: LauncherConfig = Field(default_factory=LauncherConfig, description="Process launching.")
     actor: ActorConfig = Field(default_factory=ActorConfig, description="The trained policy.")
@@ -40,7 +42,8 @@ class ExperimentConfig(Section):
     train_dataset: DatasetConfig = Field(default_factory=DatasetConfig, description="Training prompts.")
     valid_dataset: DatasetConfig = Field(
         default_factory=lambda: DatasetConfig(split="test", shuffle=False),
-        description="Evaluation prompts (used when evaluator.freq_steps is set).")
+        description="Evaluation prompts (used when evaluator.freq_steps is set).",
+    )
     saver: SaverConfig = Field(default_factory=SaverConfig, description="Model saving.")
     evaluator: EvaluatorConfig = Field(default_factory=EvaluatorConfig, description="Periodic evaluation.")
     stats_logger: StatsLoggerConfig = Field(default_factory=StatsLoggerConfig, description="Metrics output.")

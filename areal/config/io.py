@@ -11,7 +11,8 @@ from .base import Section
 
 class SaverConfig(Section):
     freq_steps: int | None = Field(
-        None, ge=1, description="Save a Hugging Face model folder every N steps; null only at the end.")
+        None, ge=1, description="Save a Hugging Face model folder every N steps; null only at the end."
+    )
     save_at_end: bool = Field(True, description="Save the final model.")
 
 
@@ -21,15 +22,18 @@ class EvaluatorConfig(Section):
     max_new_tokens: int | None = Field(None, ge=1, description="Generation budget; null follows gconfig.")
     reward_fn: str | None = Field(
         None,
-        description="Reward that decides correctness (pass@1 counts full rewards); null follows workflow.reward_fn.")
+        description="Reward that decides correctness (pass@1 counts full rewards); null follows workflow.reward_fn.",
+    )
 
 
 class WandbConfig(Section):
     mode: Literal["disabled", "online", "offline"] = Field(
-        "disabled", description="Weights & Biases: 'online' streams every step's metrics (the names of "
+        "disabled",
+        description="Weights & Biases: 'online' streams every step's metrics (the names of "
         "metrics.jsonl) to the W&B server, 'offline' writes them under the run directory's wandb/ (or "
         "$WANDB_DIR) for a later `wandb sync`, 'disabled' does neither. Needs the wandb package "
-        "(pip install wandb).")
+        "(pip install wandb).",
+    )
     project: str | None = Field(None, description="W&B project; null follows experiment_name.")
     entity: str | None = Field(None, description="W&B entity (user or team); null uses your default entity.")
     name: str | None = Field(None, description="W&B run name; null follows trial_name.")
@@ -46,7 +50,7 @@ class StatsLoggerConfig(Section):
 
 class RecoverConfig(Section):
     mode: Literal["disabled", "auto"] = Field(
-        "disabled", description="'auto' resumes from the last checkpoint of the same trial when one exists.")
-    freq_steps: int | None = Field(
-        None, ge=1, description="Write a recovery checkpoint every N steps; null disables.")
+        "disabled", description="'auto' resumes from the last checkpoint of the same trial when one exists."
+    )
+    freq_steps: int | None = Field(None, ge=1, description="Write a recovery checkpoint every N steps; null disables.")
     keep_last: int = Field(1, ge=1, description="Recovery checkpoints kept.")

@@ -9,8 +9,9 @@ from pydantic import BeforeValidator, Field
 from .base import Section
 
 # launcher/procs.py child_env; why 1 on GPU: docs/benchmarks.md section 4
-_OMP_DEFAULT = ("OMP_NUM_THREADS, unless set here or in the launcher's environment: 1 on GPU, "
-                "the node's cores shared out on CPU.")
+_OMP_DEFAULT = (
+    "OMP_NUM_THREADS, unless set here or in the launcher's environment: 1 on GPU, the node's cores shared out on CPU."
+)
 
 
 def _env_text(value):
@@ -25,56 +26,76 @@ EnvVars = dict[str, Annotated[str, BeforeValidator(_env_text)]]
 
 class LauncherConfig(Section):
     backend: Literal["local", "ray"] = Field(
-        "local", description="'local' runs subprocesses on this machine; 'ray' places them on a Ray cluster.")
+        "local", description="'local' runs subprocesses on this machine; 'ray' places them on a Ray cluster."
+    )
     ray_address: str | None = Field(
-        None, description="Ray cluster to join (e.g. 'ray://head:10001' or 'auto'); None starts a local Ray.")
+        None, description="Ray cluster to join (e.g. 'ray://head:10001' or 'auto'); None starts a local Ray."
+    )
     trainer_n_nodes: int = Field(
-        1, ge=0,
-        description="Nodes for trainer workers; 0 gives an inference-only debug run (servers + rollout driver).")
+        1,
+        ge=0,
+        description="Nodes for trainer workers; 0 gives an inference-only debug run (servers + rollout driver).",
+    )
     rollout_n_nodes: int = Field(
-        1, ge=0,
+        1,
+        ge=0,
         description="Nodes for inference servers; 0 gives a trainer-only run against rollout.server_addrs "
-        "or rollout.replay_path.")
+        "or rollout.replay_path.",
+    )
     colocate: bool = Field(
         False,
         description="Servers and trainer workers share the same devices (AReaL's allocation writes it "
         "'sglang:d1|fsdp:d1'): one GPU runs both, the plan needs max(rollout, trainer) devices instead of "
         "their sum. sglang.mem_fraction_static is the servers' share of each device; with "
         "sglang.enable_memory_saver a synchronous run time-shares the device instead (the servers release "
-        "their memory while the trainer trains). Single-node runs only.")
+        "their memory while the trainer trains). Single-node runs only.",
+    )
     server_env: EnvVars = Field(
-        default_factory=dict,
-        description="Extra environment for inference servers. " + _OMP_DEFAULT)
+        default_factory=dict, description="Extra environment for inference servers. " + _OMP_DEFAULT
+    )
     trainer_env: EnvVars = Field(
-        default_factory=dict,
-        description="Extra environment for trainer workers. " + _OMP_DEFAULT)
+        default_factory=dict, description="Extra environment for trainer workers. " + _OMP_DEFAULT
+    )
     driver_env: EnvVars = Field(default_factory=dict, description="Extra environment for the rollout driver.")
     server_base_port: int = Field(
-        30000, ge=1024, le=65000,
-        description="First server port; server i uses base + i (the local backend moves past ports in use).")
+        30000,
+        ge=1024,
+        le=65000,
+        description="First server port; server i uses base + i (the local backend moves past ports in use).",
+    )
     trainer_master_port: int = Field(
-        29500, ge=1024, le=65535, description="torch.distributed rendezvous port of trainer rank 0.")
+        29500, ge=1024, le=65535, description="torch.distributed rendezvous port of trainer rank 0."
+    )
     server_startup_timeout_s: float = Field(
-        600.0, gt=0, description="Seconds to wait for every server's /health before giving up.")
+        600.0, gt=0, description="Seconds to wait for every server's /health before giving up."
+    )
     server_health_timeout_s: float | None = Field(
-        300.0, gt=0,
+        300.0,
+        gt=0,
         description="While the run goes on, a server whose /health stays unanswered this long (hung, "
         "stopped) fails the run, or is restarted with launcher.restart_failed_servers; null disables "
-        "the check. Raise it where weight loads block /health for longer.")
+        "the check. Raise it where weight loads block /health for longer.",
+    )
     shutdown_grace_s: float = Field(
-        10.0, gt=0, description="Seconds between SIGTERM and SIGKILL when stopping processes.")
+        10.0, gt=0, description="Seconds between SIGTERM and SIGKILL when stopping processes."
+    )
     inference_only_batches: int = Field(
-        2, ge=1, description="Batches the rollout driver generates in an inference-only run.")
+        2, ge=1, description="Batches the rollout driver generates in an inference-only run."
+    )
     keep_servers: bool = Field(
         False,
         description="Inference-only runs: keep servers up after the driver and print their addresses "
-        "for manual debugging (Ctrl-C stops them).")
+        "for manual debugging (Ctrl-C stops them).",
+    )
     restart_failed_servers: bool = Field(
         False,
         description="Fault tolerance: restart a server that dies or hangs (up to 3 times each), loading the "
         "trainer's last disk weight update (actor.weight_update=disk) so it serves the current weights; "
-        "clients retry connection errors for up to launcher.server_startup_timeout_s meanwhile.")
+        "clients retry connection errors for up to launcher.server_startup_timeout_s meanwhile.",
+    )
     trainer_entry: str = Field(
-        "areal.trainer.main", description="Python module run (python -m) by each trainer worker.")
+        "areal.trainer.main", description="Python module run (python -m) by each trainer worker."
+    )
     driver_entry: str = Field(
-        "areal.trainer.driver", description="Python module run by the rollout driver of inference-only runs.")
+        "areal.trainer.driver", description="Python module run by the rollout driver of inference-only runs."
+    )

@@ -49,11 +49,11 @@ def parse_parallel(spec: str, *, allowed_backends: tuple[str, ...] = tuple(ALLOW
     if not isinstance(spec, str) or ":" not in spec:
         raise ParallelStrategyError(
             f"'{spec}' is not a parallel strategy; expected '<backend>:<dims>', e.g. "
-            + " or ".join(example[b] for b in allowed_backends if b in example))
+            + " or ".join(example[b] for b in allowed_backends if b in example)
+        )
     backend, dims = spec.split(":", 1)
     if backend not in allowed_backends:
-        raise ParallelStrategyError(
-            f"backend '{backend}' in '{spec}' is not one of {list(allowed_backends)}")
+        raise ParallelStrategyError(f"backend '{backend}' in '{spec}' is not one of {list(allowed_backends)}")
     pos, sizes = 0, {}
     for m in _DIM.finditer(dims):
         if m.start() != pos:
@@ -62,7 +62,8 @@ def parse_parallel(spec: str, *, allowed_backends: tuple[str, ...] = tuple(ALLOW
         if letter not in ALLOWED_DIMS[backend]:
             raise ParallelStrategyError(
                 f"dimension '{letter}' in '{spec}' is not allowed for {backend}; "
-                f"allowed: {', '.join(ALLOWED_DIMS[backend])}")
+                f"allowed: {', '.join(ALLOWED_DIMS[backend])}"
+            )
         if letter in sizes:
             raise ParallelStrategyError(f"dimension '{letter}' appears twice in '{spec}'")
         if size < 1:
@@ -70,10 +71,10 @@ def parse_parallel(spec: str, *, allowed_backends: tuple[str, ...] = tuple(ALLOW
         sizes[letter] = size
         pos = m.end()
     if pos != len(dims) or not sizes:
-        raise ParallelStrategyError(
-            f"cannot parse '{dims}' in '{spec}'; expected letters with sizes such as 'd4t1'")
+        raise ParallelStrategyError(f"cannot parse '{dims}' in '{spec}'; expected letters with sizes such as 'd4t1'")
     strategy = ParallelStrategy(backend, sizes.get("d", 1), sizes.get("t", 1), sizes.get("r", 1))
     if strategy.dp % strategy.replicate:
         raise ParallelStrategyError(
-            f"HSDP replicate r{strategy.replicate} must divide the data-parallel size d{strategy.dp} in '{spec}'")
+            f"HSDP replicate r{strategy.replicate} must divide the data-parallel size d{strategy.dp} in '{spec}'"
+        )
     return strategy

@@ -1,6 +1,6 @@
 """Render the config reference (docs/config_reference.md) from the schema's own descriptions.
 
-    python scripts/gen_config_reference.py          # rewrite docs/config_reference.md
+python scripts/gen_config_reference.py          # rewrite docs/config_reference.md
 """
 
 from __future__ import annotations
@@ -57,15 +57,27 @@ def _rows(model, prefix=""):
 
 
 def render_reference() -> str:
-    out = ["# Config reference", "",
-           "Generated from the pydantic schema (`areal/config/`) by `scripts/gen_config_reference.py`;",
-           "do not edit by hand. Every key can be overridden on the command line, e.g.",
-           "`areal-launch --config gsm8k_grpo.yaml actor.optimizer.lr=1e-6`.", ""]
+    out = [
+        "# Config reference",
+        "",
+        "Generated from the pydantic schema (`areal/config/`) by `scripts/gen_config_reference.py`;",
+        "do not edit by hand. Every key can be overridden on the command line, e.g.",
+        "`areal-launch --config gsm8k_grpo.yaml actor.optimizer.lr=1e-6`.",
+        "",
+    ]
     queue = [("", ExperimentConfig, "Run-wide values.")]
     while queue:
         prefix, model, description = queue.pop(0)
         rows, sections = _rows(model, prefix + "." if prefix else "")
-        out += [f"## `{prefix or '(top level)'}`", "", description or "", "",
-                "| key | type | default | description |", "| --- | --- | --- | --- |", *rows, ""]
+        out += [
+            f"## `{prefix or '(top level)'}`",
+            "",
+            description or "",
+            "",
+            "| key | type | default | description |",
+            "| --- | --- | --- | --- |",
+            *rows,
+            "",
+        ]
         queue = sections + queue
     return "\n".join(out)

@@ -10,52 +10,65 @@ from .base import Section
 
 
 class RolloutConfig(Section):
-    backend: str = Field(
-        "sglang:d1t1", description="Inference layout: sglang:d<servers>t<tensor parallel per server>.")
+    backend: str = Field("sglang:d1t1", description="Inference layout: sglang:d<servers>t<tensor parallel per server>.")
     server: Literal["auto", "sglang", "builtin"] = Field(
         "auto",
         description="Server program: SGLang (python -m sglang.launch_server), the project's built-in "
         "transformers server (python -m areal.server, same HTTP API), or auto (SGLang where it is "
-        "installed and CUDA is present, built-in otherwise).")
+        "installed and CUDA is present, built-in otherwise).",
+    )
     max_concurrent_rollouts: int | None = Field(
-        None, ge=1, description="Most rollouts in flight at once; null uses consumer_batch_size.")
+        None, ge=1, description="Most rollouts in flight at once; null uses consumer_batch_size."
+    )
     consumer_batch_size: int | None = Field(
-        None, ge=1, description="Prompts the trainer consumes per step; null uses train_dataset.batch_size.")
+        None, ge=1, description="Prompts the trainer consumes per step; null uses train_dataset.batch_size."
+    )
     max_head_offpolicyness: int = Field(
-        0, ge=0, description="Bounded staleness: how many weight versions a sample may lag; 0 is synchronous.")
+        0, ge=0, description="Bounded staleness: how many weight versions a sample may lag; 0 is synchronous."
+    )
     dynamic_sampling: bool = Field(
-        False, description="Dynamic sampling (DAPO): drop each group whose rewards are all equal (it has no "
+        False,
+        description="Dynamic sampling (DAPO): drop each group whose rewards are all equal (it has no "
         "learning signal under group-normalised advantages) and generate more prompts until the batch is "
-        "full. Dropped groups count against no staleness bound; rollout.max_overgeneration bounds them.")
+        "full. Dropped groups count against no staleness bound; rollout.max_overgeneration bounds them.",
+    )
     max_overgeneration: float = Field(
-        4.0, ge=0, description="Most groups a filter (rollout.dynamic_sampling, or a should_accept given to "
+        4.0,
+        ge=0,
+        description="Most groups a filter (rollout.dynamic_sampling, or a should_accept given to "
         "prepare_batch) may drop between two batches, in multiples of consumer_batch_size. When reached, "
         "the next groups are kept whatever their rewards until the batch is handed out, with a warning "
-        "naming this key; 0 keeps every group.")
+        "naming this key; 0 keeps every group.",
+    )
     request_timeout_s: float = Field(3600.0, gt=0, description="Timeout of one generation request.")
     request_retries: int = Field(3, ge=0, description="Retries of a request after a connection error.")
-    setup_timeout_s: float = Field(
-        300.0, gt=0, description="Seconds the client waits for servers to become healthy.")
+    setup_timeout_s: float = Field(300.0, gt=0, description="Seconds the client waits for servers to become healthy.")
     server_addrs: list[str] = Field(
         default_factory=list,
-        description="host:port of servers already running; empty means discover the run's own servers.")
+        description="host:port of servers already running; empty means discover the run's own servers.",
+    )
     replay_path: str | None = Field(
-        None, description="Trainer-only runs: replay rollouts saved by an inference-only run (a rollouts/ folder).")
+        None, description="Trainer-only runs: replay rollouts saved by an inference-only run (a rollouts/ folder)."
+    )
     pause_mode: Literal["auto", "abort", "retract", "in_place"] = Field(
-        "auto", description="How servers pause for a weight update. retract: requests in flight wait "
+        "auto",
+        description="How servers pause for a weight update. retract: requests in flight wait "
         "in the server and continue after the update, re-prefilled under the new weights. abort: the "
         "server answers them, the client resubmits prompt + tokens so far (AReaL's way; many answers "
         "and requests in the trainer process). in_place: like retract but keeps the KV cache computed "
         "by the old weights (no re-prefill; the tokens after the update attend to keys and values of "
         "the old weights). auto: retract on built-in servers (in_place is faster but learned less on "
         "SmolLM2), abort on SGLang (its weight updates flush a cache that held requests keep busy). "
-        "docs/benchmarks.md compares the modes.")
+        "docs/benchmarks.md compares the modes.",
+    )
     gil_switch_interval_ms: float | None = Field(
-        0.2, gt=0,
+        0.2,
+        gt=0,
         description="GIL switch interval (sys.setswitchinterval, in ms) that the processes running the "
         "rollout client thread set at start: the trainer's rank 0 and the rollout driver. A shorter "
         "interval hands the GIL back sooner to the training thread, which releases it at every torch "
-        "op. Only lowers the interval; null keeps Python's (5 ms).")
+        "op. Only lowers the interval; null keeps Python's (5 ms).",
+    )
 
 
 class GenerationConfig(Section):
@@ -72,36 +85,48 @@ class GenerationConfig(Section):
 
 class AgentConfig(Section):
     run: str | None = Field(
-        None, description="The agent: import path 'package.module:function' of `async def run(client, data)`, "
+        None,
+        description="The agent: import path 'package.module:function' of `async def run(client, data)`, "
         "where client is an openai.AsyncOpenAI pointed at the rollout proxy and data a dataset record. It "
         "returns the episode's reward, or a dict with 'reward' and other numbers, logged per step as "
-        "rollout/agent/<name>. Required by workflow.type=agent.")
+        "rollout/agent/<name>. Required by workflow.type=agent.",
+    )
     samples: Literal["conversation", "call"] = Field(
-        "conversation", description="Training samples of an episode: 'conversation' is one sample, the longest "
+        "conversation",
+        description="Training samples of an episode: 'conversation' is one sample, the longest "
         "chain of calls whose prompts extend each other, with the loss on the model's tokens; 'call' is one "
-        "sample per call (max_calls rows per episode, unused ones empty). docs/customization.md weighs them.")
+        "sample per call (max_calls rows per episode, unused ones empty). docs/customization.md weighs them.",
+    )
     max_calls: int = Field(
-        8, ge=1, description="Model calls one episode may make; past it the proxy answers HTTP 429 "
-        "(code episode_call_limit).")
+        8,
+        ge=1,
+        description="Model calls one episode may make; past it the proxy answers HTTP 429 (code episode_call_limit).",
+    )
     chat_template: str | None = Field(
-        None, description="Chat template for agent traffic instead of the tokenizer's: 'chatml_tools' (ChatML "
+        None,
+        description="Chat template for agent traffic instead of the tokenizer's: 'chatml_tools' (ChatML "
         "with tools and <tool_call> blocks, built in) or a Jinja file. For models whose own template ignores "
-        "tools, e.g. SmolLM2-135M-Instruct.")
+        "tools, e.g. SmolLM2-135M-Instruct.",
+    )
 
 
 class WorkflowConfig(Section):
     type: str = Field(
         "rlvr",
         description="'rlvr' (one answer per sample), 'multi_turn' (feedback and retry), 'agent' (an "
-        "OpenAI-API agent, workflow.agent), or an import path 'package.module:Class' of a RolloutWorkflow.")
+        "OpenAI-API agent, workflow.agent), or an import path 'package.module:Class' of a RolloutWorkflow.",
+    )
     reward_fn: str = Field(
-        "gsm8k", description="Reward function: a registered name (gsm8k, arith_shaped) or 'package.module:function'.")
+        "gsm8k", description="Reward function: a registered name (gsm8k, arith_shaped) or 'package.module:function'."
+    )
     reward_timeout_s: float = Field(15.0, gt=0, description="A reward call slower than this scores 0.")
     reward_workers: int = Field(2, ge=1, description="Processes that compute rewards.")
     max_turns: int = Field(2, ge=1, description="multi_turn: attempts per sample.")
     turn_discount: float = Field(
-        1.0, gt=0, le=1, description="multi_turn: reward factor per retry (a first-turn answer gets the full reward).")
+        1.0, gt=0, le=1, description="multi_turn: reward factor per retry (a first-turn answer gets the full reward)."
+    )
     system_prompt: str | None = Field(None, description="System message prepended to each prompt.")
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra keyword arguments for a custom workflow.")
-    agent: AgentConfig = Field(default_factory=AgentConfig,
-                               description="workflow.type=agent: an agent written against the OpenAI API.")
+    agent: AgentConfig = Field(
+        default_factory=AgentConfig, description="workflow.type=agent: an agent written against the OpenAI API."
+    )

@@ -35,36 +35,56 @@ def rollout_strategy(cfg: ExperimentConfig) -> ParallelStrategy | None:
 
 
 def _backend_strings(cfg):
-    for key, value, backend in (("actor.backend", cfg.actor.backend, "fsdp"),
-                                ("rollout.backend", cfg.rollout.backend, "sglang")):
+    for key, value, backend in (
+        ("actor.backend", cfg.actor.backend, "fsdp"),
+        ("rollout.backend", cfg.rollout.backend, "sglang"),
+    ):
         try:
             parse_parallel(value, allowed_backends=(backend,))
         except ParallelStrategyError as e:
-            example = "'fsdp:d4' (FSDP), 'fsdp:d4r2' (HSDP: 2 replicas of 2 shards) or 'fsdp:d2t2' (TP)" \
-                if backend == "fsdp" else "'sglang:d2' (2 servers) or 'sglang:d2t2' (2 servers of TP 2)"
-            yield ConfigIssue(key, value, str(e), f"write it like {example}: d is the data-parallel "
-                              "size, r (HSDP replicas) divides d, t is the tensor-parallel size")
+            example = (
+                "'fsdp:d4' (FSDP), 'fsdp:d4r2' (HSDP: 2 replicas of 2 shards) or 'fsdp:d2t2' (TP)"
+                if backend == "fsdp"
+                else "'sglang:d2' (2 servers) or 'sglang:d2t2' (2 servers of TP 2)"
+            )
+            yield ConfigIssue(
+                key,
+                value,
+                str(e),
+                f"write it like {example}: d is the data-parallel "
+                "size, r (HSDP replicas) divides d, t is the tensor-parallel size",
+            )
 
 
 def _c_clip(cfg):
     c = cfg.actor.c_clip
     if c is not None and c <= 1.0:
-        yield ConfigIssue("actor.c_clip", c, "dual clip must be > 1.0 when set",
-                          "set actor.c_clip to a value above 1 (3.0 is common) or null to disable it")
+        yield ConfigIssue(
+            "actor.c_clip",
+            c,
+            "dual clip must be > 1.0 when set",
+            "set actor.c_clip to a value above 1 (3.0 is common) or null to disable it",
+        )
 
 
 def _decoupled_needs_recompute(cfg):
     if cfg.actor.use_decoupled_loss and not cfg.actor.recompute_logprob:
-        yield ConfigIssue("actor.use_decoupled_loss", True,
-                          "the decoupled loss needs proximal logprobs recomputed by the trainer",
-                          "set actor.recompute_logprob=true, or actor.use_decoupled_loss=false")
+        yield ConfigIssue(
+            "actor.use_decoupled_loss",
+            True,
+            "the decoupled loss needs proximal logprobs recomputed by the trainer",
+            "set actor.recompute_logprob=true, or actor.use_decoupled_loss=false",
+        )
 
 
 def _group_norm_needs_samples(cfg):
     if cfg.actor.adv_norm == "group" and cfg.gconfig.n_samples < 2:
-        yield ConfigIssue("gconfig.n_samples", cfg.gconfig.n_samples,
-                          "group-normalised advantages need at least 2 samples per prompt",
-                          "set gconfig.n_samples>=2, or actor.adv_norm=batch")
+        yield ConfigIssue(
+            "gconfig.n_samples",
+            cfg.gconfig.n_samples,
+            "group-normalised advantages need at least 2 samples per prompt",
+            "set gconfig.n_samples>=2, or actor.adv_norm=batch",
+        )
 
 
 def _batch_divisible(cfg):
@@ -73,34 +93,45 @@ def _batch_divisible(cfg):
         return
     n = cfg.train_dataset.batch_size * cfg.gconfig.n_samples
     if n % st.dp:
-        yield ConfigIssue("train_dataset.batch_size", cfg.train_dataset.batch_size,
-                          f"batch_size x gconfig.n_samples = {n} sequences do not split evenly over "
-                          f"the {st.dp} data-parallel ranks of actor.backend={cfg.actor.backend}",
-                          f"make batch_size x n_samples a multiple of {st.dp}")
+        yield ConfigIssue(
+            "train_dataset.batch_size",
+            cfg.train_dataset.batch_size,
+            f"batch_size x gconfig.n_samples = {n} sequences do not split evenly over "
+            f"the {st.dp} data-parallel ranks of actor.backend={cfg.actor.backend}",
+            f"make batch_size x n_samples a multiple of {st.dp}",
+        )
     elif n % (st.dp * cfg.actor.ppo_n_minibatches):
-        yield ConfigIssue("actor.ppo_n_minibatches", cfg.actor.ppo_n_minibatches,
-                          f"{n} sequences per step do not split into {cfg.actor.ppo_n_minibatches} "
-                          f"minibatches on each of {st.dp} ranks",
-                          "choose ppo_n_minibatches dividing batch_size x n_samples / dp")
+        yield ConfigIssue(
+            "actor.ppo_n_minibatches",
+            cfg.actor.ppo_n_minibatches,
+            f"{n} sequences per step do not split into {cfg.actor.ppo_n_minibatches} "
+            f"minibatches on each of {st.dp} ranks",
+            "choose ppo_n_minibatches dividing batch_size x n_samples / dp",
+        )
 
 
 def _node_counts(cfg):
     la, cl = cfg.launcher, cfg.cluster
     if la.trainer_n_nodes == 0 and la.rollout_n_nodes == 0:
-        yield ConfigIssue("launcher.trainer_n_nodes", 0,
-                          "trainer_n_nodes and rollout_n_nodes are both 0: nothing would run",
-                          "keep at least one side: trainer_n_nodes=0 is inference-only, "
-                          "rollout_n_nodes=0 is trainer-only")
-    for key, n in (("launcher.trainer_n_nodes", la.trainer_n_nodes),
-                   ("launcher.rollout_n_nodes", la.rollout_n_nodes)):
+        yield ConfigIssue(
+            "launcher.trainer_n_nodes",
+            0,
+            "trainer_n_nodes and rollout_n_nodes are both 0: nothing would run",
+            "keep at least one side: trainer_n_nodes=0 is inference-only, rollout_n_nodes=0 is trainer-only",
+        )
+    for key, n in (("launcher.trainer_n_nodes", la.trainer_n_nodes), ("launcher.rollout_n_nodes", la.rollout_n_nodes)):
         if n > cl.n_nodes:
-            yield ConfigIssue(key, n, f"more nodes than cluster.n_nodes={cl.n_nodes}",
-                              f"lower {key} or raise cluster.n_nodes")
+            yield ConfigIssue(
+                key, n, f"more nodes than cluster.n_nodes={cl.n_nodes}", f"lower {key} or raise cluster.n_nodes"
+            )
     if cl.n_nodes > 1 and la.trainer_n_nodes + la.rollout_n_nodes > cl.n_nodes:
-        yield ConfigIssue("launcher.trainer_n_nodes", la.trainer_n_nodes,
-                          f"trainer_n_nodes + rollout_n_nodes = {la.trainer_n_nodes + la.rollout_n_nodes} "
-                          f"exceeds cluster.n_nodes={cl.n_nodes} (multi-node runs give each side its own nodes)",
-                          "lower one of the node counts or raise cluster.n_nodes")
+        yield ConfigIssue(
+            "launcher.trainer_n_nodes",
+            la.trainer_n_nodes,
+            f"trainer_n_nodes + rollout_n_nodes = {la.trainer_n_nodes + la.rollout_n_nodes} "
+            f"exceeds cluster.n_nodes={cl.n_nodes} (multi-node runs give each side its own nodes)",
+            "lower one of the node counts or raise cluster.n_nodes",
+        )
 
 
 def _devices_fit(cfg):
@@ -123,24 +154,39 @@ def _devices_fit(cfg):
             fix = "shrink the backends or raise cluster.n_gpus_per_node / n_nodes"
             if not la.colocate and max(s[2] for s in sides) <= per_node:
                 fix += ", or share the devices with launcher.colocate=true"
-            yield ConfigIssue(key, value, f"the plan needs {total} devices on one node ({joined}) but "
-                              f"cluster.n_gpus_per_node={per_node}", fix)
+            yield ConfigIssue(
+                key,
+                value,
+                f"the plan needs {total} devices on one node ({joined}) but cluster.n_gpus_per_node={per_node}",
+                fix,
+            )
         return
     for key, value, need, nodes in sides:
         if need > nodes * per_node:
-            yield ConfigIssue(key, value, f"needs {need} devices but its {nodes} node(s) have "
-                              f"{nodes * per_node}", "shrink the backend or give that side more nodes")
+            yield ConfigIssue(
+                key,
+                value,
+                f"needs {need} devices but its {nodes} node(s) have {nodes * per_node}",
+                "shrink the backend or give that side more nodes",
+            )
         elif nodes > 1 and need % nodes:
-            yield ConfigIssue(key, value, f"{need} devices do not spread evenly over {nodes} nodes",
-                              "use a size divisible by the side's node count")
+            yield ConfigIssue(
+                key,
+                value,
+                f"{need} devices do not spread evenly over {nodes} nodes",
+                "use a size divisible by the side's node count",
+            )
 
 
 def _sglang_tp_matches(cfg):
     st = rollout_strategy(cfg)
     if st is not None and cfg.sglang.tp_size is not None and cfg.sglang.tp_size != st.tp:
-        yield ConfigIssue("sglang.tp_size", cfg.sglang.tp_size,
-                          f"differs from the tensor-parallel size t{st.tp} of rollout.backend={cfg.rollout.backend}",
-                          "leave sglang.tp_size null (it follows rollout.backend) or make them equal")
+        yield ConfigIssue(
+            "sglang.tp_size",
+            cfg.sglang.tp_size,
+            f"differs from the tensor-parallel size t{st.tp} of rollout.backend={cfg.rollout.backend}",
+            "leave sglang.tp_size null (it follows rollout.backend) or make them equal",
+        )
 
 
 def _context_fits(cfg):
@@ -150,30 +196,49 @@ def _context_fits(cfg):
     prompt = cfg.train_dataset.max_prompt_len or 0
     need = prompt + cfg.gconfig.max_new_tokens
     if ctx < need:
-        yield ConfigIssue("sglang.context_length", ctx,
-                          f"shorter than train_dataset.max_prompt_len ({prompt}) + gconfig.max_new_tokens "
-                          f"({cfg.gconfig.max_new_tokens}) = {need}",
-                          f"raise sglang.context_length to at least {need} or lower the budgets")
+        yield ConfigIssue(
+            "sglang.context_length",
+            ctx,
+            f"shorter than train_dataset.max_prompt_len ({prompt}) + gconfig.max_new_tokens "
+            f"({cfg.gconfig.max_new_tokens}) = {need}",
+            f"raise sglang.context_length to at least {need} or lower the budgets",
+        )
 
 
 def _model_paths(cfg):
     if trainer_runs(cfg) and not cfg.actor.path:
-        yield ConfigIssue("actor.path", None, "required: trainer workers are launched",
-                          "set actor.path to a Hugging Face model folder or hub id")
+        yield ConfigIssue(
+            "actor.path",
+            None,
+            "required: trainer workers are launched",
+            "set actor.path to a Hugging Face model folder or hub id",
+        )
     if servers_run(cfg) and not cfg.sglang.model_path:
-        yield ConfigIssue("sglang.model_path", None, "required: inference servers are launched "
-                          "(it follows actor.path when null)", "set actor.path (or sglang.model_path)")
+        yield ConfigIssue(
+            "sglang.model_path",
+            None,
+            "required: inference servers are launched (it follows actor.path when null)",
+            "set actor.path (or sglang.model_path)",
+        )
 
 
 def _trainer_only_source(cfg):
     r = cfg.rollout
     if trainer_runs(cfg) and not servers_run(cfg) and not r.server_addrs and not r.replay_path:
-        yield ConfigIssue("rollout.server_addrs", [], "a trainer-only run (launcher.rollout_n_nodes=0) needs "
-                          "rollouts from somewhere", "set rollout.server_addrs=[host:port,...] of running "
-                          "servers, or rollout.replay_path to a rollouts/ folder of an inference-only run")
+        yield ConfigIssue(
+            "rollout.server_addrs",
+            [],
+            "a trainer-only run (launcher.rollout_n_nodes=0) needs rollouts from somewhere",
+            "set rollout.server_addrs=[host:port,...] of running "
+            "servers, or rollout.replay_path to a rollouts/ folder of an inference-only run",
+        )
     if r.replay_path and servers_run(cfg):
-        yield ConfigIssue("rollout.replay_path", r.replay_path, "replay is for trainer-only runs",
-                          "add launcher.rollout_n_nodes=0, or drop rollout.replay_path")
+        yield ConfigIssue(
+            "rollout.replay_path",
+            r.replay_path,
+            "replay is for trainer-only runs",
+            "add launcher.rollout_n_nodes=0, or drop rollout.replay_path",
+        )
 
 
 BUILTIN_DATASETS = ("gsm8k", "synthetic_arith", "synthetic_word", "files")
@@ -185,21 +250,35 @@ def _datasets(cfg):
         sides.append(("valid_dataset", cfg.valid_dataset))
     for name, d in sides:
         if d.type not in BUILTIN_DATASETS and ":" not in d.type:
-            yield ConfigIssue(f"{name}.type", d.type, "not a built-in loader nor an import path",
-                              f"use one of {', '.join(BUILTIN_DATASETS)} or 'package.module:function'")
+            yield ConfigIssue(
+                f"{name}.type",
+                d.type,
+                "not a built-in loader nor an import path",
+                f"use one of {', '.join(BUILTIN_DATASETS)} or 'package.module:function'",
+            )
         elif d.type == "files" and not d.path:
-            yield ConfigIssue(f"{name}.path", None, "required by type=files",
-                              f"set {name}.path to a jsonl/json/parquet file or folder")
+            yield ConfigIssue(
+                f"{name}.path",
+                None,
+                "required by type=files",
+                f"set {name}.path to a jsonl/json/parquet file or folder",
+            )
         elif d.type in GENERATED_DATASETS:
             known = _loader_keywords(GENERATED_DATASETS[d.type])
             for key in sorted(set(d.kwargs) - known):
-                yield ConfigIssue(f"{name}.kwargs.{key}", d.kwargs[key], f"not an argument of the {d.type} loader",
-                                  f"drop it, or use {', '.join(sorted(known))}")
+                yield ConfigIssue(
+                    f"{name}.kwargs.{key}",
+                    d.kwargs[key],
+                    f"not an argument of the {d.type} loader",
+                    f"drop it, or use {', '.join(sorted(known))}",
+                )
 
 
 # the generated built-ins (pure Python): their kwargs are checked before launch, not at load time
-GENERATED_DATASETS = {"synthetic_arith": "areal.dataset.synthetic:load_synthetic_arith",
-                      "synthetic_word": "areal.dataset.word_problems:load_word_problems"}
+GENERATED_DATASETS = {
+    "synthetic_arith": "areal.dataset.synthetic:load_synthetic_arith",
+    "synthetic_word": "areal.dataset.word_problems:load_word_problems",
+}
 
 
 def _loader_keywords(target: str) -> set[str]:
@@ -214,8 +293,12 @@ def _loader_keywords(target: str) -> set[str]:
 def _lora_push(cfg):
     a = cfg.actor
     if a.use_lora and a.lora_push == "adapter" and a.weight_update != "disk":
-        yield ConfigIssue("actor.lora_push", "adapter", "adapter pushes go through disk only",
-                          "set actor.weight_update=disk or actor.lora_push=merged")
+        yield ConfigIssue(
+            "actor.lora_push",
+            "adapter",
+            "adapter pushes go through disk only",
+            "set actor.weight_update=disk or actor.lora_push=merged",
+        )
 
 
 def _restart_needs_full_disk_updates(cfg):
@@ -225,13 +308,19 @@ def _restart_needs_full_disk_updates(cfg):
     if not (cfg.launcher.restart_failed_servers and trainer_runs(cfg) and servers_run(cfg)):
         return
     if a.weight_update != "disk":
-        yield ConfigIssue("launcher.restart_failed_servers", True,
-                          f"a restarted server cannot be given the {a.weight_update} weight updates it missed",
-                          "set actor.weight_update=disk, or launcher.restart_failed_servers=false")
+        yield ConfigIssue(
+            "launcher.restart_failed_servers",
+            True,
+            f"a restarted server cannot be given the {a.weight_update} weight updates it missed",
+            "set actor.weight_update=disk, or launcher.restart_failed_servers=false",
+        )
     elif a.use_lora and a.lora_push == "adapter":
-        yield ConfigIssue("launcher.restart_failed_servers", True,
-                          "a restarted server would serve the base model without the LoRA adapter",
-                          "set actor.lora_push=merged, or launcher.restart_failed_servers=false")
+        yield ConfigIssue(
+            "launcher.restart_failed_servers",
+            True,
+            "a restarted server would serve the base model without the LoRA adapter",
+            "set actor.lora_push=merged, or launcher.restart_failed_servers=false",
+        )
 
 
 def _clip_bounds(cfg):
@@ -240,18 +329,27 @@ def _clip_bounds(cfg):
     eps_clip would do nothing: that is reported, not ignored. The lower bound 1 - eps must stay > 0."""
     a = cfg.actor
     low, high = a.eps_clip_low, a.eps_clip_high
-    if low is not None and high is not None and a.eps_clip != type(a).model_fields["eps_clip"].default \
-            and a.eps_clip not in (low, high):
-        yield ConfigIssue("actor.eps_clip", a.eps_clip,
-                          f"has no effect: actor.eps_clip_low={low} and actor.eps_clip_high={high} are both "
-                          "set (an algo preset sets them)",
-                          "set actor.eps_clip_low and actor.eps_clip_high instead, or null them to follow "
-                          "actor.eps_clip")
+    if (
+        low is not None
+        and high is not None
+        and a.eps_clip != type(a).model_fields["eps_clip"].default
+        and a.eps_clip not in (low, high)
+    ):
+        yield ConfigIssue(
+            "actor.eps_clip",
+            a.eps_clip,
+            f"has no effect: actor.eps_clip_low={low} and actor.eps_clip_high={high} are both "
+            "set (an algo preset sets them)",
+            "set actor.eps_clip_low and actor.eps_clip_high instead, or null them to follow actor.eps_clip",
+        )
     if low is not None and low >= 1:
-        yield ConfigIssue("actor.eps_clip_low", low,
-                          f"the ratio's lower clip bound 1 - {low} is not positive (eps_clip_low follows "
-                          "actor.eps_clip when not set)",
-                          "set actor.eps_clip_low (or actor.eps_clip) below 1, e.g. 0.2")
+        yield ConfigIssue(
+            "actor.eps_clip_low",
+            low,
+            f"the ratio's lower clip bound 1 - {low} is not positive (eps_clip_low follows "
+            "actor.eps_clip when not set)",
+            "set actor.eps_clip_low (or actor.eps_clip) below 1, e.g. 0.2",
+        )
 
 
 def _rollout_correction(cfg):
@@ -259,16 +357,22 @@ def _rollout_correction(cfg):
     if a.rollout_is == "none":
         return
     if not a.recompute_logprob:
-        yield ConfigIssue("actor.rollout_is", a.rollout_is,
-                          "the correction compares the trainer's recomputed logprobs with the servers'; "
-                          "without actor.recompute_logprob both are the servers' and every weight is 1",
-                          "set actor.recompute_logprob=true, or actor.rollout_is=none")
+        yield ConfigIssue(
+            "actor.rollout_is",
+            a.rollout_is,
+            "the correction compares the trainer's recomputed logprobs with the servers'; "
+            "without actor.recompute_logprob both are the servers' and every weight is 1",
+            "set actor.recompute_logprob=true, or actor.rollout_is=none",
+        )
     if a.use_decoupled_loss and a.behav_imp_weight_cap is not None:
-        yield ConfigIssue("actor.behav_imp_weight_cap", a.behav_imp_weight_cap,
-                          f"two caps on one weight: actor.rollout_is={a.rollout_is} replaces the decoupled "
-                          "loss's behaviour weight, which this caps",
-                          f"set actor.behav_imp_weight_cap=null and cap with actor.rollout_is_cap (now "
-                          f"{a.rollout_is_cap}), or set actor.rollout_is=none")
+        yield ConfigIssue(
+            "actor.behav_imp_weight_cap",
+            a.behav_imp_weight_cap,
+            f"two caps on one weight: actor.rollout_is={a.rollout_is} replaces the decoupled "
+            "loss's behaviour weight, which this caps",
+            f"set actor.behav_imp_weight_cap=null and cap with actor.rollout_is_cap (now "
+            f"{a.rollout_is_cap}), or set actor.rollout_is=none",
+        )
 
 
 def _dynamic_sampling(cfg):
@@ -276,15 +380,21 @@ def _dynamic_sampling(cfg):
     if not r.dynamic_sampling:
         return
     if cfg.gconfig.n_samples < 2:
-        yield ConfigIssue("rollout.dynamic_sampling", True,
-                          "a group of one answer always has equal rewards: every group would be dropped",
-                          "set gconfig.n_samples>=2, or rollout.dynamic_sampling=false")
+        yield ConfigIssue(
+            "rollout.dynamic_sampling",
+            True,
+            "a group of one answer always has equal rewards: every group would be dropped",
+            "set gconfig.n_samples>=2, or rollout.dynamic_sampling=false",
+        )
     if not trainer_runs(cfg) or r.replay_path:
-        yield ConfigIssue("rollout.dynamic_sampling", True,
-                          "it filters the live rollouts of a training run; an inference-only run "
-                          "(launcher.trainer_n_nodes=0) saves, and a replay (rollout.replay_path) trains, "
-                          "every group as generated",
-                          "set rollout.dynamic_sampling=false for this run")
+        yield ConfigIssue(
+            "rollout.dynamic_sampling",
+            True,
+            "it filters the live rollouts of a training run; an inference-only run "
+            "(launcher.trainer_n_nodes=0) saves, and a replay (rollout.replay_path) trains, "
+            "every group as generated",
+            "set rollout.dynamic_sampling=false for this run",
+        )
 
 
 def _colocation(cfg):
@@ -292,26 +402,43 @@ def _colocation(cfg):
     la, a = cfg.launcher, cfg.actor
     if not la.colocate:
         if a.weight_update == "tensor" and trainer_runs(cfg) and servers_run(cfg):
-            yield ConfigIssue("actor.weight_update", "tensor", "tensor updates hand CUDA IPC handles to a "
-                              "server on the trainer's own device, and the servers have devices of their own",
-                              "set launcher.colocate=true, or actor.weight_update=disk (or distributed)")
+            yield ConfigIssue(
+                "actor.weight_update",
+                "tensor",
+                "tensor updates hand CUDA IPC handles to a "
+                "server on the trainer's own device, and the servers have devices of their own",
+                "set launcher.colocate=true, or actor.weight_update=disk (or distributed)",
+            )
         return
     if cfg.cluster.n_nodes != 1:
-        yield ConfigIssue("launcher.colocate", True, f"colocation runs on one node; cluster.n_nodes="
-                          f"{cfg.cluster.n_nodes}", "set cluster.n_nodes=1, or launcher.colocate=false")
+        yield ConfigIssue(
+            "launcher.colocate",
+            True,
+            f"colocation runs on one node; cluster.n_nodes={cfg.cluster.n_nodes}",
+            "set cluster.n_nodes=1, or launcher.colocate=false",
+        )
     if not (trainer_runs(cfg) and servers_run(cfg)):
-        yield ConfigIssue("launcher.colocate", True, "colocation needs both servers and trainers, but "
-                          "launcher.trainer_n_nodes or launcher.rollout_n_nodes is 0",
-                          "drop launcher.colocate for inference-only or trainer-only runs")
+        yield ConfigIssue(
+            "launcher.colocate",
+            True,
+            "colocation needs both servers and trainers, but launcher.trainer_n_nodes or launcher.rollout_n_nodes is 0",
+            "drop launcher.colocate for inference-only or trainer-only runs",
+        )
     if a.weight_update == "distributed" and cfg.cluster.device != "cpu":
-        yield ConfigIssue("actor.weight_update", "distributed", "NCCL refuses two ranks of one group on one "
-                          "GPU, which a colocated broadcast would need",
-                          "set actor.weight_update=tensor (through memory, CUDA IPC) or disk")
+        yield ConfigIssue(
+            "actor.weight_update",
+            "distributed",
+            "NCCL refuses two ranks of one group on one GPU, which a colocated broadcast would need",
+            "set actor.weight_update=tensor (through memory, CUDA IPC) or disk",
+        )
     st = rollout_strategy(cfg)
     if a.weight_update == "tensor" and st is not None and st.dp > 1:
-        yield ConfigIssue("rollout.backend", cfg.rollout.backend, "tensor updates reach the one server on "
-                          "trainer rank 0's device; this backend runs several servers",
-                          "use one server (sglang:d1, or sglang:d1tN with SGLang) or actor.weight_update=disk")
+        yield ConfigIssue(
+            "rollout.backend",
+            cfg.rollout.backend,
+            "tensor updates reach the one server on trainer rank 0's device; this backend runs several servers",
+            "use one server (sglang:d1, or sglang:d1tN with SGLang) or actor.weight_update=disk",
+        )
 
 
 def _memory_hand_off(cfg):
@@ -319,41 +446,69 @@ def _memory_hand_off(cfg):
     s, a, r = cfg.sglang, cfg.actor, cfg.rollout
     time_shared = cfg.launcher.colocate and bool(s.enable_memory_saver)
     if time_shared and r.max_head_offpolicyness > 0:
-        yield ConfigIssue("sglang.enable_memory_saver", True, "a colocated run with it releases the servers' "
-                          "memory while the trainer trains, but an asynchronous run "
-                          f"(rollout.max_head_offpolicyness={r.max_head_offpolicyness}) generates meanwhile",
-                          "set rollout.max_head_offpolicyness=0 (rollout=sync), or "
-                          "sglang.enable_memory_saver=false to split the memory statically")
+        yield ConfigIssue(
+            "sglang.enable_memory_saver",
+            True,
+            "a colocated run with it releases the servers' "
+            "memory while the trainer trains, but an asynchronous run "
+            f"(rollout.max_head_offpolicyness={r.max_head_offpolicyness}) generates meanwhile",
+            "set rollout.max_head_offpolicyness=0 (rollout=sync), or "
+            "sglang.enable_memory_saver=false to split the memory statically",
+        )
     if a.offload and not time_shared:
-        yield ConfigIssue("actor.offload", True, "the trainer offloads while the servers generate only in a "
-                          "time-shared run (launcher.colocate with sglang.enable_memory_saver)",
-                          "set launcher.colocate=true and rollout.max_head_offpolicyness=0, or actor.offload=false")
+        yield ConfigIssue(
+            "actor.offload",
+            True,
+            "the trainer offloads while the servers generate only in a "
+            "time-shared run (launcher.colocate with sglang.enable_memory_saver)",
+            "set launcher.colocate=true and rollout.max_head_offpolicyness=0, or actor.offload=false",
+        )
     if cfg.launcher.colocate and not time_shared and s.mem_fraction_static > MAX_STATIC_SHARE:
-        yield ConfigIssue("sglang.mem_fraction_static", s.mem_fraction_static, "in a colocated run both "
-                          f"processes stay resident: the servers' share leaves the trainer less than "
-                          f"{1 - MAX_STATIC_SHARE:.0%} of each device",
-                          f"lower it to at most {MAX_STATIC_SHARE} (0.3-0.5 suits small models), or time-share "
-                          "the device: rollout.max_head_offpolicyness=0 with sglang.enable_memory_saver=true")
+        yield ConfigIssue(
+            "sglang.mem_fraction_static",
+            s.mem_fraction_static,
+            "in a colocated run both "
+            f"processes stay resident: the servers' share leaves the trainer less than "
+            f"{1 - MAX_STATIC_SHARE:.0%} of each device",
+            f"lower it to at most {MAX_STATIC_SHARE} (0.3-0.5 suits small models), or time-share "
+            "the device: rollout.max_head_offpolicyness=0 with sglang.enable_memory_saver=true",
+        )
 
 
 def _agent_workflow(cfg):
     run = cfg.workflow.agent.run
     if cfg.workflow.type == "agent" and not run:
-        yield ConfigIssue("workflow.agent.run", run, "required by workflow.type=agent",
-                          "set workflow.agent.run to your agent, 'package.module:function' of "
-                          "`async def run(client, data)` (e.g. examples.calculator_agent:run)")
+        yield ConfigIssue(
+            "workflow.agent.run",
+            run,
+            "required by workflow.type=agent",
+            "set workflow.agent.run to your agent, 'package.module:function' of "
+            "`async def run(client, data)` (e.g. examples.calculator_agent:run)",
+        )
     elif cfg.workflow.type == "agent" and ":" not in run:
-        yield ConfigIssue("workflow.agent.run", run, "not an import path",
-                          "write it as 'package.module:function'")
+        yield ConfigIssue("workflow.agent.run", run, "not an import path", "write it as 'package.module:function'")
 
 
 MAX_STATIC_SHARE = 0.9
 
 RULES = [
-    _backend_strings, _c_clip, _decoupled_needs_recompute, _group_norm_needs_samples,
-    _batch_divisible, _node_counts, _devices_fit, _sglang_tp_matches, _context_fits,
-    _model_paths, _trainer_only_source, _datasets, _lora_push, _restart_needs_full_disk_updates,
-    _colocation, _memory_hand_off, _agent_workflow,
+    _backend_strings,
+    _c_clip,
+    _decoupled_needs_recompute,
+    _group_norm_needs_samples,
+    _batch_divisible,
+    _node_counts,
+    _devices_fit,
+    _sglang_tp_matches,
+    _context_fits,
+    _model_paths,
+    _trainer_only_source,
+    _datasets,
+    _lora_push,
+    _restart_needs_full_disk_updates,
+    _colocation,
+    _memory_hand_off,
+    _agent_workflow,
 ]
 RULES += [_clip_bounds, _rollout_correction, _dynamic_sampling]  # algorithm knobs
 

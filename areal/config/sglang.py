@@ -18,45 +18,62 @@ class SGLangConfig(Section):
     tokenizer_path: str | None = Field(None, description="Tokenizer; null follows the model path.")
     dtype: DType | None = Field(None, description="Server dtype; null follows actor.dtype.")
     tp_size: int | None = Field(
-        None, ge=1, description="Tensor parallel per server; null follows the rollout backend's t.")
-    context_length: int | None = Field(
-        None, ge=1, description="Max prompt + generation tokens; null uses the model's.")
+        None, ge=1, description="Tensor parallel per server; null follows the rollout backend's t."
+    )
+    context_length: int | None = Field(None, ge=1, description="Max prompt + generation tokens; null uses the model's.")
     mem_fraction_static: float = Field(
-        0.8, gt=0, lt=1, description="Share of each device's memory a server may use for its weights and KV "
+        0.8,
+        gt=0,
+        lt=1,
+        description="Share of each device's memory a server may use for its weights and KV "
         "cache (the built-in server caps its allocator at it and admits requests while their KV cache fits). "
-        "With launcher.colocate the rest is the trainer's.")
+        "With launcher.colocate the rest is the trainer's.",
+    )
     enable_memory_saver: bool | None = Field(
-        None, description="Servers can release their KV cache and weights (/release_memory_occupation) and "
+        None,
+        description="Servers can release their KV cache and weights (/release_memory_occupation) and "
         "take them back (/resume_memory_occupation); with launcher.colocate the trainer then releases them "
         "for its training phase. SGLang's flag of the same name. Null: on for colocated synchronous runs "
-        "(rollout.max_head_offpolicyness=0), off otherwise.")
+        "(rollout.max_head_offpolicyness=0), off otherwise.",
+    )
     random_seed: int | None = Field(None, description="Server sampling seed; null follows seed.")
     host: str = Field("127.0.0.1", description="Interface servers bind to (loopback for local runs).")
     api_key: str | None = Field(None, description="Require this bearer key on server routes; the client sends it.")
     log_level: Literal["debug", "info", "warning", "error"] = Field("warning", description="Server log level.")
     max_running_requests: int | None = Field(None, ge=1, description="Batch bound per server.")
     max_queued_requests: int | None = Field(
-        None, ge=0, description="Requests a server holds beyond its running batch; more are answered 503 "
-        "(the client retries them). Null: the server's default (built-in 1024, SGLang unbounded).")
+        None,
+        ge=0,
+        description="Requests a server holds beyond its running batch; more are answered 503 "
+        "(the client retries them). Null: the server's default (built-in 1024, SGLang unbounded).",
+    )
     max_prefill_tokens: int | None = Field(
-        None, ge=1, description="Most prompt tokens prefilled in one forward pass (the built-in server counts "
+        None,
+        ge=1,
+        description="Most prompt tokens prefilled in one forward pass (the built-in server counts "
         "them padded to the longest prompt); null: the server's default, 16384 in both. Each prefill is a "
-        "host-bound pass, so a larger value admits a batch of prompts in fewer of them.")
+        "host-bound pass, so a larger value admits a batch of prompts in fewer of them.",
+    )
     chunked_prefill_size: int | None = Field(None, description="SGLang chunked prefill size.")
     attention_backend: str | None = Field(None, description="SGLang attention backend (e.g. fa3, flashinfer).")
     disable_cuda_graph: bool = Field(False, description="Turn off SGLang CUDA graphs (faster start-up).")
     enable_metrics: bool = Field(False, description="SGLang Prometheus metrics.")
     skip_tokenizer_init: bool = Field(False, description="Serve token ids only (the client sends input_ids).")
     enable_lora: bool | None = Field(
-        None, description="SGLang: serve LoRA adapters; null follows actor.use_lora with actor.lora_push=adapter.")
+        None, description="SGLang: serve LoRA adapters; null follows actor.use_lora with actor.lora_push=adapter."
+    )
     max_lora_rank: int | None = Field(
-        None, ge=1,
-        description="SGLang: largest adapter rank it can load; null follows actor.lora_rank when adapters are pushed.")
+        None,
+        ge=1,
+        description="SGLang: largest adapter rank it can load; null follows actor.lora_rank when adapters are pushed.",
+    )
     lora_target_modules: list[str] | None = Field(
         None,
-        description="SGLang: modules adapters may target; null follows actor.target_modules when adapters are pushed.")
+        description="SGLang: modules adapters may target; null follows actor.target_modules when adapters are pushed.",
+    )
     weight_dirs: list[str] = Field(
         default_factory=list,
         description="Built-in server: extra folders /update_weights_from_disk may load from. The run's "
         "weight_update/, checkpoints/ and models/ folders and the model's folder are always allowed; "
-        "['/'] allows any path. SGLang servers load any path.")
+        "['/'] allows any path. SGLang servers load any path.",
+    )

@@ -42,8 +42,11 @@ def _rules_without(raw: dict[str, Any], errors: list[dict], failed: list[str]) -
         cfg = ExperimentConfig.model_validate(pruned)
     except ValidationError:
         return []  # a failure the drop could not isolate: the pydantic issues stand alone
-    return [i for i in check_rules(resolve_follow_defaults(cfg))
-            if not any(i.key == f or i.key.startswith(f + ".") or f.startswith(i.key + ".") for f in failed)]
+    return [
+        i
+        for i in check_rules(resolve_follow_defaults(cfg))
+        if not any(i.key == f or i.key.startswith(f + ".") or f.startswith(i.key + ".") for f in failed)
+    ]
 
 
 def _drop(tree: Any, loc: list[str]) -> None:

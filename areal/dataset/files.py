@@ -25,8 +25,7 @@ def read_records(path: str | Path) -> list[dict]:
     if path.suffix == ".parquet":
         return _read_parquet(path)
     raise ValueError(
-        f"cannot read dataset file {path}: unknown suffix {path.suffix!r}; "
-        f"use one of {', '.join(SUFFIXES)}"
+        f"cannot read dataset file {path}: unknown suffix {path.suffix!r}; use one of {', '.join(SUFFIXES)}"
     )
 
 
@@ -69,8 +68,7 @@ def _read_parquet(path: Path) -> list[dict]:
         import pandas as pd
     except ImportError:
         raise ImportError(
-            f"reading {path} needs pyarrow: pip install pyarrow "
-            "(or convert the file to .jsonl, which needs nothing)"
+            f"reading {path} needs pyarrow: pip install pyarrow (or convert the file to .jsonl, which needs nothing)"
         ) from None
     return pd.read_parquet(path).to_dict(orient="records")
 
@@ -82,8 +80,7 @@ def _split_patterns(split: str) -> list[re.Pattern]:
     return [re.compile(rf"{s}{ext}"), re.compile(rf"{s}-\d+-of-\d+{ext}"), re.compile(rf"{s}-[\w.-]*{ext}")]
 
 
-def find_split_files(directory: str | Path, split: str,
-                     subdirs: tuple[str, ...] = ("", "data")) -> list[Path]:
+def find_split_files(directory: str | Path, split: str, subdirs: tuple[str, ...] = ("", "data")) -> list[Path]:
     """Files of `split` in `directory` or the first of its `subdirs` that has any, sorted.
 
     Subfolders are tried in order, so a hub snapshot with both `main/` and `socratic/` reads
@@ -105,7 +102,5 @@ def find_split_files(directory: str | Path, split: str,
 def list_data_files(directory: str | Path, limit: int = 20) -> list[str]:
     """Relative paths of data files under `directory` (for error messages that show what exists)."""
     directory = Path(directory)
-    found = sorted(
-        str(p.relative_to(directory)) for p in directory.rglob("*") if p.suffix in SUFFIXES
-    )
+    found = sorted(str(p.relative_to(directory)) for p in directory.rglob("*") if p.suffix in SUFFIXES)
     return found[:limit]

@@ -62,6 +62,7 @@ def _read_local_split(folder: Path, split: str, config: str) -> list[dict]:
 
 def _read_hub(path: str, split: str, config: str) -> list[dict]:
     """Rows from the Hugging Face hub via `datasets`; errors say to use a local folder instead."""
+
     def not_found(why: str) -> FileNotFoundError:
         return FileNotFoundError(
             f"dataset path {path!r} is not a local file or folder, and loading it from the hub "
@@ -92,10 +93,7 @@ def _to_record(row: dict, source: str, index: int) -> dict:
     if solution in (None, ""):
         solution = extract_hash_answer(row["answer"])
     if solution is None:
-        raise ValueError(
-            f"{source}: row {index} has an answer without a final '#### N' line: "
-            f"{row['answer'][-80:]!r}"
-        )
+        raise ValueError(f"{source}: row {index} has an answer without a final '#### N' line: {row['answer'][-80:]!r}")
     return {"question": row["question"], "answer": row["answer"], "solution": str(solution)}
 
 

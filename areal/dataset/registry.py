@@ -68,8 +68,7 @@ BUILTIN_DATASETS: dict[str, Callable[..., list[dict]]] = {
 }
 
 
-def load_dataset_by_name(spec: str, split: str = "train", *, path: str | None = None,
-                         **kwargs) -> list[dict]:
+def load_dataset_by_name(spec: str, split: str = "train", *, path: str | None = None, **kwargs) -> list[dict]:
     """The records of `split` named by `spec` (see the module docstring for the forms)."""
     if not isinstance(spec, str) or not spec:
         raise ValueError(f"dataset spec must be a non-empty string, got {spec!r}")
@@ -100,8 +99,7 @@ def _load_by_import_path(spec: str, split: str, path: str | None, kwargs: dict) 
     bad = next((i for i, r in enumerate(records) if not isinstance(r, dict)), None)
     if bad is not None:
         raise TypeError(
-            f"dataset loader {spec!r} must return a list of dicts; item {bad} is a "
-            f"{type(records[bad]).__name__}"
+            f"dataset loader {spec!r} must return a list of dicts; item {bad} is a {type(records[bad]).__name__}"
         )
     return records
 
@@ -119,7 +117,8 @@ def _check_arguments(spec: str, loader: Callable, split: str, kwargs: dict) -> N
         raise TypeError(
             f"dataset loader {spec!r} cannot be called with split and kwargs {sorted(kwargs)}: {exc}. "
             "Fix the dataset's kwargs; one inherited from a composed config is left out by setting it "
-            "to null (e.g. train_dataset.kwargs.NAME=null)") from None
+            "to null (e.g. train_dataset.kwargs.NAME=null)"
+        ) from None
 
 
 def _load_local(path: Path, split: str) -> list[dict]:

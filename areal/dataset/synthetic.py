@@ -22,8 +22,9 @@ import json
 import random
 
 
-def make_synthetic_arith(n: int, seed: int = 0, max_sum: int = 9, max_operand: int = 9,
-                         balanced: bool = False, uniform_answers: bool = False) -> list[dict]:
+def make_synthetic_arith(
+    n: int, seed: int = 0, max_sum: int = 9, max_operand: int = 9, balanced: bool = False, uniform_answers: bool = False
+) -> list[dict]:
     """`n` problems `a+b=` with 0 <= a, b <= max_operand and a + b <= max_sum, from `seed`.
 
     Pairs are drawn uniformly among the allowed ones, so every allowed problem is equally likely.
@@ -39,9 +40,7 @@ def make_synthetic_arith(n: int, seed: int = 0, max_sum: int = 9, max_operand: i
     if n < 0:
         raise ValueError(f"synthetic arith: n must be >= 0, got {n}")
     if max_sum < 0 or max_operand < 0:
-        raise ValueError(
-            f"synthetic arith: max_sum and max_operand must be >= 0, got {max_sum}, {max_operand}"
-        )
+        raise ValueError(f"synthetic arith: max_sum and max_operand must be >= 0, got {max_sum}, {max_operand}")
     pairs = [(a, b) for a in range(max_operand + 1) for b in range(max_operand + 1) if a + b <= max_sum]
     rng = random.Random(seed)
     if uniform_answers:
@@ -88,12 +87,25 @@ def split_seed(seed: int, split: str) -> int:
     return seed * 1000 + offsets[split]
 
 
-def load_synthetic_arith(split: str = "train", *, size: int = 1024, seed: int = 0,
-                         max_sum: int = 9, max_operand: int = 9, balanced: bool = False,
-                         uniform_answers: bool = False) -> list[dict]:
+def load_synthetic_arith(
+    split: str = "train",
+    *,
+    size: int = 1024,
+    seed: int = 0,
+    max_sum: int = 9,
+    max_operand: int = 9,
+    balanced: bool = False,
+    uniform_answers: bool = False,
+) -> list[dict]:
     """The registry entry point: `size` problems of `split` (see `load_dataset_by_name`)."""
-    return make_synthetic_arith(size, split_seed(seed, split), max_sum=max_sum, max_operand=max_operand,
-                                balanced=balanced, uniform_answers=uniform_answers)
+    return make_synthetic_arith(
+        size,
+        split_seed(seed, split),
+        max_sum=max_sum,
+        max_operand=max_operand,
+        balanced=balanced,
+        uniform_answers=uniform_answers,
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -27,35 +27,49 @@ ITEMS = ["apples", "pencils", "stickers", "marbles", "cookies", "books", "cards"
 
 def _add(rng, name, she, item):
     a, b = rng.randint(2, 20), rng.randint(2, 20)
-    return (f"{name} has {a} {item}. {she} buys {b} more. How many {item} does {name} have now?",
-            f"{a} + {b} = {a + b}", a + b)
+    return (
+        f"{name} has {a} {item}. {she} buys {b} more. How many {item} does {name} have now?",
+        f"{a} + {b} = {a + b}",
+        a + b,
+    )
 
 
 def _sub(rng, name, she, item):
     a = rng.randint(5, 30)
     b = rng.randint(1, a - 1)
-    return (f"{name} had {a} {item} and gave {b} of them to a friend. How many {item} does {name} have left?",
-            f"{a} - {b} = {a - b}", a - b)
+    return (
+        f"{name} had {a} {item} and gave {b} of them to a friend. How many {item} does {name} have left?",
+        f"{a} - {b} = {a - b}",
+        a - b,
+    )
 
 
 def _total(rng, name, she, item):
     a, b = rng.randint(2, 25), rng.randint(2, 25)
-    return (f"There are {a} {item} in a box and {b} {item} in a bag. How many {item} are there in total?",
-            f"{a} + {b} = {a + b}", a + b)
+    return (
+        f"There are {a} {item} in a box and {b} {item} in a bag. How many {item} are there in total?",
+        f"{a} + {b} = {a + b}",
+        a + b,
+    )
 
 
 def _times(rng, name, she, item):
     a, b = rng.randint(2, 6), rng.randint(2, 6)
-    return (f"{name} buys {a} packs of {item}. Each pack has {b} {item}. How many {item} does {name} buy?",
-            f"{a} * {b} = {a * b}", a * b)
+    return (
+        f"{name} buys {a} packs of {item}. Each pack has {b} {item}. How many {item} does {name} buy?",
+        f"{a} * {b} = {a * b}",
+        a * b,
+    )
 
 
 def _two_steps(rng, name, she, item):
     a, b = rng.randint(3, 15), rng.randint(2, 10)
     c = rng.randint(1, a + b - 1)
-    return (f"{name} has {a} {item}. {she} gets {b} more and then gives away {c}. "
-            f"How many {item} does {name} have?",
-            f"{a} + {b} = {a + b}\n{a + b} - {c} = {a + b - c}", a + b - c)
+    return (
+        f"{name} has {a} {item}. {she} gets {b} more and then gives away {c}. How many {item} does {name} have?",
+        f"{a} + {b} = {a + b}\n{a + b} - {c} = {a + b - c}",
+        a + b - c,
+    )
 
 
 TEMPLATES = [_add, _sub, _total, _times, _two_steps]
@@ -81,8 +95,7 @@ def make_word_problems(n: int, seed: int = 0, balanced: bool = False) -> list[di
     return out
 
 
-def load_word_problems(split: str = "train", *, size: int = 1024, seed: int = 0,
-                       balanced: bool = False) -> list[dict]:
+def load_word_problems(split: str = "train", *, size: int = 1024, seed: int = 0, balanced: bool = False) -> list[dict]:
     """The registry entry point (dataset type `synthetic_word`)."""
     return make_word_problems(size, split_seed(seed, split), balanced=balanced)
 

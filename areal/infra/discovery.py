@@ -60,8 +60,9 @@ def read_server_addrs(record_root: str | os.PathLike) -> list[str]:
     except FileNotFoundError:
         return []
     except json.JSONDecodeError as e:
-        raise ValueError(f"server record {path} is not valid JSON ({e}); expected "
-                         '{"addrs": ["host:port", ...]}') from None
+        raise ValueError(
+            f'server record {path} is not valid JSON ({e}); expected {{"addrs": ["host:port", ...]}}'
+        ) from None
     if not isinstance(data, dict) or not isinstance(data.get("addrs"), list):
         raise ValueError(f'server record {path} must be {{"addrs": ["host:port", ...]}}, got {data!r}')
     return normalize_addrs(data["addrs"])
@@ -88,9 +89,11 @@ def read_served_weights(record_root: str | os.PathLike) -> tuple[str, int] | Non
     except FileNotFoundError:
         return None
     except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"served-weights record {record} is unreadable ({e}); expected "
-                         '{"path": "/folder", "version": N}; delete it to restart servers '
-                         "with the initial model") from None
+        raise ValueError(
+            f"served-weights record {record} is unreadable ({e}); expected "
+            '{"path": "/folder", "version": N}; delete it to restart servers '
+            "with the initial model"
+        ) from None
 
 
 def clear_served_weights(record_root: str | os.PathLike) -> None:
@@ -105,7 +108,7 @@ def normalize_addrs(addrs) -> list[str]:
         a = str(addr).strip()
         for prefix in ("http://", "https://"):
             if a.startswith(prefix):
-                a = a[len(prefix):]
+                a = a[len(prefix) :]
         a = a.rstrip("/")
         host, sep, port = a.rpartition(":")
         if not sep or not host or not port.isdigit():

@@ -36,9 +36,13 @@ def is_healthy(addr: str, timeout: float = 2.0, headers: dict[str, str] | None =
         return False
 
 
-def wait_healthy(servers: dict[str, str], timeout_s: float,
-                 exit_status: Callable[[str], int | None], interval: float = 0.5,
-                 check: Callable[[str, str], bool] | None = None) -> None:
+def wait_healthy(
+    servers: dict[str, str],
+    timeout_s: float,
+    exit_status: Callable[[str], int | None],
+    interval: float = 0.5,
+    check: Callable[[str, str], bool] | None = None,
+) -> None:
     """Return once every server answers /health; raise ServerStartupError otherwise.
 
     servers maps a process name to its host:port; exit_status(name) returns the exit code of a
@@ -60,8 +64,10 @@ def wait_healthy(servers: dict[str, str], timeout_s: float,
         if time.monotonic() > deadline:
             name, addr = next(iter(pending.items()))
             raise ServerStartupError(
-                name, f"{name} did not answer http://{addr}/health within {timeout_s:g} s "
-                "(raise launcher.server_startup_timeout_s if the model is slow to load)")
+                name,
+                f"{name} did not answer http://{addr}/health within {timeout_s:g} s "
+                "(raise launcher.server_startup_timeout_s if the model is slow to load)",
+            )
         time.sleep(interval)
 
 
@@ -73,8 +79,13 @@ class HealthWatch:
     than timeout_s, with the seconds since; `reset(name)` restarts its clock (after a restart).
     """
 
-    def __init__(self, servers: dict[str, str], timeout_s: float, probe: Callable[[str, str], bool],
-                 interval_s: float | None = None):
+    def __init__(
+        self,
+        servers: dict[str, str],
+        timeout_s: float,
+        probe: Callable[[str, str], bool],
+        interval_s: float | None = None,
+    ):
         self.servers = dict(servers)
         self.timeout_s = timeout_s
         self.interval_s = interval_s or max(0.5, min(5.0, timeout_s / 4))

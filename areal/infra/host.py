@@ -43,8 +43,12 @@ def _gpu_memory_bytes() -> int | None:
     if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "" or not shutil.which("nvidia-smi"):
         return None
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         sizes = [int(line.strip()) for line in out.stdout.splitlines() if line.strip().isdigit()]
     except (OSError, subprocess.TimeoutExpired, ValueError):
         return None
@@ -85,8 +89,7 @@ def _sglang_flags() -> frozenset[str] | None:
         return None
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef) and node.name == "ServerArgs":
-            names = [s.target.id for s in node.body
-                     if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)]
+            names = [s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)]
             return frozenset("--" + n.replace("_", "-") for n in names)
     return None
 

@@ -15,10 +15,24 @@ from areal.config.sglang import SGLangConfig
 MIN_SGLANG = "0.4.9.post2"
 SERVER_MODULES = {"sglang": "sglang.launch_server", "builtin": "areal.server"}
 # Fields of SGLangConfig the built-in server understands; the others are SGLang tuning knobs.
-BUILTIN_FLAGS = {"model_path", "tokenizer_path", "dtype", "tp_size", "context_length",
-                 "mem_fraction_static", "random_seed", "host", "api_key", "log_level",
-                 "max_running_requests", "max_queued_requests", "max_prefill_tokens",
-                 "skip_tokenizer_init", "weight_dirs", "enable_memory_saver"}
+BUILTIN_FLAGS = {
+    "model_path",
+    "tokenizer_path",
+    "dtype",
+    "tp_size",
+    "context_length",
+    "mem_fraction_static",
+    "random_seed",
+    "host",
+    "api_key",
+    "log_level",
+    "max_running_requests",
+    "max_queued_requests",
+    "max_prefill_tokens",
+    "skip_tokenizer_init",
+    "weight_dirs",
+    "enable_memory_saver",
+}
 BUILTIN_ONLY = {"weight_dirs"}  # SGLang has no such flag
 # Run-directory folders that hold weights a server may be told to load: disk weight updates
 # (weight_sync.disk_update_path), recovery checkpoints (checkpoint.checkpoint_root) and saved
@@ -49,22 +63,39 @@ def server_flags(cfg: SGLangConfig, *, port: int, kind: str) -> list[str]:
     return args + ["--port", str(port)]
 
 
-def indexed_server_command(cfg, index: int, *, port: int, kind: str, facts,
-                           warnings: list[str] | None = None) -> list[str]:
+def indexed_server_command(
+    cfg, index: int, *, port: int, kind: str, facts, warnings: list[str] | None = None
+) -> list[str]:
     """The command of the run's server `index` (an ExperimentConfig, HostFacts): each server its
     own sampling seed (identical seeds give identical samples inside a GRPO group), and disk
     weight loads limited to the run's folders (built-in server)."""
-    server_cfg = cfg.sglang.model_copy(update={
-        "random_seed": cfg.sglang.random_seed + index,
-        "weight_dirs": [*run_weight_dirs(cfg.run_dir), *cfg.sglang.weight_dirs]})
-    return server_command(server_cfg, port=port, kind=kind, python=facts.python,
-                          sglang_version=facts.sglang_version, sglang_flags=facts.sglang_flags,
-                          warnings=warnings)
+    server_cfg = cfg.sglang.model_copy(
+        update={
+            "random_seed": cfg.sglang.random_seed + index,
+            "weight_dirs": [*run_weight_dirs(cfg.run_dir), *cfg.sglang.weight_dirs],
+        }
+    )
+    return server_command(
+        server_cfg,
+        port=port,
+        kind=kind,
+        python=facts.python,
+        sglang_version=facts.sglang_version,
+        sglang_flags=facts.sglang_flags,
+        warnings=warnings,
+    )
 
 
-def server_command(cfg: SGLangConfig, *, port: int, kind: str, python: str,
-                   sglang_version: str | None = None, sglang_flags: frozenset[str] | None = None,
-                   warnings: list[str] | None = None) -> list[str]:
+def server_command(
+    cfg: SGLangConfig,
+    *,
+    port: int,
+    kind: str,
+    python: str,
+    sglang_version: str | None = None,
+    sglang_flags: frozenset[str] | None = None,
+    warnings: list[str] | None = None,
+) -> list[str]:
     flags = server_flags(cfg, port=port, kind=kind)
     if kind == "sglang":
         check_sglang_version(sglang_version)
@@ -74,17 +105,32 @@ def server_command(cfg: SGLangConfig, *, port: int, kind: str, python: str,
 
 def check_sglang_version(version: str | None) -> None:
     if version is None:
-        raise ConfigError([ConfigIssue("rollout.server", "sglang", "sglang is not installed",
-                                       "pip install 'sglang>=0.4.9.post2' on a GPU machine, or set "
-                                       "rollout.server=builtin (or auto)")])
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    "rollout.server",
+                    "sglang",
+                    "sglang is not installed",
+                    "pip install 'sglang>=0.4.9.post2' on a GPU machine, or set rollout.server=builtin (or auto)",
+                )
+            ]
+        )
     if _version_key(version) < _version_key(MIN_SGLANG):
-        raise ConfigError([ConfigIssue("rollout.server", "sglang",
-                                       f"installed sglang {version} is older than {MIN_SGLANG}",
-                                       f"pip install -U 'sglang>={MIN_SGLANG}'")])
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    "rollout.server",
+                    "sglang",
+                    f"installed sglang {version} is older than {MIN_SGLANG}",
+                    f"pip install -U 'sglang>={MIN_SGLANG}'",
+                )
+            ]
+        )
 
 
-def drop_unknown_flags(flags: list[str], known: frozenset[str] | None, version: str | None,
-                       warnings: list[str] | None) -> list[str]:
+def drop_unknown_flags(
+    flags: list[str], known: frozenset[str] | None, version: str | None, warnings: list[str] | None
+) -> list[str]:
     """Remove flags (with their value) the installed sglang lacks; each drop is a warning."""
     if known is None:
         return flags
@@ -93,7 +139,7 @@ def drop_unknown_flags(flags: list[str], known: frozenset[str] | None, version: 
         flag = flags[i]
         has_value = i + 1 < len(flags) and not flags[i + 1].startswith("--")
         if flag in known:
-            out += flags[i:i + 1 + has_value]
+            out += flags[i : i + 1 + has_value]
         elif warnings is not None:
             warnings.append(f"sglang {version} has no flag {flag}; it is dropped from the server command")
         i += 1 + has_value

@@ -28,9 +28,15 @@ TINY_PRESETS: dict[str, dict] = {
     # Chat agents (the CPU agent run, OpenAI-API tests): printable ASCII, so JSON tool calls are
     # words it can write, ChatML's <|im_start|> / <|im_end|> (the end of turn) as whole tokens,
     # the chatml_tools template, and room for a conversation.
-    "chat": {"charset": "".join(chr(c) for c in range(32, 127)) + "\n", "hidden_size": 64,
-             "num_layers": 2, "max_position": 4096, "chat_template": "chatml_tools",
-             "eos": "<|im_end|>", "extra_specials": ("<|im_start|>",)},
+    "chat": {
+        "charset": "".join(chr(c) for c in range(32, 127)) + "\n",
+        "hidden_size": 64,
+        "num_layers": 2,
+        "max_position": 4096,
+        "chat_template": "chatml_tools",
+        "eos": "<|im_end|>",
+        "extra_specials": ("<|im_start|>",),
+    },
 }
 
 
@@ -52,8 +58,7 @@ def resolve_model_path(path: str, *, seed: int = 0) -> str:
         return path
     preset = path.split(":", 1)[1]
     if preset not in TINY_PRESETS:
-        raise ValueError(f"model path '{path}': unknown tiny preset '{preset}'; "
-                         f"choose one of {sorted(TINY_PRESETS)}")
+        raise ValueError(f"model path '{path}': unknown tiny preset '{preset}'; choose one of {sorted(TINY_PRESETS)}")
 
     def build(tmp: Path) -> None:
         from .tiny import make_tiny_model_dir
@@ -91,6 +96,8 @@ def model_load_error(key: str, path: str, error: BaseException) -> str:
     checksum, so bytes changed inside tensor data load without an error."""
     lines = str(error).strip().splitlines()
     cause = f"{type(error).__name__}: {lines[0] if lines else ''}"[:500]
-    return (f"{key}={path}: the model cannot be loaded ({cause}). {key} must be a complete Hugging Face "
-            "folder (config.json and the *.safetensors files save_pretrained writes, e.g. a models/<step> "
-            f"folder the trainer saved): copy or save it again, or point {key} at another folder")
+    return (
+        f"{key}={path}: the model cannot be loaded ({cause}). {key} must be a complete Hugging Face "
+        "folder (config.json and the *.safetensors files save_pretrained writes, e.g. a models/<step> "
+        f"folder the trainer saved): copy or save it again, or point {key} at another folder"
+    )

@@ -15,14 +15,33 @@ from pathlib import Path
 
 # Public config values of the Qwen2.5 base models (config.json on the hub).
 SHAPES = {
-    "qwen2.5-0.5b": dict(hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
-                         num_key_value_heads=2, intermediate_size=4864, vocab_size=151936,
-                         tie_word_embeddings=True),
-    "qwen2.5-1.5b": dict(hidden_size=1536, num_hidden_layers=28, num_attention_heads=12,
-                         num_key_value_heads=2, intermediate_size=8960, vocab_size=151936,
-                         tie_word_embeddings=True),
-    "tiny": dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                 intermediate_size=256, vocab_size=512, tie_word_embeddings=True),
+    "qwen2.5-0.5b": dict(
+        hidden_size=896,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        intermediate_size=4864,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+    ),
+    "qwen2.5-1.5b": dict(
+        hidden_size=1536,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        intermediate_size=8960,
+        vocab_size=151936,
+        tie_word_embeddings=True,
+    ),
+    "tiny": dict(
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=256,
+        vocab_size=512,
+        tie_word_embeddings=True,
+    ),
 }
 
 
@@ -42,8 +61,7 @@ def build_model_dir(shape: str, root: Path, dtype: str = "bfloat16") -> tuple[st
     tok_dir = make_tiny_model_dir(root / "tokenizer")
     model_dir = root / shape
     if not (model_dir / "config.json").exists():
-        config = Qwen2Config(max_position_embeddings=32768, rope_theta=1e6, rms_norm_eps=1e-6,
-                             **SHAPES[shape])
+        config = Qwen2Config(max_position_embeddings=32768, rope_theta=1e6, rms_norm_eps=1e-6, **SHAPES[shape])
         torch.manual_seed(0)
         model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
         model.save_pretrained(model_dir)

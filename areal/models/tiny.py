@@ -18,13 +18,16 @@ DEFAULT_CHARSET = "0123456789+-*=#?: \nabcdefghijklmnopqrstuvwxyz"
 PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"
 # Prompts go through a chat template like any instruct model; this one is minimal on purpose so
 # a tiny model spends no capacity on it.
-CHAT_TEMPLATE = (
-    "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}"
-)
+CHAT_TEMPLATE = "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}"
 
 
-def build_char_tokenizer(charset: str = DEFAULT_CHARSET, *, chat_template: str = CHAT_TEMPLATE,
-                         eos: str = EOS, extra_specials: tuple[str, ...] = ()):
+def build_char_tokenizer(
+    charset: str = DEFAULT_CHARSET,
+    *,
+    chat_template: str = CHAT_TEMPLATE,
+    eos: str = EOS,
+    extra_specials: tuple[str, ...] = (),
+):
     """A PreTrainedTokenizerFast with one token per character plus pad/bos/eos and
     `extra_specials` (whole special tokens, e.g. ChatML's `<|im_start|>`)."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
@@ -40,17 +43,29 @@ def build_char_tokenizer(charset: str = DEFAULT_CHARSET, *, chat_template: str =
     if extra_specials:  # matched whole, before the split into characters
         core.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
     tok = PreTrainedTokenizerFast(
-        tokenizer_object=core, pad_token=PAD, bos_token=BOS, eos_token=eos,
+        tokenizer_object=core,
+        pad_token=PAD,
+        bos_token=BOS,
+        eos_token=eos,
         **({"additional_special_tokens": list(extra_specials)} if extra_specials else {}),
     )
     tok.chat_template = chat_template
     return tok
 
 
-def tiny_model_config(vocab_size: int, *, hidden_size: int = 64, num_layers: int = 2,
-                      num_heads: int = 4, num_kv_heads: int = 2, max_position: int = 512,
-                      tie_word_embeddings: bool = True, bos_token_id: int = 1,
-                      eos_token_id: int = 2, pad_token_id: int = 0):
+def tiny_model_config(
+    vocab_size: int,
+    *,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    max_position: int = 512,
+    tie_word_embeddings: bool = True,
+    bos_token_id: int = 1,
+    eos_token_id: int = 2,
+    pad_token_id: int = 0,
+):
     """A Llama config scaled down to CPU size.
 
     Llama rather than Qwen2: transformers 5 forces Qwen2's byte-level tokenizer class onto any
@@ -73,9 +88,17 @@ def tiny_model_config(vocab_size: int, *, hidden_size: int = 64, num_layers: int
     )
 
 
-def make_tiny_model_dir(path: str | Path, *, charset: str = DEFAULT_CHARSET, seed: int = 0,
-                        dtype: str = "float32", chat_template: str | None = None, eos: str = EOS,
-                        extra_specials: tuple[str, ...] = (), **config_kwargs) -> Path:
+def make_tiny_model_dir(
+    path: str | Path,
+    *,
+    charset: str = DEFAULT_CHARSET,
+    seed: int = 0,
+    dtype: str = "float32",
+    chat_template: str | None = None,
+    eos: str = EOS,
+    extra_specials: tuple[str, ...] = (),
+    **config_kwargs,
+) -> Path:
     """Write a random-weight tiny Llama model and its tokenizer to `path`; returns the path.
 
     `chat_template` is Jinja text or a built-in name of areal.chat.template (`chatml_tools`);
@@ -94,11 +117,13 @@ def make_tiny_model_dir(path: str | Path, *, charset: str = DEFAULT_CHARSET, see
         from areal.chat.template import resolve_chat_template
 
         template = resolve_chat_template(chat_template, key="chat_template")
-    tok = build_char_tokenizer(charset, chat_template=template, eos=eos,
-                               extra_specials=tuple(extra_specials))
+    tok = build_char_tokenizer(charset, chat_template=template, eos=eos, extra_specials=tuple(extra_specials))
     config = tiny_model_config(
-        len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id, **config_kwargs,
+        len(tok),
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        **config_kwargs,
     )
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, dtype))
@@ -115,8 +140,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--num-layers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    out = make_tiny_model_dir(args.path, hidden_size=args.hidden_size,
-                              num_layers=args.num_layers, seed=args.seed)
+    out = make_tiny_model_dir(args.path, hidden_size=args.hidden_size, num_layers=args.num_layers, seed=args.seed)
     print(out)
 
 

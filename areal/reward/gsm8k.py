@@ -156,8 +156,7 @@ def reference_solution(fields: dict) -> str:
     )
 
 
-def gsm8k_reward(prompt: str, completion: str, prompt_ids=None, completion_ids=None,
-                 **data) -> float:
+def gsm8k_reward(prompt: str, completion: str, prompt_ids=None, completion_ids=None, **data) -> float:
     """1.0 when the completion's final answer equals the sample's reference number, else 0.0."""
     target = reference_solution(data)
     boxed = _last_boxed(completion)

@@ -54,8 +54,7 @@ def resolve_reward_fn(spec: str) -> Callable[..., float]:
         raise ValueError(f"reward spec must be a non-empty string, got {spec!r}")
     if ":" not in spec and spec not in BUILTIN_REWARDS:
         raise ValueError(
-            f"unknown reward {spec!r}: use one of {sorted(BUILTIN_REWARDS)} or an import path "
-            "'package.module:function'"
+            f"unknown reward {spec!r}: use one of {sorted(BUILTIN_REWARDS)} or an import path 'package.module:function'"
         )
     fn = import_object(BUILTIN_REWARDS.get(spec, spec), kind="reward function")
     if not callable(fn):

@@ -87,8 +87,9 @@ class RewardRunner:
     the reward's own run time, not time spent queueing.
     """
 
-    def __init__(self, spec: str, timeout_s: float, max_workers: int = 2,
-                 startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S):
+    def __init__(
+        self, spec: str, timeout_s: float, max_workers: int = 2, startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S
+    ):
         if timeout_s <= 0:
             raise ValueError(f"reward timeout must be > 0 seconds, got {timeout_s}")
         if max_workers < 1:
@@ -149,8 +150,7 @@ class RewardRunner:
         if not pending:
             return
         all_started = asyncio.gather(*pending, return_exceptions=True)
-        await asyncio.wait([call, all_started], timeout=self.startup_timeout_s,
-                           return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait([call, all_started], timeout=self.startup_timeout_s, return_when=asyncio.FIRST_COMPLETED)
 
     def _start_pool(self) -> None:
         """A fresh pool whose workers all start (and import the reward) right away."""
@@ -162,7 +162,9 @@ class RewardRunner:
         self.n_timeouts += 1
         logger.warning(
             "reward %r ran past %.1fs: scored 0.0, worker killed and pool restarted (%d timeouts so far)",
-            self.spec, self.timeout_s, self.n_timeouts,
+            self.spec,
+            self.timeout_s,
+            self.n_timeouts,
         )
         self._replace_pool(generation)
 
@@ -188,8 +190,13 @@ class RewardRunner:
         self.close()
 
 
-def run_reward_with_timeout(fn: str | Callable[..., Any], timeout_s: float, *args,
-                            startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S, **kwargs) -> float:
+def run_reward_with_timeout(
+    fn: str | Callable[..., Any],
+    timeout_s: float,
+    *args,
+    startup_timeout_s: float = DEFAULT_STARTUP_TIMEOUT_S,
+    **kwargs,
+) -> float:
     """One reward call in a fresh worker process: its value, or 0.0 with a warning on timeout.
 
     `fn` is a reward spec or a picklable module-level function. Starting a process per call
@@ -201,8 +208,7 @@ def run_reward_with_timeout(fn: str | Callable[..., Any], timeout_s: float, *arg
         try:
             return pool.submit(_call_in_worker, fn, args, kwargs).result(timeout=timeout_s)
         except TimeoutError:
-            logger.warning("reward %s ran past %.1fs: scored 0.0 and its worker was killed",
-                           _name(fn), timeout_s)
+            logger.warning("reward %s ran past %.1fs: scored 0.0 and its worker was killed", _name(fn), timeout_s)
             return 0.0
     finally:
         _kill_pool(pool)

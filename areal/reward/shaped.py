@@ -46,14 +46,12 @@ def _target(data: dict) -> int:
         ) from None
 
 
-def arith_shaped_reward(prompt: str, completion: str, prompt_ids=None, completion_ids=None,
-                        **data) -> float:
+def arith_shaped_reward(prompt: str, completion: str, prompt_ids=None, completion_ids=None, **data) -> float:
     """1 for the exact answer, up to 0.5 for a close well-formed integer, else 0 (see module)."""
     return _closeness_reward(completion, data, reach=10.0)
 
 
-def arith_near_reward(prompt: str, completion: str, prompt_ids=None, completion_ids=None,
-                      **data) -> float:
+def arith_near_reward(prompt: str, completion: str, prompt_ids=None, completion_ids=None, **data) -> float:
     """1 for the exact answer, 0.5 x (1 - |pred - target| / 3) for a well-formed integer within 2
     of it, else 0: the demo's reward.
 
@@ -76,7 +74,6 @@ def _closeness_reward(completion: str, data: dict, *, reach: float) -> float:
     return 0.5 * max(0.0, 1.0 - abs(pred - target) / reach)
 
 
-def arith_exact_reward(prompt: str, completion: str, prompt_ids=None, completion_ids=None,
-                       **data) -> float:
+def arith_exact_reward(prompt: str, completion: str, prompt_ids=None, completion_ids=None, **data) -> float:
     """1 for the exact well-formed answer, else 0: the accuracy the demo reports."""
     return 1.0 if parse_arith_completion(completion) == _target(data) else 0.0

@@ -23,8 +23,10 @@ def concat_padded(trajectories: list[dict[str, Any]]) -> dict[str, Any]:
     keys = list(trajectories[0])
     for i, t in enumerate(trajectories):
         if set(t) != set(keys):
-            raise ValueError(f"trajectory {i} has keys {sorted(t)} but trajectory 0 has {sorted(keys)}; "
-                             "a workflow must return the same keys for every episode")
+            raise ValueError(
+                f"trajectory {i} has keys {sorted(t)} but trajectory 0 has {sorted(keys)}; "
+                "a workflow must return the same keys for every episode"
+            )
     width = max((t[k].shape[1] for t in trajectories for k in keys if t[k].dim() >= 2), default=0)
     out = {}
     for k in keys:
@@ -60,7 +62,7 @@ def pad_sequences(rows: list[list], value, dtype) -> "Any":
         return pad_sequences(rows, value, torch.float32).to(dtype)
     out = np.full((len(rows), width), value, dtype=torch.empty((), dtype=dtype).numpy().dtype)
     for i, row in enumerate(rows):
-        out[i, :len(row)] = row
+        out[i, : len(row)] = row
     return torch.from_numpy(out)
 
 
@@ -69,5 +71,8 @@ STAT_PREFIX = "stat/"  # per-sample figures a workflow adds to its rows, e.g. st
 
 def sample_stats(batch: dict[str, Any]) -> dict[str, float]:
     """The mean of each per-sample figure of a batch (keys `stat/<name>`) as `rollout/<name>`."""
-    return {f"rollout/{key.removeprefix(STAT_PREFIX)}": float(value.float().mean())
-            for key, value in batch.items() if key.startswith(STAT_PREFIX) and value.numel()}
+    return {
+        f"rollout/{key.removeprefix(STAT_PREFIX)}": float(value.float().mean())
+        for key, value in batch.items()
+        if key.startswith(STAT_PREFIX) and value.numel()
+    }

@@ -71,8 +71,7 @@ class RolloutError(RuntimeError):
         self.error = error
         text = repr(data)
         text = text if len(text) <= 500 else text[:500] + "..."
-        super().__init__(f"workflow {type(workflow).__name__} failed on record {text}: "
-                         f"{type(error).__name__}: {error}")
+        super().__init__(f"workflow {type(workflow).__name__} failed on record {text}: {type(error).__name__}: {error}")
 
 
 @dataclass
@@ -105,8 +104,10 @@ class RolloutExecutor:
         if given, is an async context manager factory entered around the executor's event loop
         (RemoteSGLangEngine shares one HTTP session among its episodes this way)."""
         if config.consumer_batch_size is None:
-            raise ValueError("rollout.consumer_batch_size is null: set it (or train_dataset.batch_size, "
-                             "which it follows after validate_config)")
+            raise ValueError(
+                "rollout.consumer_batch_size is null: set it (or train_dataset.batch_size, "
+                "which it follows after validate_config)"
+            )
         self.engine = engine
         self._loop_scope = loop_scope
         self.consumer_batch_size = config.consumer_batch_size
@@ -138,15 +139,13 @@ class RolloutExecutor:
         self._wake: asyncio.Event | None = None
         self._loop_error: BaseException | None = None
         started = threading.Event()
-        self._thread = threading.Thread(target=self._thread_main, args=(started,),
-                                        name="rollout-executor", daemon=True)
+        self._thread = threading.Thread(target=self._thread_main, args=(started,), name="rollout-executor", daemon=True)
         self._thread.start()
         started.wait()
 
     # ---- public API -------------------------------------------------------------------------
 
-    def submit(self, data: Any, workflow: RolloutWorkflow,
-               should_accept: Callable[[dict], bool] | None = None) -> None:
+    def submit(self, data: Any, workflow: RolloutWorkflow, should_accept: Callable[[dict], bool] | None = None) -> None:
         """Queue one episode; it starts when the staleness and concurrency bounds allow."""
         self._enqueue(_Submission(data, workflow, should_accept, self._outputs, bounded=True))
 
@@ -200,9 +199,12 @@ class RolloutExecutor:
         last = taken[-1].seq
         dropped = [r for r in self._rejected if r.seq < last]
         self._rejected = [r for r in self._rejected if r.seq > last]
-        self._last_batch_stats = {"groups": len(taken), "dropped_groups": len(dropped),
-                                  "dropped_samples": sum(r.dropped_rows for r in dropped),
-                                  "kept_past_limit": sum(r.kept_past_limit for r in taken)}
+        self._last_batch_stats = {
+            "groups": len(taken),
+            "dropped_groups": len(dropped),
+            "dropped_samples": sum(r.dropped_rows for r in dropped),
+            "kept_past_limit": sum(r.kept_past_limit for r in taken),
+        }
 
     def last_batch_stats(self) -> dict[str, int]:
         """For the batch `wait`/`prepare_batch` handed out last: `groups` (episodes in it),
@@ -211,8 +213,9 @@ class RolloutExecutor:
         should_accept rejected but rollout.max_overgeneration kept). {} before the first batch."""
         return dict(self._last_batch_stats)
 
-    def prepare_batch(self, dataloader: Iterable, workflow: RolloutWorkflow,
-                      should_accept: Callable[[dict], bool] | None = None) -> dict[str, Any]:
+    def prepare_batch(
+        self, dataloader: Iterable, workflow: RolloutWorkflow, should_accept: Callable[[dict], bool] | None = None
+    ) -> dict[str, Any]:
         """One consumer batch, keeping enough episodes queued that generation never idles.
 
         `dataloader` yields batches (lists of records, or single dict records) and is cycled
@@ -231,8 +234,9 @@ class RolloutExecutor:
                 where = _position_of_last_batch(dataloader)
                 for offset, record in enumerate(_records(batch)):
                     origin = None if where is None else {**where, "offset": where["offset"] + offset}
-                    self._enqueue(_Submission(record, workflow, should_accept, self._outputs,
-                                              bounded=True, origin=origin))
+                    self._enqueue(
+                        _Submission(record, workflow, should_accept, self._outputs, bounded=True, origin=origin)
+                    )
             try:
                 return self.wait(self.consumer_batch_size, timeout=_PREPARE_WAIT_S)
             except TimeoutError:
@@ -255,8 +259,13 @@ class RolloutExecutor:
             "staleness bound (rollout.max_head_offpolicyness=%d, consumer_batch_size %d) admits no "
             "more episodes at weight version %d. The version advances when the trainer updates the "
             "weights (engine.update_weights / set_version after each training step); a loop that "
-            "never does this waits for ever.", now - since, s["queued"], self.max_head_offpolicyness,
-            self.consumer_batch_size, version)
+            "never does this waits for ever.",
+            now - since,
+            s["queued"],
+            self.max_head_offpolicyness,
+            self.consumer_batch_size,
+            version,
+        )
         return now
 
     def resume_state(self) -> dict | None:
@@ -267,8 +276,9 @@ class RolloutExecutor:
         with self._lock:
             return dict(self._origins[min(self._origins)]) if self._origins else None
 
-    def rollout_batch(self, data: list[Any], workflow: RolloutWorkflow,
-                      should_accept: Callable[[dict], bool] | None = None) -> dict[str, Any]:
+    def rollout_batch(
+        self, data: list[Any], workflow: RolloutWorkflow, should_accept: Callable[[dict], bool] | None = None
+    ) -> dict[str, Any]:
         """Run exactly these records and return their accepted episodes in input order.
 
         Synchronous (the caller waits, so no sample goes stale): only the concurrency bound
@@ -299,10 +309,15 @@ class RolloutExecutor:
     def stats(self) -> dict[str, int]:
         """Counters of the staleness bound (a snapshot)."""
         with self._lock:
-            return {"queued": len(self._inputs), "running": self._running,
-                    "running_bounded": self._running_bounded, "accepted": self._accepted,
-                    "ready": len(self._ready), "peak_running": self._peak["running"],
-                    "peak_started": self._peak["started"]}
+            return {
+                "queued": len(self._inputs),
+                "running": self._running,
+                "running_bounded": self._running_bounded,
+                "accepted": self._accepted,
+                "ready": len(self._ready),
+                "peak_running": self._peak["running"],
+                "peak_started": self._peak["started"],
+            }
 
     def destroy(self) -> None:
         """Cancel running episodes and stop the loop thread."""
@@ -322,7 +337,7 @@ class RolloutExecutor:
             started.set()
 
     async def _main(self, started: threading.Event) -> None:
-        async with (self._loop_scope() if self._loop_scope else contextlib.nullcontext()):
+        async with self._loop_scope() if self._loop_scope else contextlib.nullcontext():
             await self._serve(started)
 
     async def _serve(self, started: threading.Event) -> None:
@@ -359,10 +374,14 @@ class RolloutExecutor:
             waiting: deque[_Submission] = deque()  # bounded ones held back by the staleness bound
             while self._inputs and self._running < self.max_concurrent:
                 sub = self._inputs.popleft()
-                room = capacity(version=version, max_head_offpolicyness=self.max_head_offpolicyness,
-                                consumer_batch_size=self.consumer_batch_size,
-                                max_concurrent=self.max_concurrent - (self._running - self._running_bounded),
-                                running=self._running_bounded, accepted=self._accepted)
+                room = capacity(
+                    version=version,
+                    max_head_offpolicyness=self.max_head_offpolicyness,
+                    consumer_batch_size=self.consumer_batch_size,
+                    max_concurrent=self.max_concurrent - (self._running - self._running_bounded),
+                    running=self._running_bounded,
+                    accepted=self._accepted,
+                )
                 if sub.bounded and (waiting or room <= 0):
                     waiting.append(sub)
                     continue
@@ -403,16 +422,29 @@ class RolloutExecutor:
                 self._unfinished.discard(sub.seq)
                 if trajectory is None and error is None:
                     self._origins.pop(sub.seq, None)  # dropped: nothing to redo after recovery
-                sub.sink.put(_Result(sub.created, sub.seq, sub.data, sub.workflow, trajectory, error,
-                                     dropped_rows=dropped_rows, kept_past_limit=kept_past_limit))
+                sub.sink.put(
+                    _Result(
+                        sub.created,
+                        sub.seq,
+                        sub.data,
+                        sub.workflow,
+                        trajectory,
+                        error,
+                        dropped_rows=dropped_rows,
+                        kept_past_limit=kept_past_limit,
+                    )
+                )
             if warn:
                 logger.warning(
                     "%d groups were dropped since the last batch (should_accept, e.g. rollout.dynamic_sampling), "
                     "the bound rollout.max_overgeneration=%g x consumer_batch_size %d: the next groups are kept "
                     "whatever their rewards until this batch is handed out. If this repeats, the prompts give "
                     "all-equal rewards too often: raise rollout.max_overgeneration, change the data or "
-                    "gconfig.n_samples, or set rollout.dynamic_sampling=false.", self.max_dropped,
-                    self.max_overgeneration, self.consumer_batch_size)
+                    "gconfig.n_samples, or set rollout.dynamic_sampling=false.",
+                    self.max_dropped,
+                    self.max_overgeneration,
+                    self.consumer_batch_size,
+                )
             self._wake.set()
 
     # ---- helpers ----------------------------------------------------------------------------
@@ -442,8 +474,9 @@ class RolloutExecutor:
         with self._lock:
             return len(self._inputs) + self._running
 
-    def _next_result(self, source: queue.Queue, deadline: float | None, count: int,
-                     ready: int | None = None) -> _Result:
+    def _next_result(
+        self, source: queue.Queue, deadline: float | None, count: int, ready: int | None = None
+    ) -> _Result:
         """The next result from `source`; raises if the deadline passes or the loop died."""
         while True:
             if self._loop_error is not None or not self._thread.is_alive():
@@ -455,7 +488,8 @@ class RolloutExecutor:
                     f"only {len(self._ready) if ready is None else ready} of {count} rollouts "
                     f"were ready in time "
                     f"(queued={s['queued']}, running={s['running']}, accepted={s['accepted']}, "
-                    f"version={self.engine.get_version()}, paused={self.paused})")
+                    f"version={self.engine.get_version()}, paused={self.paused})"
+                )
             try:
                 return source.get(timeout=wait)
             except queue.Empty:
@@ -480,8 +514,11 @@ def _position_of_last_batch(dataloader) -> dict | None:
     state = dataloader.state_dict() if hasattr(dataloader, "state_dict") else None
     if not isinstance(state, dict) or not {"epoch", "position"} <= state.keys():
         return None
-    return {"epoch": int(state["epoch"]), "position": int(state["position"]) - 1,
-            "offset": int(getattr(dataloader, "last_batch_offset", 0))}
+    return {
+        "epoch": int(state["epoch"]),
+        "position": int(state["position"]) - 1,
+        "offset": int(getattr(dataloader, "last_batch_offset", 0)),
+    }
 
 
 def _n_rows(trajectory: dict) -> int:

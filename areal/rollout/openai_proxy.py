@@ -95,15 +95,23 @@ class Episode:
             raise RequestError(
                 f"this episode has made {self.started} model calls and may make "
                 f"{self.max_calls} (workflow.agent.max_calls); raise it or let the agent stop "
-                "sooner.", code="episode_call_limit", status=429)
+                "sooner.",
+                code="episode_call_limit",
+                status=429,
+            )
         self.started += n
 
     def chat_parent(self, history: list[tuple], context: tuple) -> Call | None:
         """The latest call whose messages and reply open `history` (followed by more)."""
         for call in reversed(self.calls):
             k = len(call.history or ())
-            if (call.history is not None and call.context == context and len(history) > k
-                    and tuple(history[:k]) == call.history and history[k] == call.reply):
+            if (
+                call.history is not None
+                and call.context == context
+                and len(history) > k
+                and tuple(history[:k]) == call.history
+                and history[k] == call.reply
+            ):
                 return call
         return None
 
@@ -112,15 +120,24 @@ class Episode:
         best, size = None, 0
         for i, call in enumerate(self.calls):
             seq = call.sequence
-            if size < len(seq) < len(prompt_ids) and prompt_ids[:len(seq)] == seq:
+            if size < len(seq) < len(prompt_ids) and prompt_ids[: len(seq)] == seq:
                 best, size = i, len(seq)
         return best
 
 
 class OpenAIProxy:
-    def __init__(self, engine, tokenizer, gconfig, *, chat_template: str | None = None,
-                 context_length: int | None = None, max_calls: int | None = None,
-                 host: str = "127.0.0.1", model_name: str = "areal-policy"):
+    def __init__(
+        self,
+        engine,
+        tokenizer,
+        gconfig,
+        *,
+        chat_template: str | None = None,
+        context_length: int | None = None,
+        max_calls: int | None = None,
+        host: str = "127.0.0.1",
+        model_name: str = "areal-policy",
+    ):
         """`engine`: an InferenceEngine (agenerate); `tokenizer`: the policy's; `gconfig`: the
         run's GenerationConfig; `chat_template`: Jinja text replacing the tokenizer's."""
         self.engine, self.tokenizer, self.gconfig = engine, tokenizer, gconfig
@@ -178,22 +195,25 @@ class OpenAIProxy:
         except web.HTTPException as exc:
             if exc.status < 400:
                 raise
-            return web.json_response(error_body(f"{request.method} {request.path}: {exc.reason}",
-                                                status=exc.status), status=exc.status)
+            return web.json_response(
+                error_body(f"{request.method} {request.path}: {exc.reason}", status=exc.status), status=exc.status
+            )
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a failed generation: the agent sees it, the proxy stays up
             logger.exception("OpenAI proxy: %s failed", request.path)
-            return web.json_response(error_body(f"{request.path}: {type(exc).__name__}: {exc}",
-                                                status=500), status=500)
+            return web.json_response(error_body(f"{request.path}: {type(exc).__name__}: {exc}", status=500), status=500)
 
     def _episode_of(self, request: web.Request) -> Episode:
         auth = request.headers.get("Authorization", "")
         episode = self._episodes.get(auth.removeprefix("Bearer ").strip())
         if episode is None:
-            raise RequestError("unknown API key: each episode's key works while the episode runs; "
-                               "use the client the agent workflow hands to run(client, data).",
-                               code="invalid_api_key", status=401)
+            raise RequestError(
+                "unknown API key: each episode's key works while the episode runs; "
+                "use the client the agent workflow hands to run(client, data).",
+                code="invalid_api_key",
+                status=401,
+            )
         return episode
 
     async def _json(self, request: web.Request):
@@ -204,8 +224,9 @@ class OpenAIProxy:
 
     async def _models(self, request: web.Request) -> web.Response:
         self._episode_of(request)
-        return web.json_response({"object": "list", "data": [
-            {"id": self.model_name, "object": "model", "created": 0, "owned_by": "areal"}]})
+        return web.json_response(
+            {"object": "list", "data": [{"id": self.model_name, "object": "model", "created": 0, "owned_by": "areal"}]}
+        )
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         episode = self._episode_of(request)
@@ -217,8 +238,14 @@ class OpenAIProxy:
         replies = [parse_generation(req, g) for g in gens]
         for gen, resp, parsed in zip(gens, resps, replies):
             episode.calls.append(_call(resp, gen, parsed, parent, tuple(history), context))
-        body = chat_response(req, gens, replies, prompt_ids=prompt_ids, rid=new_id("chatcmpl"),
-                             weight_version=self._served_version(resps))
+        body = chat_response(
+            req,
+            gens,
+            replies,
+            prompt_ids=prompt_ids,
+            rid=new_id("chatcmpl"),
+            weight_version=self._served_version(resps),
+        )
         return await reply(request, body, chat_chunks(body, req.include_usage) if req.stream else None)
 
     async def _completions(self, request: web.Request) -> web.StreamResponse:
@@ -229,8 +256,9 @@ class OpenAIProxy:
         gens, resps = await self._generate(episode, prompt_ids, req.sampling, req.n, req.logprobs)
         for gen, resp in zip(gens, resps):
             episode.calls.append(_call(resp, gen, ParsedReply(gen.text, None), parent, None, None))
-        body = completion_response(req, gens, prompt_ids=prompt_ids, rid=new_id("cmpl"),
-                                   weight_version=self._served_version(resps))
+        body = completion_response(
+            req, gens, prompt_ids=prompt_ids, rid=new_id("cmpl"), weight_version=self._served_version(resps)
+        )
         return await reply(request, body, completion_chunks(body, req.include_usage) if req.stream else None)
 
     def _served_version(self, resps: list[ModelResponse]) -> str:
@@ -241,8 +269,9 @@ class OpenAIProxy:
 
     # ---- prompts and generation ---------------------------------------------------------------
 
-    def _chat_prompt(self, episode: Episode, req: ChatRequest, history: list[tuple],
-                     context: tuple) -> tuple[list[int], int | None]:
+    def _chat_prompt(
+        self, episode: Episode, req: ChatRequest, history: list[tuple], context: tuple
+    ) -> tuple[list[int], int | None]:
         """Prompt ids and the parent call: built on the parent's tokens when the request
         continues it, else rendered afresh."""
         parent = episode.chat_parent(history, context)
@@ -250,18 +279,29 @@ class OpenAIProxy:
             k = len(parent.history)
             ended = parent.finish_reason in ("stop", "tool_calls") and parent.output_ids
             after = continuation_text(
-                self.tokenizer, req.messages[:k], req.messages[k + 1:],
+                self.tokenizer,
+                req.messages[:k],
+                req.messages[k + 1 :],
                 ended_with=self.tokenizer.decode(parent.output_ids[-1:]) if ended else None,
-                tools=req.tools, template_kwargs=req.template_kwargs, chat_template=self.chat_template)
+                tools=req.tools,
+                template_kwargs=req.template_kwargs,
+                chat_template=self.chat_template,
+            )
             if after is not None:
                 return parent.sequence + encode_text(self.tokenizer, after), episode.calls.index(parent)
-        text = render_chat(self.tokenizer, req.messages, tools=req.tools,
-                           template_kwargs=req.template_kwargs, chat_template=self.chat_template)
+        text = render_chat(
+            self.tokenizer,
+            req.messages,
+            tools=req.tools,
+            template_kwargs=req.template_kwargs,
+            chat_template=self.chat_template,
+        )
         prompt_ids = encode_text(self.tokenizer, text)
         return prompt_ids, episode.token_parent(prompt_ids)
 
-    async def _generate(self, episode: Episode, prompt_ids: list[int], sampling: Sampling, n: int,
-                        logprobs: bool) -> tuple[list[Generation], list[ModelResponse]]:
+    async def _generate(
+        self, episode: Episode, prompt_ids: list[int], sampling: Sampling, n: int, logprobs: bool
+    ) -> tuple[list[Generation], list[ModelResponse]]:
         request = self._model_request(prompt_ids, sampling)
         episode.reserve(n)
         resps = await asyncio.gather(*(self.engine.agenerate(request.copy()) for _ in range(n)))
@@ -273,8 +313,14 @@ class OpenAIProxy:
             asked, run = getattr(s, name), getattr(g, name)
             if asked is not None and asked != run and (name, asked) not in self._warned:
                 self._warned.add((name, asked))
-                logger.warning("an agent asked for %s=%s; agent traffic samples with the run's "
-                               "gconfig.%s=%s (the trainer's logprobs assume it)", name, asked, name, run)
+                logger.warning(
+                    "an agent asked for %s=%s; agent traffic samples with the run's "
+                    "gconfig.%s=%s (the trainer's logprobs assume it)",
+                    name,
+                    asked,
+                    name,
+                    run,
+                )
         budget = g.max_new_tokens if s.max_tokens is None else min(s.max_tokens, g.max_new_tokens)
         if self.context_length is not None:
             room = self.context_length - len(prompt_ids) - 1
@@ -282,15 +328,22 @@ class OpenAIProxy:
                 raise RequestError(
                     f"the prompt has {len(prompt_ids)} tokens, which leaves no room in the "
                     f"context of {self.context_length} tokens (sglang.context_length); shorten "
-                    "the conversation.", param="messages", code="context_length_exceeded")
+                    "the conversation.",
+                    param="messages",
+                    code="context_length_exceeded",
+                )
             budget = min(budget, room)
         return ModelRequest(
-            input_ids=list(prompt_ids), max_new_tokens=budget,
+            input_ids=list(prompt_ids),
+            max_new_tokens=budget,
             min_new_tokens=min(max(s.min_tokens, g.min_new_tokens), budget),
-            temperature=g.temperature, top_p=g.top_p, top_k=g.top_k,
+            temperature=g.temperature,
+            top_p=g.top_p,
+            top_k=g.top_k,
             stop=list(dict.fromkeys([*g.stop, *s.stop])),
             stop_token_ids=sorted({*g.stop_token_ids, *s.stop_token_ids}),
-            ignore_eos=g.ignore_eos or s.ignore_eos)
+            ignore_eos=g.ignore_eos or s.ignore_eos,
+        )
 
     def _generation(self, resp: ModelResponse, s: Sampling, logprobs: bool) -> Generation:
         tok = self.tokenizer
@@ -299,10 +352,14 @@ class OpenAIProxy:
         if resp.stop_reason == "stop" and not s.no_stop_trim:
             text, matched = _trim_stop(text, [*self.gconfig.stop, *s.stop])
         return Generation(
-            output_ids=list(resp.output_tokens), text=text, finish_reason=resp.stop_reason,
+            output_ids=list(resp.output_tokens),
+            text=text,
+            finish_reason=resp.stop_reason,
             logprobs=list(resp.output_logprobs),
             token_texts=[tok.decode([t]) for t in resp.output_tokens] if logprobs else None,
-            matched_stop=matched, meta_info=_meta_info(resp, logprobs))
+            matched_stop=matched,
+            meta_info=_meta_info(resp, logprobs),
+        )
 
 
 def _context_key(req: ChatRequest) -> tuple:
@@ -318,14 +375,28 @@ def _trim_stop(text: str, stops: list[str]) -> tuple[str, str | None]:
     return text[:at], stop
 
 
-def _call(resp: ModelResponse, gen: Generation, parsed: ParsedReply, parent: int | None,
-          history: tuple | None, context: tuple | None) -> Call:
+def _call(
+    resp: ModelResponse,
+    gen: Generation,
+    parsed: ParsedReply,
+    parent: int | None,
+    history: tuple | None,
+    context: tuple | None,
+) -> Call:
     reason = "tool_calls" if parsed.tool_calls and gen.finish_reason == "stop" else gen.finish_reason
-    return Call(prompt_ids=list(resp.input_tokens), output_ids=list(resp.output_tokens),
-                logprobs=list(resp.output_logprobs), versions=list(resp.output_versions),
-                finish_reason=reason, parent=parent, tool_calls=len(parsed.tool_calls or ()),
-                malformed=parsed.malformed, history=history, context=context,
-                reply=reply_key(parsed.content, parsed.tool_calls) if history is not None else None)
+    return Call(
+        prompt_ids=list(resp.input_tokens),
+        output_ids=list(resp.output_tokens),
+        logprobs=list(resp.output_logprobs),
+        versions=list(resp.output_versions),
+        finish_reason=reason,
+        parent=parent,
+        tool_calls=len(parsed.tool_calls or ()),
+        malformed=parsed.malformed,
+        history=history,
+        context=context,
+        reply=reply_key(parsed.content, parsed.tool_calls) if history is not None else None,
+    )
 
 
 def _meta_info(resp: ModelResponse, logprobs: bool) -> dict:
@@ -334,10 +405,15 @@ def _meta_info(resp: ModelResponse, logprobs: bool) -> dict:
     for i, v in enumerate(resp.output_versions):
         if not spans or spans[-1][1] != str(v):
             spans.append([i, str(v)])
-    meta = {"id": resp.rid, "finish_reason": {"type": resp.stop_reason},
-            "prompt_tokens": resp.input_len, "completion_tokens": resp.output_len,
-            "weight_version": spans[-1][1] if spans else None, "output_version_spans": spans,
-            "e2e_latency": resp.latency}
+    meta = {
+        "id": resp.rid,
+        "finish_reason": {"type": resp.stop_reason},
+        "prompt_tokens": resp.input_len,
+        "completion_tokens": resp.output_len,
+        "weight_version": spans[-1][1] if spans else None,
+        "output_version_spans": spans,
+        "e2e_latency": resp.latency,
+    }
     if logprobs:
         meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(resp.output_logprobs, resp.output_tokens)]
     return meta

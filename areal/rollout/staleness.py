@@ -17,8 +17,15 @@ def staleness_limit(version: int, max_head_offpolicyness: int, consumer_batch_si
     return (max_head_offpolicyness + version + 1) * consumer_batch_size
 
 
-def capacity(*, version: int, max_head_offpolicyness: int, consumer_batch_size: int,
-             max_concurrent: int, running: int, accepted: int) -> int:
+def capacity(
+    *,
+    version: int,
+    max_head_offpolicyness: int,
+    consumer_batch_size: int,
+    max_concurrent: int,
+    running: int,
+    accepted: int,
+) -> int:
     """Rollouts that may start now without breaking either bound (never negative)."""
     by_concurrency = max_concurrent - running
     by_staleness = staleness_limit(version, max_head_offpolicyness, consumer_batch_size) - (running + accepted)

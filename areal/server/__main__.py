@@ -36,8 +36,11 @@ def build_state(args: ServerArgs):
     from areal.server.weights import WeightUpdater, weight_roots
 
     # tiny:<preset> names a model the project builds locally (CPU demo, tests)
-    args = dataclasses.replace(args, model_path=resolve_model_path(args.model_path),
-                               tokenizer_path=args.tokenizer_path and resolve_model_path(args.tokenizer_path))
+    args = dataclasses.replace(
+        args,
+        model_path=resolve_model_path(args.model_path),
+        tokenizer_path=args.tokenizer_path and resolve_model_path(args.tokenizer_path),
+    )
     runner = ModelRunner(args.model_path, args.dtype, args.device, args.random_seed)
     tokenizer = None
     eos_ids = runner.eos_token_ids()
@@ -49,39 +52,65 @@ def build_state(args: ServerArgs):
             eos_ids.add(int(tokenizer.eos_token_id))
     decode = None if tokenizer is None else (lambda ids: tokenizer.decode(ids))
     context = args.context_length or _model_context_length(runner.config)
-    budget = plan_kv_budget(runner, mem_fraction=args.mem_fraction_static,
-                            max_total_tokens=args.max_total_tokens,
-                            max_prefill_tokens=args.max_prefill_tokens, context_length=context,
-                            max_running=args.max_running_requests)
+    budget = plan_kv_budget(
+        runner,
+        mem_fraction=args.mem_fraction_static,
+        max_total_tokens=args.max_total_tokens,
+        max_prefill_tokens=args.max_prefill_tokens,
+        context_length=context,
+        max_running=args.max_running_requests,
+    )
     cap_process_memory(runner.device, budget.mem_fraction_static)
-    logger.info("KV cache budget: %d tokens (%s; %d bytes per token, weights %.2f GiB, headroom "
-                "%.2f GiB, %s x %.2f GiB)", budget.max_total_num_tokens, budget.limited_by,
-                budget.bytes_per_token, budget.weights_bytes / 2**30,
-                budget.headroom_bytes / 2**30, budget.mem_fraction_static,
-                budget.device_total_bytes / 2**30)
+    logger.info(
+        "KV cache budget: %d tokens (%s; %d bytes per token, weights %.2f GiB, headroom %.2f GiB, %s x %.2f GiB)",
+        budget.max_total_num_tokens,
+        budget.limited_by,
+        budget.bytes_per_token,
+        budget.weights_bytes / 2**30,
+        budget.headroom_bytes / 2**30,
+        budget.mem_fraction_static,
+        budget.device_total_bytes / 2**30,
+    )
     if budget.max_total_num_tokens < context:
-        logger.warning("the KV budget (%d tokens) is below the context length (%d): longer "
-                       "requests are refused", budget.max_total_num_tokens, context)
-    scheduler = Scheduler(runner, max_running=args.max_running_requests,
-                          max_prefill_tokens=args.max_prefill_tokens, decode=decode,
-                          max_total_tokens=budget.max_total_num_tokens)
+        logger.warning(
+            "the KV budget (%d tokens) is below the context length (%d): longer requests are refused",
+            budget.max_total_num_tokens,
+            context,
+        )
+    scheduler = Scheduler(
+        runner,
+        max_running=args.max_running_requests,
+        max_prefill_tokens=args.max_prefill_tokens,
+        decode=decode,
+        max_total_tokens=budget.max_total_num_tokens,
+    )
     offloader = WeightOffloader(runner)
     roots = weight_roots(args.model_path, args.weight_dirs)
-    logger.info("/update_weights_from_disk may load from %s%s", roots,
-                "" if args.weight_dirs else " (no --weight-dirs: the model's folder and the "
-                "default run root)")
-    return ServerState(args=args, runner=runner, tokenizer=tokenizer, scheduler=scheduler,
-                       updater=WeightUpdater(runner, offloader), context_length=context,
-                       weight_version=args.weight_version, eos_ids=eos_ids, weight_roots=roots,
-                       memory=MemoryOccupation(scheduler, offloader), kv_budget=budget)
+    logger.info(
+        "/update_weights_from_disk may load from %s%s",
+        roots,
+        "" if args.weight_dirs else " (no --weight-dirs: the model's folder and the default run root)",
+    )
+    return ServerState(
+        args=args,
+        runner=runner,
+        tokenizer=tokenizer,
+        scheduler=scheduler,
+        updater=WeightUpdater(runner, offloader),
+        context_length=context,
+        weight_version=args.weight_version,
+        eos_ids=eos_ids,
+        weight_roots=roots,
+        memory=MemoryOccupation(scheduler, offloader),
+        kv_budget=budget,
+    )
 
 
 def _model_context_length(config) -> int:
     text_config = config.get_text_config(decoder=True)
     value = getattr(text_config, "max_position_embeddings", None)
     if not value:
-        raise ValueError("The model config has no max_position_embeddings; pass "
-                         "--context-length.")
+        raise ValueError("The model config has no max_position_embeddings; pass --context-length.")
     return int(value)
 
 
@@ -100,9 +129,12 @@ async def serve(args: ServerArgs) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    print(f"The server is fired up and ready to roll! areal.server on "
-          f"http://{args.host}:{args.port} (model {args.model_path}, device "
-          f"{state.runner.device}, dtype {state.runner.dtype})", flush=True)
+    print(
+        f"The server is fired up and ready to roll! areal.server on "
+        f"http://{args.host}:{args.port} (model {args.model_path}, device "
+        f"{state.runner.device}, dtype {state.runner.dtype})",
+        flush=True,
+    )
     await stop.wait()
     logger.info("shutting down")
     # Answer in-flight requests (finish reason abort) before the HTTP side closes.
@@ -113,8 +145,7 @@ async def serve(args: ServerArgs) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # every weight update reloads the model: a progress bar per update would flood the run's log
     from transformers.utils import logging as hf_logging
 

@@ -113,7 +113,8 @@ async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict:
     if ctype is not None and not _is_json_type(request.content_type):
         raise UnsupportedMediaType(
             f"{request.path}: Content-Type {ctype!r} is not JSON; send the body as "
-            "application/json (curl: -H 'Content-Type: application/json').")
+            "application/json (curl: -H 'Content-Type: application/json')."
+        )
     limit = max_body_bytes(request.app["state"].context_length)
     if request.content_length is not None and request.content_length > limit:
         raise PayloadTooLarge(_too_large(request.path, request.content_length, limit))
@@ -138,22 +139,30 @@ def _is_json_type(content_type: str) -> bool:
 
 def _too_large(path: str, size: int | None, limit: int) -> str:
     what = f"{size} bytes" if size is not None else "the body"
-    return (f"{path}: {what} exceeds this server's request size limit of {limit} bytes "
-            f"({BODY_BYTES_PER_TOKEN} bytes per token of the context length, at least "
-            f"{MIN_BODY_BYTES}): no valid request is that large; send a shorter prompt.")
+    return (
+        f"{path}: {what} exceeds this server's request size limit of {limit} bytes "
+        f"({BODY_BYTES_PER_TOKEN} bytes per token of the context length, at least "
+        f"{MIN_BODY_BYTES}): no valid request is that large; send a shorter prompt."
+    )
 
 
 def build_app(state: ServerState) -> web.Application:
-    app = web.Application(middlewares=[_error_middleware, _auth_middleware(state.args.api_key)],
-                          client_max_size=max_body_bytes(state.context_length))
+    app = web.Application(
+        middlewares=[_error_middleware, _auth_middleware(state.args.api_key)],
+        client_max_size=max_body_bytes(state.context_length),
+    )
     app["state"] = state
     h = Handlers(state)
     add = app.router.add_route
-    for path, handler in (("/health", h.health), ("/health_generate", h.health_generate),
-                          ("/model_info", h.model_info), ("/get_model_info", h.model_info),
-                          ("/get_server_info", h.server_info),
-                          ("/get_weight_version", h.get_weight_version),
-                          ("/v1/models", h.models)):
+    for path, handler in (
+        ("/health", h.health),
+        ("/health_generate", h.health_generate),
+        ("/model_info", h.model_info),
+        ("/get_model_info", h.model_info),
+        ("/get_server_info", h.server_info),
+        ("/get_weight_version", h.get_weight_version),
+        ("/v1/models", h.models),
+    ):
         add("GET", path, handler)
     for method in ("GET", "POST"):
         add(method, "/flush_cache", h.flush_cache)
@@ -161,16 +170,19 @@ def build_app(state: ServerState) -> web.Application:
         add(method, "/resume_memory_occupation", h.resume_memory)
     for method in ("POST", "PUT"):
         add(method, "/generate", h.generate)
-    for path, handler in (("/pause_generation", h.pause), ("/continue_generation", h.resume),
-                          ("/abort_request", h.abort_request),
-                          ("/update_weight_version", h.update_weight_version),
-                          ("/update_weights_from_disk", h.update_from_disk),
-                          ("/update_weights_from_tensor", h.update_from_tensor),
-                          ("/load_lora_adapter", h.load_lora),
-                          ("/unload_lora_adapter", h.unload_lora),
-                          ("/init_weights_update_group", h.init_group),
-                          ("/update_weights_from_distributed", h.update_from_distributed),
-                          ("/destroy_weights_update_group", h.destroy_group)):
+    for path, handler in (
+        ("/pause_generation", h.pause),
+        ("/continue_generation", h.resume),
+        ("/abort_request", h.abort_request),
+        ("/update_weight_version", h.update_weight_version),
+        ("/update_weights_from_disk", h.update_from_disk),
+        ("/update_weights_from_tensor", h.update_from_tensor),
+        ("/load_lora_adapter", h.load_lora),
+        ("/unload_lora_adapter", h.unload_lora),
+        ("/init_weights_update_group", h.init_group),
+        ("/update_weights_from_distributed", h.update_from_distributed),
+        ("/destroy_weights_update_group", h.destroy_group),
+    ):
         add("POST", path, handler)
     from areal.server.openai_api import add_openai_routes  # here: that module imports this one
 
@@ -185,11 +197,9 @@ async def _error_middleware(request, handler):
     except BadRequest as exc:
         return error(exc.status, str(exc))
     except web.HTTPNotFound:
-        return error(404, f"No route {request.path}. See SGLang's native API for the routes "
-                          "this server answers.")
+        return error(404, f"No route {request.path}. See SGLang's native API for the routes this server answers.")
     except web.HTTPMethodNotAllowed as exc:
-        return error(405, f"{request.method} is not allowed on {request.path}; use "
-                          f"{sorted(exc.allowed_methods)}.")
+        return error(405, f"{request.method} is not allowed on {request.path}; use {sorted(exc.allowed_methods)}.")
     except web.HTTPException as exc:
         if exc.status >= 400:  # SGLang's JSON error shape, not aiohttp's plain text
             return error(exc.status, f"{request.method} {request.path}: {exc.text or exc.reason}")
@@ -203,12 +213,14 @@ async def _error_middleware(request, handler):
 
 def _auth_middleware(api_key: str | None):
     """As SGLang: with --api-key, every path except /health* needs the bearer token."""
+
     @web.middleware
     async def auth(request, handler):
         if api_key and not request.path.startswith("/health"):
             if request.headers.get("Authorization", "") != f"Bearer {api_key}":
                 return web.json_response({"error": "Unauthorized"}, status=401)
         return await handler(request)
+
     return auth
 
 
@@ -221,11 +233,14 @@ class Handlers:
     # ---- generation -------------------------------------------------------------------------
     async def generate(self, request: web.Request) -> web.Response:
         body = await read_json(request)
-        inp = parse_generate(body, vocab_size=self.s.runner.vocab_size,
-                             context_length=self.s.context_length, tokenize=self._tokenize())
+        inp = parse_generate(
+            body, vocab_size=self.s.runner.vocab_size, context_length=self.s.context_length, tokenize=self._tokenize()
+        )
         if inp.sampling.stop and self.s.tokenizer is None:
-            raise BadRequest("sampling_params: 'stop' strings need a tokenizer, but the server "
-                             "runs with --skip-tokenizer-init; use 'stop_token_ids'.")
+            raise BadRequest(
+                "sampling_params: 'stop' strings need a tokenizer, but the server "
+                "runs with --skip-tokenizer-init; use 'stop_token_ids'."
+            )
         rid = inp.rid or uuid.uuid4().hex
         if rid in self.s.inflight:
             raise BadRequest(f"/generate: rid {rid!r} is already in flight; rids must be unique.")
@@ -258,7 +273,8 @@ class Handlers:
                 f"max_new_tokens), more than the server's whole KV budget, "
                 f"max_total_num_tokens {budget} (set by {self._budget_source()}); lower "
                 "max_new_tokens or shorten the prompt, or restart the server with a higher "
-                "--mem-fraction-static (or --max-total-tokens).")
+                "--mem-fraction-static (or --max-total-tokens)."
+            )
 
     def _budget_source(self) -> str:
         budget = self.s.kv_budget
@@ -277,11 +293,13 @@ class Handlers:
 
     def _full_message(self) -> str:
         a = self.s.args
-        return (f"/generate: the server is full: {self.s.accepted} requests are already in it "
-                f"(--max-running-requests {a.max_running_requests} running + "
-                f"--max-queued-requests {a.max_queued_requests} waiting). Retry later, spread "
-                "the load over more servers, or raise --max-queued-requests "
-                "(sglang.max_queued_requests).")
+        return (
+            f"/generate: the server is full: {self.s.accepted} requests are already in it "
+            f"(--max-running-requests {a.max_running_requests} running + "
+            f"--max-queued-requests {a.max_queued_requests} waiting). Retry later, spread "
+            "the load over more servers, or raise --max-queued-requests "
+            "(sglang.max_queued_requests)."
+        )
 
     def _tokenize(self):
         tok = self.s.tokenizer
@@ -297,9 +315,15 @@ class Handlers:
             loop.call_soon_threadsafe(lambda: done.done() or done.set_result(seq))
 
         stop_ids = [] if sampling.ignore_eos else sorted(self.s.eos_ids | sampling.stop_token_ids)
-        seq = Sequence(rid=rid, input_ids=input_ids, params=sampling, stop_ids=stop_ids,
-                       return_logprob=return_logprob, on_finish=on_finish,
-                       version_spans=[(0, self.s.weight_version)])
+        seq = Sequence(
+            rid=rid,
+            input_ids=input_ids,
+            params=sampling,
+            stop_ids=stop_ids,
+            return_logprob=return_logprob,
+            on_finish=on_finish,
+            version_spans=[(0, self.s.weight_version)],
+        )
         self.s.inflight[rid] = seq
         try:
             self.s.scheduler.submit(seq)
@@ -313,17 +337,23 @@ class Handlers:
     def _output(self, seq: Sequence, text_in_logprobs: bool) -> dict:
         """SGLang's /generate response: text (stop trimmed), output_ids (untrimmed), meta_info."""
         reason = seq.finish_reason
-        meta = {"id": seq.rid, "finish_reason": reason, "prompt_tokens": len(seq.input_ids),
-                "completion_tokens": len(seq.output_ids), "cached_tokens": 0,
-                "weight_version": self.s.weight_version,
-                "output_version_spans": version_spans(seq),
-                "total_retractions": seq.retractions,
-                "e2e_latency": time.time() - seq.created}
+        meta = {
+            "id": seq.rid,
+            "finish_reason": reason,
+            "prompt_tokens": len(seq.input_ids),
+            "completion_tokens": len(seq.output_ids),
+            "cached_tokens": 0,
+            "weight_version": self.s.weight_version,
+            "output_version_spans": version_spans(seq),
+            "total_retractions": seq.retractions,
+            "e2e_latency": time.time() - seq.created,
+        }
         if seq.return_logprob:
             meta["input_token_logprobs"] = [[None, seq.input_ids[-1], None]]
             meta["output_token_logprobs"] = [
                 [lp, tid, self._token_text(tid) if text_in_logprobs else None]
-                for lp, tid in zip(seq.output_logprobs, seq.output_ids)]
+                for lp, tid in zip(seq.output_logprobs, seq.output_ids)
+            ]
         out = {"output_ids": list(seq.output_ids), "meta_info": meta}
         if self.s.tokenizer is not None:
             out = {"text": self._text(seq), **out}
@@ -337,7 +367,7 @@ class Handlers:
             ids = ids[:-1]
         text = self.s.tokenizer.decode(ids, skip_special_tokens=seq.params.skip_special_tokens)
         if trim and isinstance(matched, str) and matched in text:
-            text = text[:text.find(matched)]
+            text = text[: text.find(matched)]
         return text
 
     def _token_text(self, tid: int) -> str | None:
@@ -354,19 +384,24 @@ class Handlers:
             return web.Response(status=200)
         rid = f"HEALTH_CHECK_{uuid.uuid4().hex}"
         try:
-            await asyncio.wait_for(self._run(rid, [0], SamplingParams(max_new_tokens=1,
-                                                                      top_k=1), False),
-                                   HEALTH_GENERATE_TIMEOUT_S)
+            await asyncio.wait_for(
+                self._run(rid, [0], SamplingParams(max_new_tokens=1, top_k=1), False), HEALTH_GENERATE_TIMEOUT_S
+            )
         except asyncio.TimeoutError:
             return web.Response(status=503)
         return web.Response(status=200)
 
     async def model_info(self, request: web.Request) -> web.Response:
         a = self.s.args
-        return web.json_response({
-            "model_path": a.model_path, "tokenizer_path": a.tokenizer_path or a.model_path,
-            "is_generation": True, "preferred_sampling_params": None,
-            "weight_version": self.s.weight_version})
+        return web.json_response(
+            {
+                "model_path": a.model_path,
+                "tokenizer_path": a.tokenizer_path or a.model_path,
+                "is_generation": True,
+                "preferred_sampling_params": None,
+                "weight_version": self.s.weight_version,
+            }
+        )
 
     async def server_info(self, request: web.Request) -> web.Response:
         """Server args, batching statistics and load (SGLang puts scheduler state in
@@ -375,34 +410,51 @@ class Handlers:
         stats = self.s.scheduler.stats.as_dict()
         info = {k: v for k, v in asdict(self.s.args).items() if k != "api_key"}
         budget = self.s.kv_budget
-        info.update({"context_length": self.s.context_length,
-                     "max_total_num_tokens": self.s.scheduler.max_total_tokens,
-                     "kv_budget": budget.as_dict() if budget is not None else None,
-                     "memory": self._memory(),
-                     "weight_version": self.s.weight_version,
-                     "resolved_device": str(self.s.runner.device),
-                     "resolved_dtype": str(self.s.runner.dtype).removeprefix("torch."),
-                     "batching": stats,
-                     "load": {**self.s.scheduler.load(), "accepted": self.s.accepted,
-                              "capacity": self.s.capacity},
-                     "internal_states": [{"batching": stats}],
-                     "uptime_s": time.time() - self.s.started,
-                     "version": "areal-builtin"})
+        info.update(
+            {
+                "context_length": self.s.context_length,
+                "max_total_num_tokens": self.s.scheduler.max_total_tokens,
+                "kv_budget": budget.as_dict() if budget is not None else None,
+                "memory": self._memory(),
+                "weight_version": self.s.weight_version,
+                "resolved_device": str(self.s.runner.device),
+                "resolved_dtype": str(self.s.runner.dtype).removeprefix("torch."),
+                "batching": stats,
+                "load": {**self.s.scheduler.load(), "accepted": self.s.accepted, "capacity": self.s.capacity},
+                "internal_states": [{"batching": stats}],
+                "uptime_s": time.time() - self.s.started,
+                "version": "areal-builtin",
+            }
+        )
         return web.json_response(info)
 
     def _memory(self) -> dict:
         memory = memory_readings(self.s.runner.device)
         offloader = self.s.updater.offloader
-        memory.update(released=sorted(self.s.scheduler.memory_released),
-                      kv_cache_bytes=self.s.scheduler.kv_cache_bytes(),
-                      offloaded_weights_bytes=offloader.offloaded_bytes() if offloader else 0)
+        memory.update(
+            released=sorted(self.s.scheduler.memory_released),
+            kv_cache_bytes=self.s.scheduler.kv_cache_bytes(),
+            offloaded_weights_bytes=offloader.offloaded_bytes() if offloader else 0,
+        )
         return memory
 
     async def models(self, request: web.Request) -> web.Response:
         path = self.s.args.model_path
-        return web.json_response({"object": "list", "data": [{
-            "id": path, "object": "model", "created": int(self.s.started),
-            "owned_by": "areal", "root": path, "max_model_len": self.s.context_length}]})
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": path,
+                        "object": "model",
+                        "created": int(self.s.started),
+                        "owned_by": "areal",
+                        "root": path,
+                        "max_model_len": self.s.context_length,
+                    }
+                ],
+            }
+        )
 
     async def get_weight_version(self, request: web.Request) -> web.Response:
         return web.json_response({"weight_version": self.s.weight_version})
@@ -430,13 +482,16 @@ class Handlers:
         if tags is None or tags == []:
             return list(MEMORY_TAGS)
         if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
-            raise BadRequest(f"{where}: 'tags' must be null or a list of strings from "
-                             f"{list(MEMORY_TAGS)}, got {tags!r}.")
+            raise BadRequest(
+                f"{where}: 'tags' must be null or a list of strings from {list(MEMORY_TAGS)}, got {tags!r}."
+            )
         unknown = [t for t in tags if t not in MEMORY_TAGS]
         if unknown:
-            raise BadRequest(f"{where}: unknown tag(s) {unknown}; valid tags are "
-                             f"{list(MEMORY_TAGS)} (null for all). The built-in server has no "
-                             "CUDA graphs, so SGLang's 'cuda_graph' is not one.")
+            raise BadRequest(
+                f"{where}: unknown tag(s) {unknown}; valid tags are "
+                f"{list(MEMORY_TAGS)} (null for all). The built-in server has no "
+                "CUDA graphs, so SGLang's 'cuda_graph' is not one."
+            )
         return list(dict.fromkeys(tags))
 
     async def _memory_op(self, fn) -> web.Response:
@@ -456,38 +511,41 @@ class Handlers:
         check_keys(body, {"mode", "rid"}, "/pause_generation")
         mode = get_typed(body, "mode", str, "abort", "/pause_generation")
         if mode not in PAUSE_MODES:
-            raise BadRequest(f"/pause_generation: mode {mode!r} is invalid; use one of "
-                             f"{list(PAUSE_MODES)}.")
+            raise BadRequest(f"/pause_generation: mode {mode!r} is invalid; use one of {list(PAUSE_MODES)}.")
         self.s.gate.clear()
         t0 = time.perf_counter()
         if mode == "abort":
-            held = await asyncio.wrap_future(
-                self.s.scheduler.abort(None, "Aborted by /pause_generation."))
+            held = await asyncio.wrap_future(self.s.scheduler.abort(None, "Aborted by /pause_generation."))
         else:
             held = await asyncio.wrap_future(self.s.scheduler.pause(mode))
         # beyond SGLang's answer: what the pause cost here (a weight update waits for it)
         count_key = "requests_aborted" if mode == "abort" else "requests_held"
-        return web.json_response({"message": "Generation paused successfully.", "status": "ok",
-                                  count_key: held, "pause_s": time.perf_counter() - t0})
+        return web.json_response(
+            {
+                "message": "Generation paused successfully.",
+                "status": "ok",
+                count_key: held,
+                "pause_s": time.perf_counter() - t0,
+            }
+        )
 
     async def resume(self, request: web.Request) -> web.Response:
         body = await read_json(request, allow_empty=True)
         check_keys(body, {"rid"}, "/continue_generation")
         await asyncio.wrap_future(self.s.scheduler.resume())
         self.s.gate.set()
-        return web.json_response({"message": "Generation continued successfully.",
-                                  "status": "ok"})
+        return web.json_response({"message": "Generation continued successfully.", "status": "ok"})
 
     async def abort_request(self, request: web.Request) -> web.Response:
         body = await read_json(request)
-        check_keys(body, {"rid", "abort_all", "finished_reason", "abort_message"},
-                   "/abort_request")
+        check_keys(body, {"rid", "abort_all", "finished_reason", "abort_message"}, "/abort_request")
         rid = get_typed(body, "rid", str, "", "/abort_request")
         abort_all = get_typed(body, "abort_all", bool, False, "/abort_request")
         message = get_typed(body, "abort_message", str, None, "/abort_request")
         if abort_all or rid:
-            await asyncio.wrap_future(self.s.scheduler.abort(
-                None if abort_all else rid, message or "Aborted by /abort_request."))
+            await asyncio.wrap_future(
+                self.s.scheduler.abort(None if abort_all else rid, message or "Aborted by /abort_request.")
+            )
         return web.Response(status=200)
 
     # ---- weights ----------------------------------------------------------------------------
@@ -501,14 +559,27 @@ class Handlers:
         if get_typed(body, "abort_all_requests", bool, True, where):  # SGLang's default
             await asyncio.wrap_future(self.s.scheduler.abort(None, "Aborted by " + where))
         self._set_weight_version(version)
-        return web.json_response({"success": True, "new_version": version,
-                                  "message": f"Weight version updated to {version}"})
+        return web.json_response(
+            {"success": True, "new_version": version, "message": f"Weight version updated to {version}"}
+        )
 
     async def update_from_disk(self, request: web.Request) -> web.Response:
         body = await read_json(request)
         where = "/update_weights_from_disk"
-        check_keys(body, {"model_path", "load_format", "abort_all_requests", "weight_version",
-                          "is_async", "torch_empty_cache", "keep_pause", "rid"}, where)
+        check_keys(
+            body,
+            {
+                "model_path",
+                "load_format",
+                "abort_all_requests",
+                "weight_version",
+                "is_async",
+                "torch_empty_cache",
+                "keep_pause",
+                "rid",
+            },
+            where,
+        )
         path = get_typed(body, "model_path", str, None, where)
         if not path:
             raise BadRequest(f"{where}: 'model_path' (string) is required.")
@@ -529,9 +600,20 @@ class Handlers:
         message, and deserialize_s / load_s on success."""
         body = await read_json(request)
         where = "/update_weights_from_tensor"
-        check_keys(body, {"serialized_named_tensors", "load_format", "flush_cache",
-                          "abort_all_requests", "weight_version", "selector",
-                          "torch_empty_cache", "rid"}, where)
+        check_keys(
+            body,
+            {
+                "serialized_named_tensors",
+                "load_format",
+                "flush_cache",
+                "abort_all_requests",
+                "weight_version",
+                "selector",
+                "torch_empty_cache",
+                "rid",
+            },
+            where,
+        )
         payload = _rank0_payload(body.get("serialized_named_tensors"), where)
         _check_tensor_update_options(body, where)
         empty_cache = get_typed(body, "torch_empty_cache", bool, False, where)
@@ -596,62 +678,89 @@ class Handlers:
         """SGLang's LoRA reply: success, error_message, loaded_adapters (name -> path); we add
         message and the adapter being served."""
         lora = self.s.updater.lora
-        return web.json_response({"success": ok, "error_message": "" if ok else message,
-                                  "message": message, "loaded_adapters": dict(lora.loaded),
-                                  "active_adapter": lora.active},
-                                 status=200 if ok else status)
+        return web.json_response(
+            {
+                "success": ok,
+                "error_message": "" if ok else message,
+                "message": message,
+                "loaded_adapters": dict(lora.loaded),
+                "active_adapter": lora.active,
+            },
+            status=200 if ok else status,
+        )
 
     async def init_group(self, request: web.Request) -> web.Response:
         body = await read_json(request)
         where = "/init_weights_update_group"
-        check_keys(body, {"master_address", "master_port", "rank_offset", "world_size",
-                          "group_name", "backend", "rid"}, where)
-        kw = {"master_address": get_typed(body, "master_address", str, None, where),
-              "master_port": get_typed(body, "master_port", int, None, where),
-              "rank_offset": get_typed(body, "rank_offset", int, None, where),
-              "world_size": get_typed(body, "world_size", int, None, where),
-              "group_name": get_typed(body, "group_name", str, "weight_update_group", where),
-              "backend": get_typed(body, "backend", str, "nccl", where)}
+        check_keys(
+            body, {"master_address", "master_port", "rank_offset", "world_size", "group_name", "backend", "rid"}, where
+        )
+        kw = {
+            "master_address": get_typed(body, "master_address", str, None, where),
+            "master_port": get_typed(body, "master_port", int, None, where),
+            "rank_offset": get_typed(body, "rank_offset", int, None, where),
+            "world_size": get_typed(body, "world_size", int, None, where),
+            "group_name": get_typed(body, "group_name", str, "weight_update_group", where),
+            "backend": get_typed(body, "backend", str, "nccl", where),
+        }
         missing = [k for k, v in kw.items() if v is None]
         if missing:
             raise BadRequest(f"{where}: missing required key(s) {missing}.")
         if kw["backend"] not in ("nccl", "gloo"):
-            raise BadRequest(f"{where}: backend {kw['backend']!r} is invalid; use 'nccl' "
-                             "(GPU) or 'gloo' (CPU).")
+            raise BadRequest(f"{where}: backend {kw['backend']!r} is invalid; use 'nccl' (GPU) or 'gloo' (CPU).")
         if not 1 <= kw["rank_offset"] < kw["world_size"]:
-            raise BadRequest(f"{where}: rank_offset must be in [1, world_size); rank 0 is the "
-                             f"trainer. Got rank_offset={kw['rank_offset']}, "
-                             f"world_size={kw['world_size']}.")
+            raise BadRequest(
+                f"{where}: rank_offset must be in [1, world_size); rank 0 is the "
+                f"trainer. Got rank_offset={kw['rank_offset']}, "
+                f"world_size={kw['world_size']}."
+            )
         ok, message = await self._on_worker(lambda: self.s.updater.init_group(**kw))
         return self._weights_reply(ok, message, None)
 
     async def update_from_distributed(self, request: web.Request) -> web.Response:
         body = await read_json(request)
         where = "/update_weights_from_distributed"
-        check_keys(body, {"names", "dtypes", "shapes", "group_name", "flush_cache",
-                          "abort_all_requests", "weight_version", "load_format", "rid"}, where)
+        check_keys(
+            body,
+            {
+                "names",
+                "dtypes",
+                "shapes",
+                "group_name",
+                "flush_cache",
+                "abort_all_requests",
+                "weight_version",
+                "load_format",
+                "rid",
+            },
+            where,
+        )
         names = _str_list(body.get("names"), "names", where)
         dtypes = _str_list(body.get("dtypes"), "dtypes", where)
         shapes = body.get("shapes")
         if not isinstance(shapes, list) or not all(
-                isinstance(s, list) and all(isinstance(d, int) and d >= 0 for d in s)
-                for s in shapes):
+            isinstance(s, list) and all(isinstance(d, int) and d >= 0 for d in s) for s in shapes
+        ):
             raise BadRequest(f"{where}: 'shapes' must be a list of lists of non-negative ints.")
         if not len(names) == len(dtypes) == len(shapes):
-            raise BadRequest(f"{where}: names, dtypes and shapes must have equal lengths; got "
-                             f"{len(names)}, {len(dtypes)}, {len(shapes)}.")
+            raise BadRequest(
+                f"{where}: names, dtypes and shapes must have equal lengths; got "
+                f"{len(names)}, {len(dtypes)}, {len(shapes)}."
+            )
         bad = sorted({d for d in dtypes if d not in ("bfloat16", "float16", "float32")})
         if bad:
-            raise BadRequest(f"{where}: dtypes {bad} are invalid; use bfloat16, float16 or "
-                             "float32.")
+            raise BadRequest(f"{where}: dtypes {bad} are invalid; use bfloat16, float16 or float32.")
         group = get_typed(body, "group_name", str, "weight_update_group", where)
         get_typed(body, "flush_cache", bool, True, where)  # nothing cached across requests
         version = get_typed(body, "weight_version", str, None, where)
         if get_typed(body, "abort_all_requests", bool, False, where):
             await asyncio.wrap_future(self.s.scheduler.abort(None, "Aborted by " + where))
         timings: dict[str, float] = {}  # recv_s, load_s: reported for benchmarks
-        ok, message = await self._on_worker(lambda: self.s.updater.update_from_distributed(
-            names=names, dtypes=dtypes, shapes=shapes, group_name=group, timings=timings))
+        ok, message = await self._on_worker(
+            lambda: self.s.updater.update_from_distributed(
+                names=names, dtypes=dtypes, shapes=shapes, group_name=group, timings=timings
+            )
+        )
         return self._weights_reply(ok, message, version, extra=timings)
 
     async def destroy_group(self, request: web.Request) -> web.Response:
@@ -671,13 +780,13 @@ class Handlers:
             logger.warning("weight operation failed: %s", exc)
             return False, str(exc)
 
-    def _weights_reply(self, ok: bool, message: str, version: str | None,
-                       extra: dict | None = None, status: int = 400) -> web.Response:
+    def _weights_reply(
+        self, ok: bool, message: str, version: str | None, extra: dict | None = None, status: int = 400
+    ) -> web.Response:
         if ok and version is not None:
             self._set_weight_version(version)
             message += f" Weight version updated to {version}."
-        return web.json_response({"success": ok, "message": message, **(extra or {})},
-                                 status=200 if ok else status)
+        return web.json_response({"success": ok, "message": message, **(extra or {})}, status=200 if ok else status)
 
     def _set_weight_version(self, version: str) -> None:
         """Take `version` and mark where it starts in every sequence in flight. Paused (in_place
@@ -693,26 +802,33 @@ def _rank0_payload(payloads, where: str) -> str:
     r and no other (reading another rank's entry would take that rank's CUDA IPC references);
     this server runs one rank, so a list of any other length is a 400."""
     if not isinstance(payloads, list) or not all(isinstance(p, str) for p in payloads):
-        raise BadRequest(f"{where}: 'serialized_named_tensors' (a list of base64 strings, one per "
-                         "tensor-parallel rank) is required.")
+        raise BadRequest(
+            f"{where}: 'serialized_named_tensors' (a list of base64 strings, one per tensor-parallel rank) is required."
+        )
     if len(payloads) != 1:
-        raise BadRequest(f"{where}: 'serialized_named_tensors' has {len(payloads)} entries; this "
-                         "server runs one tensor-parallel rank (tp 1), so send exactly one: the "
-                         "serialized (name, tensor) list for rank 0.")
+        raise BadRequest(
+            f"{where}: 'serialized_named_tensors' has {len(payloads)} entries; this "
+            "server runs one tensor-parallel rank (tp 1), so send exactly one: the "
+            "serialized (name, tensor) list for rank 0."
+        )
     return payloads[0]
 
 
 def _check_tensor_update_options(body: dict, where: str) -> None:
     load_format = get_typed(body, "load_format", str, None, where)
     if load_format not in TENSOR_LOAD_FORMATS:
-        raise BadRequest(f"{where}: load_format {load_format!r} is not supported by the built-in "
-                         "server; use null or 'direct' (both copy by Hugging Face state-dict "
-                         "name). 'flattened_bucket' needs SGLang's own classes in the payload, "
-                         "which this server does not unpickle: send (name, tensor) pairs.")
+        raise BadRequest(
+            f"{where}: load_format {load_format!r} is not supported by the built-in "
+            "server; use null or 'direct' (both copy by Hugging Face state-dict "
+            "name). 'flattened_bucket' needs SGLang's own classes in the payload, "
+            "which this server does not unpickle: send (name, tensor) pairs."
+        )
     selector = get_typed(body, "selector", str, "all", where)
     if selector not in TENSOR_SELECTORS:
-        raise BadRequest(f"{where}: selector {selector!r} is invalid here; the built-in server "
-                         f"has no draft model, use one of {list(TENSOR_SELECTORS)}.")
+        raise BadRequest(
+            f"{where}: selector {selector!r} is invalid here; the built-in server "
+            f"has no draft model, use one of {list(TENSOR_SELECTORS)}."
+        )
     get_typed(body, "flush_cache", bool, True, where)  # nothing is cached across requests
 
 

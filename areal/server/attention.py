@@ -18,8 +18,17 @@ from __future__ import annotations
 ATTN_IMPLEMENTATION = "areal_server_sdpa"
 
 
-def server_attention(module, query, key, value, attention_mask, dropout: float = 0.0,
-                     scaling: float | None = None, is_causal: bool | None = None, **kwargs):
+def server_attention(
+    module,
+    query,
+    key,
+    value,
+    attention_mask,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs,
+):
     """query [B, H, q, D], key/value [B, H_kv, L, D] -> ([B, q, H, D], None)."""
     import torch.nn.functional as F
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
@@ -27,8 +36,9 @@ def server_attention(module, query, key, value, attention_mask, dropout: float =
     groups = int(getattr(module, "num_key_value_groups", 1))
     b, heads, q_len, dim = query.shape
     if q_len != 1 or groups == 1:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                      scaling=scaling, is_causal=is_causal, **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
+        )
     grouped = query.reshape(b, heads // groups, groups, dim)  # query head h uses KV head h // groups
     out = F.scaled_dot_product_attention(grouped, key, value, attn_mask=attention_mask, scale=scaling)
     return out.reshape(b, heads, 1, dim).transpose(1, 2).contiguous(), None

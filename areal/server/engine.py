@@ -94,8 +94,7 @@ class KVBatch:
         layers = []
         while self.layers:
             k, v = self.layers.pop(0)
-            layers.append((k.index_select(0, idx)[:, :, start:],
-                           v.index_select(0, idx)[:, :, start:]))
+            layers.append((k.index_select(0, idx)[:, :, start:], v.index_select(0, idx)[:, :, start:]))
             del k, v
         return KVBatch(layers, mask[:, start:], self.lengths.index_select(0, idx))
 
@@ -115,8 +114,8 @@ class KVBatch:
             pair = []
             for ta, tb in zip(a.layers.pop(0), b.layers.pop(0)):
                 out = ta.new_zeros((na + tb.shape[0],) + ta.shape[1:2] + (width,) + ta.shape[3:])
-                out[:na, :, width - wa:].copy_(ta)
-                out[na:, :, width - wb:].copy_(tb)
+                out[:na, :, width - wa :].copy_(ta)
+                out[na:, :, width - wb :].copy_(tb)
                 pair.append(out)
                 del ta, tb
             layers.append(tuple(pair))
@@ -127,8 +126,7 @@ class KVBatch:
 class ModelRunner:
     """Owns the model and runs prefill / decode forward passes (worker thread only)."""
 
-    def __init__(self, model_path: str, dtype: str = "auto", device: str = "auto",
-                 seed: int = 0):
+    def __init__(self, model_path: str, dtype: str = "auto", device: str = "auto", seed: int = 0):
         import torch
 
         self.device = torch.device(_resolve_device(device))
@@ -165,13 +163,18 @@ class ModelRunner:
         width = max(len(p) for p in prompts)
         pad = 0
         ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
-        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts],
-                            device=self.device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=self.config)
         with torch.inference_mode():
-            out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions,
-                             use_cache=True, logits_to_keep=1, **{self._cache_kwarg: cache})
+            out = self.model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                use_cache=True,
+                logits_to_keep=1,
+                **{self._cache_kwarg: cache},
+            )
             keep = mask.to(self.dtype)[:, None, :, None]
             for layer in cache.layers:  # in place: no second copy of the new cache
                 layer.keys.mul_(keep)
@@ -191,9 +194,13 @@ class ModelRunner:
         cache = self._cache_over(batch.layers)
         with torch.inference_mode():
             # A 4-D mask is used as given (no mask building per step); see server/attention.py.
-            out = self.model(input_ids=ids, attention_mask=mask.bool()[:, None, None, :],
-                             position_ids=batch.lengths.unsqueeze(1), use_cache=True,
-                             **{self._cache_kwarg: cache})
+            out = self.model(
+                input_ids=ids,
+                attention_mask=mask.bool()[:, None, None, :],
+                position_ids=batch.lengths.unsqueeze(1),
+                use_cache=True,
+                **{self._cache_kwarg: cache},
+            )
         batch.layers = [(layer.keys, layer.values) for layer in cache.layers]
         batch.spare -= 1
         batch.mask = mask
@@ -241,8 +248,9 @@ def _append_in_place(cache, new):
     import torch
 
     width, n = cache.shape[2], new.shape[2]
-    wider = torch.as_strided(cache, cache.shape[:2] + (width + n,) + cache.shape[3:],
-                             cache.stride(), cache.storage_offset())
+    wider = torch.as_strided(
+        cache, cache.shape[:2] + (width + n,) + cache.shape[3:], cache.stride(), cache.storage_offset()
+    )
     wider[:, :, width:].copy_(new)
     return wider
 
@@ -262,8 +270,10 @@ def _check_full_attention(config) -> None:
     text_config = config.get_text_config(decoder=True)
     kinds = set(getattr(text_config, "layer_types", None) or ["full_attention"])
     if kinds != {"full_attention"}:
-        raise ValueError(f"--model-path: layer types {sorted(kinds)} are not supported by the "
-                         "built-in server (full attention only); serve this model with SGLang.")
+        raise ValueError(
+            f"--model-path: layer types {sorted(kinds)} are not supported by the "
+            "built-in server (full attention only); serve this model with SGLang."
+        )
 
 
 def load_model(model_path: str, dtype: str, device):
@@ -276,8 +286,8 @@ def load_model(model_path: str, dtype: str, device):
 
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            model_path, attn_implementation=register(),
-            dtype="auto" if dtype == "auto" else torch_dtype(dtype))
+            model_path, attn_implementation=register(), dtype="auto" if dtype == "auto" else torch_dtype(dtype)
+        )
     except Exception as exc:  # OSError, JSON, safetensors' own SafetensorError, ...
         raise ModelLoadError(model_load_error("--model-path", model_path, exc)) from exc
     return model.to(device).eval()

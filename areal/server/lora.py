@@ -49,19 +49,25 @@ class LoraAdapters:
         if lora_path == self.active:
             return
         if lora_path in self.loaded:
-            raise ValueError(f"LoRA adapter {lora_path!r} is loaded but no longer served: the "
-                             "built-in server serves one adapter at a time, the last loaded "
-                             f"({self.active!r}). Send lora_path {self.active!r}.")
-        raise ValueError(f"LoRA adapter {lora_path!r} is not loaded; loaded adapters: "
-                         f"{list(self.loaded)} (serving {self.active!r}). Load it with "
-                         "/load_lora_adapter first.")
+            raise ValueError(
+                f"LoRA adapter {lora_path!r} is loaded but no longer served: the "
+                "built-in server serves one adapter at a time, the last loaded "
+                f"({self.active!r}). Send lora_path {self.active!r}."
+            )
+        raise ValueError(
+            f"LoRA adapter {lora_path!r} is not loaded; loaded adapters: "
+            f"{list(self.loaded)} (serving {self.active!r}). Load it with "
+            "/load_lora_adapter first."
+        )
 
     def load(self, name: str, path: str) -> str:
         import torch
 
         if name in self.loaded:
-            raise ValueError(f"LoRA adapter {name!r} is already loaded (from "
-                             f"{self.loaded[name]!r}); unload it first or pick another name.")
+            raise ValueError(
+                f"LoRA adapter {name!r} is already loaded (from "
+                f"{self.loaded[name]!r}); unload it first or pick another name."
+            )
         deltas = self._read(path)
         params = dict(self.runner.model.named_parameters(remove_duplicate=False))
         with torch.no_grad():
@@ -79,8 +85,7 @@ class LoraAdapters:
 
     def unload(self, name: str) -> str:
         if name not in self.loaded:
-            raise ValueError(f"LoRA adapter {name!r} is not loaded; loaded adapters: "
-                             f"{list(self.loaded)}.")
+            raise ValueError(f"LoRA adapter {name!r} is not loaded; loaded adapters: {list(self.loaded)}.")
         del self.loaded[name]
         if name == self.active:
             self._restore_base()
@@ -114,13 +119,13 @@ class LoraAdapters:
             cfg = json.loads((folder / CONFIG_FILE).read_text())
             tensors = load_file(str(folder / WEIGHTS_FILE))
         except (OSError, ValueError) as exc:
-            raise ValueError(f"Cannot read a peft LoRA adapter from {path!r} (needs {CONFIG_FILE} "
-                             f"and {WEIGHTS_FILE}): {exc}") from None
+            raise ValueError(
+                f"Cannot read a peft LoRA adapter from {path!r} (needs {CONFIG_FILE} and {WEIGHTS_FILE}): {exc}"
+            ) from None
         unsupported = [k for k in ("use_dora", "fan_in_fan_out") if cfg.get(k)]
         unsupported += [k for k in ("rank_pattern", "alpha_pattern", "modules_to_save") if cfg.get(k)]
         if unsupported:
-            raise ValueError(f"LoRA adapter {path!r}: {unsupported} are not supported by the "
-                             "built-in server.")
+            raise ValueError(f"LoRA adapter {path!r}: {unsupported} are not supported by the built-in server.")
         r, alpha = int(cfg["r"]), float(cfg["lora_alpha"])
         scaling = alpha / math.sqrt(r) if cfg.get("use_rslora") else alpha / r
         params = dict(self.runner.model.named_parameters(remove_duplicate=False))
@@ -130,7 +135,7 @@ class LoraAdapters:
             for part in ("lora_A", "lora_B"):
                 suffix = f".{part}.weight"
                 if name.endswith(suffix):
-                    pairs.setdefault(name[:-len(suffix)], {})[part] = tensor
+                    pairs.setdefault(name[: -len(suffix)], {})[part] = tensor
                     break
             else:
                 raise ValueError(f"LoRA adapter {path!r}: tensor {key!r} is not a lora_A/lora_B weight.")
@@ -138,12 +143,16 @@ class LoraAdapters:
         for module, ab in pairs.items():
             pname = module + ".weight"
             if pname not in params or set(ab) != {"lora_A", "lora_B"}:
-                raise ValueError(f"LoRA adapter {path!r}: module {module!r} is not a module of the "
-                                 "served model, or lacks lora_A or lora_B.")
+                raise ValueError(
+                    f"LoRA adapter {path!r}: module {module!r} is not a module of the "
+                    "served model, or lacks lora_A or lora_B."
+                )
             delta = scaling * (ab["lora_B"].float() @ ab["lora_A"].float())
             if tuple(delta.shape) != tuple(params[pname].shape):
-                raise ValueError(f"LoRA adapter {path!r}: module {module!r} gives a "
-                                 f"{list(delta.shape)} update for a {list(params[pname].shape)} weight.")
+                raise ValueError(
+                    f"LoRA adapter {path!r}: module {module!r} gives a "
+                    f"{list(delta.shape)} update for a {list(params[pname].shape)} weight."
+                )
             deltas[pname] = delta
         if not deltas:
             raise ValueError(f"LoRA adapter {path!r} has no lora_A/lora_B tensors.")

@@ -71,9 +71,11 @@ class DeviceMemoryShort(ValueError):
 
 def released_message(where: str, released) -> str:
     tags = sorted(released)
-    return (f"{where}: the server's {' and '.join(tags)} memory is released "
-            f"(/release_memory_occupation); call /resume_memory_occupation "
-            f"(tags {tags} or null) first, then send the request again.")
+    return (
+        f"{where}: the server's {' and '.join(tags)} memory is released "
+        f"(/release_memory_occupation); call /resume_memory_occupation "
+        f"(tags {tags} or null) first, then send the request again."
+    )
 
 
 # ---- the budget -------------------------------------------------------------------------------
@@ -123,8 +125,7 @@ def headroom_bytes(config, dtype, *, prefill_tokens: int, max_running: int, voca
     text = config.get_text_config(decoder=True)
     hidden = int(text.hidden_size)
     intermediate = int(getattr(text, "intermediate_size", None) or 4 * hidden)
-    per_prefill_token = (4 * hidden + 3 * intermediate) * dtype.itemsize + kv_bytes_per_token(
-        config, dtype)
+    per_prefill_token = (4 * hidden + 3 * intermediate) * dtype.itemsize + kv_bytes_per_token(config, dtype)
     sampling = max_running * vocab_size * 4 * SAMPLING_COPIES
     return FIXED_HEADROOM_BYTES + prefill_tokens * per_prefill_token + sampling
 
@@ -145,8 +146,15 @@ class KVBudget:
         return asdict(self)
 
 
-def plan_kv_budget(runner, *, mem_fraction: float | None, max_total_tokens: int | None,
-                   max_prefill_tokens: int, context_length: int, max_running: int) -> KVBudget:
+def plan_kv_budget(
+    runner,
+    *,
+    mem_fraction: float | None,
+    max_total_tokens: int | None,
+    max_prefill_tokens: int,
+    context_length: int,
+    max_running: int,
+) -> KVBudget:
     """The token budget for this model on this device (see the module docstring)."""
     fraction = DEFAULT_MEM_FRACTION if mem_fraction is None else mem_fraction
     config, dtype = runner.config, runner.dtype
@@ -154,8 +162,13 @@ def plan_kv_budget(runner, *, mem_fraction: float | None, max_total_tokens: int 
     per_token = kv_bytes_per_token(config, dtype)
     total = device_total_bytes(runner.device)
     weights = resident_bytes(runner.model)
-    headroom = headroom_bytes(config, dtype, prefill_tokens=max(max_prefill_tokens, context_length),
-                              max_running=max_running, vocab_size=runner.vocab_size)
+    headroom = headroom_bytes(
+        config,
+        dtype,
+        prefill_tokens=max(max_prefill_tokens, context_length),
+        max_running=max_running,
+        vocab_size=runner.vocab_size,
+    )
     free = fraction * total - weights - headroom
     tokens = int(free * layers // (per_token * (layers + 1))) if free > 0 else 0
     if tokens <= 0:
@@ -165,13 +178,19 @@ def plan_kv_budget(runner, *, mem_fraction: float | None, max_total_tokens: int 
             f"--mem-fraction-static {fraction}{default}: {fraction} x {total / GIB:.2f} GiB of "
             f"{where} leaves no room for a KV cache after the weights ({weights / GIB:.2f} GiB) "
             f"and the activation headroom ({headroom / GIB:.2f} GiB). Raise --mem-fraction-static, "
-            "lower --max-prefill-tokens or --max-running-requests, or use a smaller --dtype.")
+            "lower --max-prefill-tokens or --max-running-requests, or use a smaller --dtype."
+        )
     limited_by = "--mem-fraction-static"
     if max_total_tokens is not None:
         if max_total_tokens > tokens:
-            logger.warning("--max-total-tokens %d is more than the memory allows (%d tokens at "
-                           "--mem-fraction-static %s); using %d", max_total_tokens, tokens,
-                           fraction, tokens)
+            logger.warning(
+                "--max-total-tokens %d is more than the memory allows (%d tokens at "
+                "--mem-fraction-static %s); using %d",
+                max_total_tokens,
+                tokens,
+                fraction,
+                tokens,
+            )
         else:
             tokens, limited_by = max_total_tokens, "--max-total-tokens"
     return KVBudget(tokens, per_token, fraction, total, weights, headroom, limited_by)
@@ -193,13 +212,18 @@ def memory_readings(device) -> dict:
     import torch
 
     rss = psutil.Process().memory_info().rss
-    out = {"device": str(device), "rss_bytes": int(rss),
-           "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+    out = {
+        "device": str(device),
+        "rss_bytes": int(rss),
+        "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    }
     if device.type == "cuda":
-        out.update(allocated_bytes=torch.cuda.memory_allocated(device),
-                   reserved_bytes=torch.cuda.memory_reserved(device),
-                   max_allocated_bytes=torch.cuda.max_memory_allocated(device),
-                   max_reserved_bytes=torch.cuda.max_memory_reserved(device))
+        out.update(
+            allocated_bytes=torch.cuda.memory_allocated(device),
+            reserved_bytes=torch.cuda.memory_reserved(device),
+            max_allocated_bytes=torch.cuda.max_memory_allocated(device),
+            max_reserved_bytes=torch.cuda.max_memory_reserved(device),
+        )
     return out
 
 
@@ -256,8 +280,7 @@ class WeightOffloader:
         back: dict[int, object] = {}  # by id of the CPU copy: tied weights stay tied
         for *_, host in self._moved:
             if id(host) not in back:
-                back[id(host)] = host if host.device == device else host.to(device,
-                                                                             non_blocking=True)
+                back[id(host)] = host if host.device == device else host.to(device, non_blocking=True)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         for module, kind, name, tensor, host in self._moved:
@@ -326,7 +349,8 @@ class MemoryOccupation:
                 raise DeviceMemoryShort(
                     f"/resume_memory_occupation: the weights do not fit on the device now "
                     f"({str(exc).splitlines()[0]}); nothing was resumed. Free device memory in "
-                    "the colocated process (the trainer) first, then call again.") from None
+                    "the colocated process (the trainer) first, then call again."
+                ) from None
         self.scheduler.memory_released = self.released - set(back)
         if back:
             logger.info("memory resumed: %s", back)
@@ -338,8 +362,13 @@ class MemoryOccupation:
         parts = [f"{verb} {', '.join(changed)}."] if changed else []
         if unchanged:
             parts.append(f"{', '.join(unchanged)} already {state}: nothing to do.")
-        return {"success": True, "message": " ".join(parts), "changed": changed,
-                "released": sorted(self.released), "seconds": seconds}
+        return {
+            "success": True,
+            "message": " ".join(parts),
+            "changed": changed,
+            "released": sorted(self.released),
+            "seconds": seconds,
+        }
 
 
 def _empty_device_cache(device) -> None:

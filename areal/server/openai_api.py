@@ -58,16 +58,18 @@ class OpenAIRoutes:
         try:
             req = parse_chat_request(body)
             tok = self._tokenizer("/v1/chat/completions")
-            prompt_ids = encode_text(tok, render_chat(tok, req.messages, tools=req.tools,
-                                                      template_kwargs=req.template_kwargs))
+            prompt_ids = encode_text(
+                tok, render_chat(tok, req.messages, tools=req.tools, template_kwargs=req.template_kwargs)
+            )
             gens = await self._generate_all(prompt_ids, req.sampling, req.n, req.extensions.rid)
         except RequestError as exc:
             return request_error_reply(exc)
         except _Full as exc:
             return error(503, str(exc))
         replies = [parse_generation(req, g) for g in gens]
-        resp = chat_response(req, gens, replies, prompt_ids=prompt_ids,
-                             weight_version=self.s.weight_version, rid=new_id("chatcmpl"))
+        resp = chat_response(
+            req, gens, replies, prompt_ids=prompt_ids, weight_version=self.s.weight_version, rid=new_id("chatcmpl")
+        )
         return await reply(request, resp, chat_chunks(resp, req.include_usage) if req.stream else None)
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
@@ -78,25 +80,31 @@ class OpenAIRoutes:
             prompt_ids = encode_text(tok, req.prompt) if isinstance(req.prompt, str) else req.prompt
             bad = [t for t in prompt_ids if t >= self.s.runner.vocab_size]
             if bad:
-                raise RequestError(f"/v1/completions: 'prompt' has token ids outside [0, "
-                                   f"{self.s.runner.vocab_size}): {bad[:5]}.", param="prompt")
+                raise RequestError(
+                    f"/v1/completions: 'prompt' has token ids outside [0, {self.s.runner.vocab_size}): {bad[:5]}.",
+                    param="prompt",
+                )
             gens = await self._generate_all(prompt_ids, req.sampling, req.n, req.extensions.rid)
         except RequestError as exc:
             return request_error_reply(exc)
         except _Full as exc:
             return error(503, str(exc))
-        resp = completion_response(req, gens, prompt_ids=prompt_ids,
-                                   weight_version=self.s.weight_version, rid=new_id("cmpl"))
+        resp = completion_response(
+            req, gens, prompt_ids=prompt_ids, weight_version=self.s.weight_version, rid=new_id("cmpl")
+        )
         return await reply(request, resp, completion_chunks(resp, req.include_usage) if req.stream else None)
 
     def _tokenizer(self, where: str):
         if self.s.tokenizer is None:
-            raise RequestError(f"{where} needs a tokenizer, but the server runs with "
-                               "--skip-tokenizer-init; use /generate with input_ids.")
+            raise RequestError(
+                f"{where} needs a tokenizer, but the server runs with "
+                "--skip-tokenizer-init; use /generate with input_ids."
+            )
         return self.s.tokenizer
 
-    async def _generate_all(self, prompt_ids: list[int], sampling: Sampling, n: int,
-                            rid: str | None) -> list[Generation]:
+    async def _generate_all(
+        self, prompt_ids: list[int], sampling: Sampling, n: int, rid: str | None
+    ) -> list[Generation]:
         params = self._sampling_params(len(prompt_ids), sampling)
         base = rid or uuid.uuid4().hex
         rids = [base] if n == 1 else [f"{base}-{i}" for i in range(n)]
@@ -110,15 +118,23 @@ class OpenAIRoutes:
         """SGLang's sampling_params for the request, validated by /generate's own rules."""
         room = self.s.context_length - n_prompt - 1
         if room < 1:
-            raise RequestError(f"the prompt has {n_prompt} tokens, which leaves no room in the "
-                               f"model's context of {self.s.context_length} tokens; shorten the "
-                               "conversation or raise --context-length.", code="context_length_exceeded")
+            raise RequestError(
+                f"the prompt has {n_prompt} tokens, which leaves no room in the "
+                f"model's context of {self.s.context_length} tokens; shorten the "
+                "conversation or raise --context-length.",
+                code="context_length_exceeded",
+            )
         budget = self.s.scheduler.max_total_tokens
         default = room if budget is None else max(1, min(room, budget - n_prompt))
-        raw = {"max_new_tokens": default if s.max_tokens is None else s.max_tokens,
-               "min_new_tokens": s.min_tokens, "stop": list(s.stop) or None,
-               "stop_token_ids": list(s.stop_token_ids) or None, "ignore_eos": s.ignore_eos,
-               "skip_special_tokens": s.skip_special_tokens, "no_stop_trim": s.no_stop_trim}
+        raw = {
+            "max_new_tokens": default if s.max_tokens is None else s.max_tokens,
+            "min_new_tokens": s.min_tokens,
+            "stop": list(s.stop) or None,
+            "stop_token_ids": list(s.stop_token_ids) or None,
+            "ignore_eos": s.ignore_eos,
+            "skip_special_tokens": s.skip_special_tokens,
+            "no_stop_trim": s.no_stop_trim,
+        }
         for key in ("temperature", "top_p", "top_k"):
             if getattr(s, key) is not None:
                 raw[key] = getattr(s, key)
@@ -126,8 +142,9 @@ class OpenAIRoutes:
             params = parse_sampling(raw, self.s.runner.vocab_size)
             _check_length(n_prompt, params.max_new_tokens, self.s.context_length)
         except BadRequest as exc:
-            raise RequestError(str(exc), code="context_length_exceeded"
-                               if "context length" in str(exc) else None) from None
+            raise RequestError(
+                str(exc), code="context_length_exceeded" if "context length" in str(exc) else None
+            ) from None
         return params
 
     async def _generate(self, rid: str, input_ids: list[int], params):
@@ -153,8 +170,11 @@ class OpenAIRoutes:
 
     def _generation(self, seq) -> Generation:
         return Generation(
-            output_ids=list(seq.output_ids), text=self.h._text(seq),
-            finish_reason=seq.finish_reason["type"], logprobs=list(seq.output_logprobs),
+            output_ids=list(seq.output_ids),
+            text=self.h._text(seq),
+            finish_reason=seq.finish_reason["type"],
+            logprobs=list(seq.output_logprobs),
             token_texts=[self.h._token_text(t) or "" for t in seq.output_ids],
             matched_stop=seq.finish_reason.get("matched"),
-            meta_info=self.h._output(seq, False)["meta_info"])
+            meta_info=self.h._output(seq, False)["meta_info"],
+        )

@@ -93,16 +93,22 @@ class BatchStats:
 
     def as_dict(self) -> dict:
         mean = self._batch_size_sum / self.decode_steps if self.decode_steps else 0.0
-        return {"forward_steps": self.prefill_steps + self.decode_steps,
-                "prefill_steps": self.prefill_steps, "decode_steps": self.decode_steps,
-                "prefill_tokens": self.prefill_tokens, "generated_tokens": self.generated_tokens,
-                "requests_served": self.requests_served,
-                "requests_aborted": self.requests_aborted,
-                "max_batch_size": self.max_batch_size, "mean_batch_size": round(mean, 3),
-                "max_kv_tokens_reserved": self.max_kv_tokens_reserved,
-                "kv_budget_waits": self.kv_budget_waits,
-                "decode_rows": self._batch_size_sum,  # sequences stepped, over all decode steps
-                "prefill_s": round(self.prefill_s, 3), "decode_s": round(self.decode_s, 3)}
+        return {
+            "forward_steps": self.prefill_steps + self.decode_steps,
+            "prefill_steps": self.prefill_steps,
+            "decode_steps": self.decode_steps,
+            "prefill_tokens": self.prefill_tokens,
+            "generated_tokens": self.generated_tokens,
+            "requests_served": self.requests_served,
+            "requests_aborted": self.requests_aborted,
+            "max_batch_size": self.max_batch_size,
+            "mean_batch_size": round(mean, 3),
+            "max_kv_tokens_reserved": self.max_kv_tokens_reserved,
+            "kv_budget_waits": self.kv_budget_waits,
+            "decode_rows": self._batch_size_sum,  # sequences stepped, over all decode steps
+            "prefill_s": round(self.prefill_s, 3),
+            "decode_s": round(self.decode_s, 3),
+        }
 
 
 class ThroughputLog:
@@ -111,8 +117,15 @@ class ThroughputLog:
     wall time spent in forward passes, and the queues. A step time that does not grow with the
     batch size means the host (Python, kernel launches) is the limit, not the GPU."""
 
-    COUNTERS = ("decode_steps", "prefill_steps", "prefill_tokens", "generated_tokens", "prefill_s",
-                "decode_s", "_batch_size_sum")
+    COUNTERS = (
+        "decode_steps",
+        "prefill_steps",
+        "prefill_tokens",
+        "generated_tokens",
+        "prefill_s",
+        "decode_s",
+        "_batch_size_sum",
+    )
 
     def __init__(self, stats: BatchStats, period: float = 10.0):
         self.stats, self.period = stats, period
@@ -133,12 +146,22 @@ class ThroughputLog:
         if not (d["decode_steps"] or d["prefill_steps"]):
             return
         steps = max(d["decode_steps"], 1)
-        logger.info("last %.0fs: %d decode steps (%.1f ms each, mean batch %.0f), %d prefills "
-                    "(%d tokens, %.2fs), %.0f gen tok/s, forward passes %.0f%% of the time; "
-                    "running %d, waiting %d", elapsed, d["decode_steps"], 1e3 * d["decode_s"] / steps,
-                    d["_batch_size_sum"] / steps, d["prefill_steps"], d["prefill_tokens"], d["prefill_s"],
-                    d["generated_tokens"] / elapsed, 100 * (d["decode_s"] + d["prefill_s"]) / elapsed,
-                    running, waiting)
+        logger.info(
+            "last %.0fs: %d decode steps (%.1f ms each, mean batch %.0f), %d prefills "
+            "(%d tokens, %.2fs), %.0f gen tok/s, forward passes %.0f%% of the time; "
+            "running %d, waiting %d",
+            elapsed,
+            d["decode_steps"],
+            1e3 * d["decode_s"] / steps,
+            d["_batch_size_sum"] / steps,
+            d["prefill_steps"],
+            d["prefill_tokens"],
+            d["prefill_s"],
+            d["generated_tokens"] / elapsed,
+            100 * (d["decode_s"] + d["prefill_s"]) / elapsed,
+            running,
+            waiting,
+        )
 
 
 def abort_reason(message: str, status_code: int | None = None) -> dict:
@@ -149,9 +172,15 @@ def abort_reason(message: str, status_code: int | None = None) -> dict:
 class Scheduler:
     """Owns the running batch; the public methods are safe to call from any thread."""
 
-    def __init__(self, runner: ModelRunner, *, max_running: int, max_prefill_tokens: int,
-                 decode: Callable[[list[int]], str] | None = None,
-                 max_total_tokens: int | None = None):
+    def __init__(
+        self,
+        runner: ModelRunner,
+        *,
+        max_running: int,
+        max_prefill_tokens: int,
+        decode: Callable[[list[int]], str] | None = None,
+        max_total_tokens: int | None = None,
+    ):
         self.runner = runner
         self.max_running = max_running
         self.max_prefill_tokens = max_prefill_tokens
@@ -202,9 +231,13 @@ class Scheduler:
     def load(self) -> dict:
         running = list(self._running)
         width = max((final_length(s) for s in running), default=0)
-        return {"running": len(running), "waiting": len(self._waiting),
-                "paused": self._paused, "kv_tokens_reserved": kv_footprint(len(running), width),
-                "max_total_num_tokens": self.max_total_tokens}
+        return {
+            "running": len(running),
+            "waiting": len(self._waiting),
+            "paused": self._paused,
+            "kv_tokens_reserved": kv_footprint(len(running), width),
+            "max_total_num_tokens": self.max_total_tokens,
+        }
 
     def kv_cache_bytes(self) -> int:
         batch = self._batch
@@ -239,8 +272,7 @@ class Scheduler:
             return
         while True:
             if item[0] == "submit" and self.memory_released:  # never queued: nothing to run on
-                self._finish(item[1], abort_reason(
-                    released_message("/generate", self.memory_released), 400))
+                self._finish(item[1], abort_reason(released_message("/generate", self.memory_released), 400))
             elif item[0] == "submit":
                 self._waiting.append(item[1])
             elif item[0] == "command":
@@ -265,8 +297,7 @@ class Scheduler:
 
     def _may_admit(self) -> bool:
         draining = bool(self._commands) and self._commands[0].drain
-        return (not draining and not self.memory_released
-                and len(self._running) < self.max_running)
+        return not draining and not self.memory_released and len(self._running) < self.max_running
 
     def _fits_kv_budget(self, rows: int, width: int) -> bool:
         return self.max_total_tokens is None or kv_footprint(rows, width) <= self.max_total_tokens
@@ -307,15 +338,16 @@ class Scheduler:
         self._batch = KVBatch.merge(self._batch, batch)
         self._running.extend(chosen)
         self._pending.extend([-1] * len(chosen))
-        self._sample_rows(logits, list(range(len(self._running) - len(chosen),
-                                             len(self._running))))
+        self._sample_rows(logits, list(range(len(self._running) - len(chosen), len(self._running))))
         self.stats.prefill_s += time.perf_counter() - t0
 
     def _never_fits(self, seq: Sequence) -> str:
-        return (f"/generate: the request needs {final_length(seq)} KV cache tokens (prompt + "
-                f"max_new_tokens), more than the server's whole budget, max_total_num_tokens "
-                f"{self.max_total_tokens}; lower max_new_tokens, or raise --mem-fraction-static "
-                "(or --max-total-tokens).")
+        return (
+            f"/generate: the request needs {final_length(seq)} KV cache tokens (prompt + "
+            f"max_new_tokens), more than the server's whole budget, max_total_num_tokens "
+            f"{self.max_total_tokens}; lower max_new_tokens, or raise --mem-fraction-static "
+            "(or --max-total-tokens)."
+        )
 
     def _decode_step(self) -> None:
         t0 = time.perf_counter()
@@ -386,6 +418,7 @@ class Scheduler:
 
     def _abort(self, rid: str | None, message: str) -> int:
         """Finish matching waiting and running sequences with reason abort (tokens so far)."""
+
         def hit(seq: Sequence) -> bool:
             return rid is None or seq.rid == rid
 
@@ -422,9 +455,13 @@ class Scheduler:
         thread). Requests held by pause mode retract hold none: they may stay queued."""
         queued = len(self._waiting) if not self._paused else 0
         if self._running or queued:
-            held = " (held by /pause_generation mode in_place, keeping their KV cache)" \
-                if self._paused == "in_place" and self._running else ""
+            held = (
+                " (held by /pause_generation mode in_place, keeping their KV cache)"
+                if self._paused == "in_place" and self._running
+                else ""
+            )
             raise ServerBusy(
                 f"/release_memory_occupation: {len(self._running)} request(s) are running"
                 f"{held} and {queued} queued. Pause generation first (/pause_generation with mode "
-                "'abort' or 'retract') or let the requests finish, then release.")
+                "'abort' or 'retract') or let the requests finish, then release."
+            )

@@ -51,18 +51,25 @@ class ServerHandle:
         return self.proc.returncode
 
 
-def start_server(model_path: str, port: int | None = None, extra_args=(),
-                 timeout: float = 120.0, env: dict | None = None) -> ServerHandle:
+def start_server(
+    model_path: str, port: int | None = None, extra_args=(), timeout: float = 120.0, env: dict | None = None
+) -> ServerHandle:
     """Start `python -m areal.server` and return once /health answers 200."""
     import requests
 
     port = port or free_port()
-    log = tempfile.NamedTemporaryFile("w", prefix=f"areal-server-{port}-", suffix=".log",
-                                      delete=False)
-    cmd = [sys.executable, "-m", "areal.server", "--model-path", str(model_path),
-           "--port", str(port), *map(str, extra_args)]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, **(env or {})})
+    log = tempfile.NamedTemporaryFile("w", prefix=f"areal-server-{port}-", suffix=".log", delete=False)
+    cmd = [
+        sys.executable,
+        "-m",
+        "areal.server",
+        "--model-path",
+        str(model_path),
+        "--port",
+        str(port),
+        *map(str, extra_args),
+    ]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     handle = ServerHandle(f"http://127.0.0.1:{port}", port, proc, log.name)
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -98,8 +105,16 @@ def server_load(url: str, headers: dict | None = None) -> dict:
     return requests.get(url + "/get_server_info", headers=headers, timeout=30).json()["load"]
 
 
-def pause_mid_generation(url: str, start, n: int = 1, *, mode: str | None = "in_place",
-                         headers: dict | None = None, also=None, timeout: float = 300.0):
+def pause_mid_generation(
+    url: str,
+    start,
+    n: int = 1,
+    *,
+    mode: str | None = "in_place",
+    headers: dict | None = None,
+    also=None,
+    timeout: float = 300.0,
+):
     """Pause the server at `url` with `mode` (None: no mode sent, the default abort) while `n`
     requests are generating on it; returns (what `start` returned, the pause's answer).
 
@@ -118,11 +133,13 @@ def pause_mid_generation(url: str, start, n: int = 1, *, mode: str | None = "in_
     while True:
         futures = start()
         running = wait_for(
-            lambda: (server_load(url, headers)["running"] == n and "running")
-            or (any(f.done() for f in futures) and "finished"),
-            lambda: f"{n} requests running on {url}: {server_load(url, headers)}")
-        answer = requests.post(url + "/pause_generation", json=body, headers=headers,
-                               timeout=60).json()
+            lambda: (
+                (server_load(url, headers)["running"] == n and "running")
+                or (any(f.done() for f in futures) and "finished")
+            ),
+            lambda: f"{n} requests running on {url}: {server_load(url, headers)}",
+        )
+        answer = requests.post(url + "/pause_generation", json=body, headers=headers, timeout=60).json()
         if running == "running" and answer[caught_key] == n and (also is None or also()):
             return futures, answer
         print(f"pause_mid_generation: round void ({running}, {answer}), again", flush=True)

@@ -34,26 +34,63 @@ class UnsupportedMediaType(BadRequest):
 
 # SGLang sampling keys that are accepted only at the value that disables them.
 NEUTRAL_SAMPLING = {
-    "min_p": 0.0, "frequency_penalty": 0.0, "presence_penalty": 0.0,
-    "repetition_penalty": 1.0, "n": 1, "json_schema": None, "regex": None, "ebnf": None,
-    "structural_tag": None, "custom_params": None, "logit_bias": None, "sampling_seed": None,
-    "spaces_between_special_tokens": True, "stream_interval": None,
+    "min_p": 0.0,
+    "frequency_penalty": 0.0,
+    "presence_penalty": 0.0,
+    "repetition_penalty": 1.0,
+    "n": 1,
+    "json_schema": None,
+    "regex": None,
+    "ebnf": None,
+    "structural_tag": None,
+    "custom_params": None,
+    "logit_bias": None,
+    "sampling_seed": None,
+    "spaces_between_special_tokens": True,
+    "stream_interval": None,
 }
 # SGLang top-level /generate keys accepted only at their neutral value.
 NEUTRAL_TOP = {
-    "stream": False, "logprob_start_len": -1, "top_logprobs_num": 0, "token_ids_logprob": None,
-    "image_data": None, "video_data": None, "audio_data": None, "input_embeds": None,
-    "custom_logit_processor": None, "return_hidden_states": False,
-    "session_params": None, "modalities": None, "data_parallel_rank": None,
-    "bootstrap_host": None, "bootstrap_port": None, "bootstrap_room": None,
+    "stream": False,
+    "logprob_start_len": -1,
+    "top_logprobs_num": 0,
+    "token_ids_logprob": None,
+    "image_data": None,
+    "video_data": None,
+    "audio_data": None,
+    "input_embeds": None,
+    "custom_logit_processor": None,
+    "return_hidden_states": False,
+    "session_params": None,
+    "modalities": None,
+    "data_parallel_rank": None,
+    "bootstrap_host": None,
+    "bootstrap_port": None,
+    "bootstrap_room": None,
 }
 # Top-level keys with no effect on results here (bookkeeping in SGLang).
 IGNORED_TOP = {"log_metrics", "priority", "label", "conversation_id", "background"}
-IMPLEMENTED_TOP = {"text", "input_ids", "sampling_params", "rid", "return_logprob",
-                   "return_text_in_logprobs", "lora_path"}
-IMPLEMENTED_SAMPLING = {"max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k",
-                        "stop", "stop_token_ids", "ignore_eos", "no_stop_trim",
-                        "skip_special_tokens"}
+IMPLEMENTED_TOP = {
+    "text",
+    "input_ids",
+    "sampling_params",
+    "rid",
+    "return_logprob",
+    "return_text_in_logprobs",
+    "lora_path",
+}
+IMPLEMENTED_SAMPLING = {
+    "max_new_tokens",
+    "min_new_tokens",
+    "temperature",
+    "top_p",
+    "top_k",
+    "stop",
+    "stop_token_ids",
+    "ignore_eos",
+    "no_stop_trim",
+    "skip_special_tokens",
+}
 
 
 @dataclass(frozen=True)
@@ -78,8 +115,7 @@ def check_keys(body: dict, allowed: set[str], where: str) -> None:
     """Reject keys outside `allowed`, naming them and listing the accepted ones."""
     unknown = sorted(set(body) - allowed)
     if unknown:
-        raise BadRequest(f"{where}: unknown key(s) {unknown}; accepted keys are "
-                         f"{sorted(allowed)}.")
+        raise BadRequest(f"{where}: unknown key(s) {unknown}; accepted keys are {sorted(allowed)}.")
 
 
 def get_typed(body: dict, key: str, kind, default=None, where: str = "request"):
@@ -101,15 +137,18 @@ def get_typed(body: dict, key: str, kind, default=None, where: str = "request"):
 def _check_neutral(body: dict, neutral: dict, where: str) -> None:
     for key, value in neutral.items():
         if key in body and body[key] is not None and body[key] != value:
-            raise BadRequest(f"{where}: '{key}'={body[key]!r} is not supported by the built-in "
-                             f"server; omit it or use {value!r} (or run SGLang).")
+            raise BadRequest(
+                f"{where}: '{key}'={body[key]!r} is not supported by the built-in "
+                f"server; omit it or use {value!r} (or run SGLang)."
+            )
 
 
 def _int_list(value, key: str, vocab_size: int, where: str) -> list[int]:
-    if not isinstance(value, list) or not all(
-            isinstance(t, int) and not isinstance(t, bool) for t in value):
-        raise BadRequest(f"{where}: '{key}' must be a list of integers (one prompt; batched "
-                         "/generate is not supported by the built-in server).")
+    if not isinstance(value, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+        raise BadRequest(
+            f"{where}: '{key}' must be a list of integers (one prompt; batched "
+            "/generate is not supported by the built-in server)."
+        )
     bad = [t for t in value if not 0 <= t < vocab_size]
     if bad:
         raise BadRequest(f"{where}: '{key}' has token ids outside [0, {vocab_size}): {bad[:5]}.")
@@ -132,8 +171,7 @@ def parse_sampling(raw: Any, vocab_size: int) -> SamplingParams:
     if max_new < 0:
         raise BadRequest(f"{where}: max_new_tokens must be >= 0, got {max_new}.")
     if not 0 <= min_new <= max_new:
-        raise BadRequest(f"{where}: min_new_tokens must be in [0, max_new_tokens={max_new}], "
-                         f"got {min_new}.")
+        raise BadRequest(f"{where}: min_new_tokens must be in [0, max_new_tokens={max_new}], got {min_new}.")
     if temperature < 0:
         raise BadRequest(f"{where}: temperature must be >= 0, got {temperature}.")
     if not 0.0 < top_p <= 1.0:
@@ -143,19 +181,21 @@ def parse_sampling(raw: Any, vocab_size: int) -> SamplingParams:
     stop = raw.get("stop")
     if isinstance(stop, str):
         stop = [stop]
-    if stop is not None and not (isinstance(stop, list) and all(isinstance(s, str) and s
-                                                                 for s in stop)):
-        raise BadRequest(f"{where}: 'stop' must be a non-empty string or a list of them, "
-                         f"got {stop!r}.")
+    if stop is not None and not (isinstance(stop, list) and all(isinstance(s, str) and s for s in stop)):
+        raise BadRequest(f"{where}: 'stop' must be a non-empty string or a list of them, got {stop!r}.")
     stop_ids = raw.get("stop_token_ids")
-    stop_ids = [] if stop_ids is None else _int_list(stop_ids, "stop_token_ids", vocab_size,
-                                                     where)
+    stop_ids = [] if stop_ids is None else _int_list(stop_ids, "stop_token_ids", vocab_size, where)
     top_k = min(top_k, vocab_size)  # the same distribution; a huge k would overflow torch
     if temperature < 1e-6:  # SGLang: temperature 0 means greedy = (T=1, top_k=1)
         temperature, top_k = 1.0, 1
     return SamplingParams(
-        max_new_tokens=max_new, min_new_tokens=min_new, temperature=temperature,
-        top_p=top_p, top_k=top_k, stop=tuple(stop or ()), stop_token_ids=frozenset(stop_ids),
+        max_new_tokens=max_new,
+        min_new_tokens=min_new,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        stop=tuple(stop or ()),
+        stop_token_ids=frozenset(stop_ids),
         ignore_eos=get_typed(raw, "ignore_eos", bool, False, where),
         no_stop_trim=get_typed(raw, "no_stop_trim", bool, False, where),
         skip_special_tokens=get_typed(raw, "skip_special_tokens", bool, True, where),
@@ -173,11 +213,14 @@ def parse_generate(body: Any, *, vocab_size: int, context_length: int, tokenize)
     if has_text:
         text = body["text"]
         if not isinstance(text, str):
-            raise BadRequest("/generate: 'text' must be a string (one prompt; batched /generate "
-                             "is not supported by the built-in server).")
+            raise BadRequest(
+                "/generate: 'text' must be a string (one prompt; batched /generate "
+                "is not supported by the built-in server)."
+            )
         if tokenize is None:
-            raise BadRequest("/generate: 'text' needs a tokenizer, but the server runs with "
-                             "--skip-tokenizer-init; send 'input_ids'.")
+            raise BadRequest(
+                "/generate: 'text' needs a tokenizer, but the server runs with --skip-tokenizer-init; send 'input_ids'."
+            )
         input_ids = tokenize(text)
     else:
         input_ids = _int_list(body["input_ids"], "input_ids", vocab_size, "/generate")
@@ -186,11 +229,11 @@ def parse_generate(body: Any, *, vocab_size: int, context_length: int, tokenize)
     sampling = parse_sampling(body.get("sampling_params"), vocab_size)
     _check_length(len(input_ids), sampling.max_new_tokens, context_length)
     return GenerateInput(
-        input_ids=list(input_ids), sampling=sampling,
+        input_ids=list(input_ids),
+        sampling=sampling,
         rid=get_typed(body, "rid", str, None, "/generate"),
         return_logprob=get_typed(body, "return_logprob", bool, False, "/generate"),
-        return_text_in_logprobs=get_typed(body, "return_text_in_logprobs", bool, False,
-                                          "/generate"),
+        return_text_in_logprobs=get_typed(body, "return_text_in_logprobs", bool, False, "/generate"),
         lora_path=get_typed(body, "lora_path", str, None, "/generate"),
     )
 
@@ -198,10 +241,14 @@ def parse_generate(body: Any, *, vocab_size: int, context_length: int, tokenize)
 def _check_length(n_input: int, max_new: int, context_length: int) -> None:
     """SGLang's rule: input < context and input + max_new_tokens < context."""
     if n_input >= context_length:
-        raise BadRequest(f"The input ({n_input} tokens) is longer than the model's context "
-                         f"length ({context_length} tokens); shorten the prompt or raise "
-                         "--context-length.")
+        raise BadRequest(
+            f"The input ({n_input} tokens) is longer than the model's context "
+            f"length ({context_length} tokens); shorten the prompt or raise "
+            "--context-length."
+        )
     if n_input + max_new >= context_length:
-        raise BadRequest(f"Requested token count ({n_input} input + {max_new} new) exceeds the "
-                         f"model's context length ({context_length} tokens); lower "
-                         "max_new_tokens or raise --context-length.")
+        raise BadRequest(
+            f"Requested token count ({n_input} input + {max_new} new) exceeds the "
+            f"model's context length ({context_length} tokens); lower "
+            "max_new_tokens or raise --context-length."
+        )

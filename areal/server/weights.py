@@ -61,10 +61,12 @@ def check_weight_path(path: str, roots: list[str], where: str, key: str = "model
     if any(resolved.is_relative_to(Path(r).expanduser().resolve()) for r in roots):
         return
     shown = f"{path!r}" + ("" if str(resolved) == path else f" (resolves to {resolved})")
-    raise Forbidden(f"{where}: {key} {shown} is outside the folders this server may load "
-                    f"weights from: {roots}. Save the weights under one of them, or start the "
-                    "server with --weight-dirs covering that folder (launcher config: "
-                    "sglang.weight_dirs; '/' allows any path).")
+    raise Forbidden(
+        f"{where}: {key} {shown} is outside the folders this server may load "
+        f"weights from: {roots}. Save the weights under one of them, or start the "
+        "server with --weight-dirs covering that folder (launcher config: "
+        "sglang.weight_dirs; '/' allows any path)."
+    )
 
 
 class WeightUpdater:
@@ -108,8 +110,10 @@ class WeightUpdater:
             params = self.parameters()
             unknown = [n for n, _ in named if n not in params]
             if unknown:
-                raise ValueError(f"Unknown parameter name(s) {unknown[:5]}; names must be the "
-                                 "served model's Hugging Face state-dict names.")
+                raise ValueError(
+                    f"Unknown parameter name(s) {unknown[:5]}; names must be the "
+                    "served model's Hugging Face state-dict names."
+                )
             _copy_all(params, named)
         finally:
             named.clear()  # the sender's memory: let go of it now, even if a traceback is kept
@@ -136,8 +140,10 @@ class WeightUpdater:
         weights = dict(self.runner.model.named_parameters(remove_duplicate=False))
         missing = sorted(set(weights) - set(state))
         if missing and not all(_is_tied_alias(m, params, state) for m in missing):
-            raise ValueError(f"Checkpoint {model_path!r} lacks parameters {missing[:5]}; "
-                             "it does not match the served model's architecture.")
+            raise ValueError(
+                f"Checkpoint {model_path!r} lacks parameters {missing[:5]}; "
+                "it does not match the served model's architecture."
+            )
         unknown = sorted(set(state) - set(params))
         if unknown:
             raise ValueError(f"Checkpoint {model_path!r} has unknown parameters {unknown[:5]}.")
@@ -147,20 +153,33 @@ class WeightUpdater:
             timings["load_s"] = time.perf_counter() - t0
         return f"Succeeded to update model weights from {model_path}."
 
-    def init_group(self, *, master_address: str, master_port: int, rank_offset: int,
-                   world_size: int, group_name: str, backend: str) -> str:
+    def init_group(
+        self, *, master_address: str, master_port: int, rank_offset: int, world_size: int, group_name: str, backend: str
+    ) -> str:
         if group_name in self.groups:
-            raise ValueError(f"Weight update group {group_name!r} already exists; destroy it "
-                             "first (/destroy_weights_update_group).")
+            raise ValueError(
+                f"Weight update group {group_name!r} already exists; destroy it first (/destroy_weights_update_group)."
+            )
         rank = rank_offset  # one rank per server (tp 1)
         self.groups[group_name] = init_custom_process_group(
-            backend=backend, master_address=master_address, master_port=master_port,
-            world_size=world_size, rank=rank, group_name=group_name)
+            backend=backend,
+            master_address=master_address,
+            master_port=master_port,
+            world_size=world_size,
+            rank=rank,
+            group_name=group_name,
+        )
         return f"Succeeded to initialize custom process group {group_name!r} (rank {rank})."
 
-    def update_from_distributed(self, *, names: list[str], dtypes: list[str],
-                                shapes: list[list[int]], group_name: str,
-                                timings: dict | None = None) -> str:
+    def update_from_distributed(
+        self,
+        *,
+        names: list[str],
+        dtypes: list[str],
+        shapes: list[list[int]],
+        group_name: str,
+        timings: dict | None = None,
+    ) -> str:
         """Receive every broadcast first (keeps the collective in step), then check and copy.
 
         timings (optional) gets recv_s (until every tensor arrived) and load_s (the copy into
@@ -170,8 +189,7 @@ class WeightUpdater:
 
         group = self.groups.get(group_name)
         if group is None:
-            raise ValueError(f"No weight update group {group_name!r}; call "
-                             "/init_weights_update_group first.")
+            raise ValueError(f"No weight update group {group_name!r}; call /init_weights_update_group first.")
         t0 = time.perf_counter()
         received = []
         for name, dtype, shape in zip(names, dtypes, shapes):
@@ -183,8 +201,10 @@ class WeightUpdater:
         params = self.parameters()
         unknown = [n for n, _ in received if n not in params]
         if unknown:
-            raise ValueError(f"Unknown parameter name(s) {unknown[:5]}; names must be the "
-                             "served model's Hugging Face state-dict names.")
+            raise ValueError(
+                f"Unknown parameter name(s) {unknown[:5]}; names must be the "
+                "served model's Hugging Face state-dict names."
+            )
         _copy_all(params, received)
         self.lora.reset()
         if timings is not None:
@@ -223,8 +243,9 @@ def _copy_all(params: dict, pairs: list) -> None:
     for name, source in pairs:
         target = params[name]
         if tuple(target.shape) != tuple(source.shape):
-            raise ValueError(f"Parameter {name!r}: shape {list(source.shape)} does not match "
-                             f"the model's {list(target.shape)}.")
+            raise ValueError(
+                f"Parameter {name!r}: shape {list(source.shape)} does not match the model's {list(target.shape)}."
+            )
     with torch.no_grad():
         for name, source in pairs:
             target = params[name]

@@ -54,8 +54,12 @@ class TrainContext:
             name = "final" if step == self.total_steps else f"step_{step:08d}"
             self.actor.save(str(self.run_dir / "models" / name))
         if should_save(step, recover.freq_steps):
-            state = TrainerState(step=step, epoch=self.epoch(), weight_version=self.actor.get_version(),
-                                 extra={"loader": self.source.loader_state()})
+            state = TrainerState(
+                step=step,
+                epoch=self.epoch(),
+                weight_version=self.actor.get_version(),
+                extra={"loader": self.source.loader_state()},
+            )
             save_checkpoint(self.actor, self.run_dir, state, keep_last=recover.keep_last)
 
     def evaluate(self, step: int) -> dict[str, float]:
@@ -73,8 +77,11 @@ class TrainContext:
         if engine is not None and self.eval_workflow is not None:
             batch = engine.rollout_batch(self.eval_records, self.eval_workflow)
             rewards = batch["rewards"].float()
-            result = {"eval/accuracy": float((rewards >= 1.0 - 1e-6).float().mean()),
-                      "eval/reward_mean": float(rewards.mean()), "eval/n": int(rewards.numel())}
+            result = {
+                "eval/accuracy": float((rewards >= 1.0 - 1e-6).float().mean()),
+                "eval/reward_mean": float(rewards.mean()),
+                "eval/n": int(rewards.numel()),
+            }
         return broadcast_from_rank0(result) or {}
 
     def log(self, step: int, metrics: dict) -> None:
@@ -102,15 +109,15 @@ class TrainContext:
         self.start_step = state.step + 1
         self._forget_metrics_from(self.start_step)  # the killed run logged them; they are redone now
         self.source.push_weights(state.weight_version)
-        logger.info("recovered from %s: resuming at step %d, weight version %d", folder, self.start_step,
-                    state.weight_version)
+        logger.info(
+            "recovered from %s: resuming at step %d, weight version %d", folder, self.start_step, state.weight_version
+        )
 
     def _forget_metrics_from(self, step: int) -> None:
         if self.stats is not None:
             dropped = self.stats.drop_rows_from(step)
             if dropped:
-                logger.info("metrics.jsonl: dropped %d row(s) of steps >= %d logged before the restart",
-                            dropped, step)
+                logger.info("metrics.jsonl: dropped %d row(s) of steps >= %d logged before the restart", dropped, step)
 
     def close(self) -> None:
         if self.stats is not None:

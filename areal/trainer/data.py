@@ -9,8 +9,7 @@ from typing import Any, Iterator
 logger = logging.getLogger("areal.trainer")
 
 
-def load_records(dcfg, *, key: str = "train_dataset", tokenizer=None,
-                 system_prompt: str | None = None) -> list[dict]:
+def load_records(dcfg, *, key: str = "train_dataset", tokenizer=None, system_prompt: str | None = None) -> list[dict]:
     """Records of a DatasetConfig through areal.dataset's registry (see DatasetConfig.type).
 
     With `max_prompt_len` set, records whose chat prompt (chat template and `system_prompt`, as
@@ -24,17 +23,22 @@ def load_records(dcfg, *, key: str = "train_dataset", tokenizer=None,
     else:
         records = load_dataset_by_name(dcfg.type, dcfg.split, path=dcfg.path, **dcfg.kwargs)
     if dcfg.max_samples is not None:
-        records = records[:dcfg.max_samples]
+        records = records[: dcfg.max_samples]
     if not records:
         raise ValueError(f"dataset type={dcfg.type!r} path={dcfg.path!r} split={dcfg.split!r} has no records")
     if dcfg.max_prompt_len is not None:
-        records = drop_long_prompts(records, dcfg.max_prompt_len, tokenizer, system_prompt,
-                                    key=f"{key}.max_prompt_len")
+        records = drop_long_prompts(records, dcfg.max_prompt_len, tokenizer, system_prompt, key=f"{key}.max_prompt_len")
     return records
 
 
-def drop_long_prompts(records: list[dict], max_len: int, tokenizer, system_prompt: str | None = None,
-                      *, key: str = "train_dataset.max_prompt_len") -> list[dict]:
+def drop_long_prompts(
+    records: list[dict],
+    max_len: int,
+    tokenizer,
+    system_prompt: str | None = None,
+    *,
+    key: str = "train_dataset.max_prompt_len",
+) -> list[dict]:
     """The records whose chat prompt has at most `max_len` tokens; raises if none has."""
     from areal.workflow.common import chat_prompt_ids, load_tokenizer, record_messages
 
@@ -44,12 +48,20 @@ def drop_long_prompts(records: list[dict], max_len: int, tokenizer, system_promp
     lengths = [len(chat_prompt_ids(tokenizer, record_messages(r, system_prompt))) for r in records]
     kept = [r for r, n in zip(records, lengths) if n <= max_len]
     if not kept:
-        raise ValueError(f"{key}={max_len}: all {len(records)} prompts are longer (the shortest has "
-                         f"{min(lengths)} tokens with the chat template); raise it, or set it to null "
-                         "to keep every prompt")
+        raise ValueError(
+            f"{key}={max_len}: all {len(records)} prompts are longer (the shortest has "
+            f"{min(lengths)} tokens with the chat template); raise it, or set it to null "
+            "to keep every prompt"
+        )
     if len(kept) < len(records):
-        logger.info("%s=%d: dropped %d of %d prompts (longest %d tokens)", key, max_len,
-                    len(records) - len(kept), len(records), max(lengths))
+        logger.info(
+            "%s=%d: dropped %d of %d prompts (longest %d tokens)",
+            key,
+            max_len,
+            len(records) - len(kept),
+            len(records),
+            max(lengths),
+        )
     return kept
 
 
@@ -64,8 +76,9 @@ class PromptLoader:
 
     def __init__(self, records: list[dict], batch_size: int, *, shuffle: bool = True, seed: int = 0):
         if len(records) < batch_size:
-            raise ValueError(f"{len(records)} records are fewer than one batch of {batch_size} "
-                             "(train_dataset.batch_size)")
+            raise ValueError(
+                f"{len(records)} records are fewer than one batch of {batch_size} (train_dataset.batch_size)"
+            )
         self.records, self.batch_size, self.shuffle, self.seed = records, batch_size, shuffle, seed
         self.epoch, self.position, self.offset = 0, 0, 0
         self.last_batch_offset = 0
@@ -86,7 +99,7 @@ class PromptLoader:
             skip, self.offset = self.offset, 0
             self.position += 1
             self.last_batch_offset = skip  # the yielded batch's first record, within its batch
-            yield [self.records[i] for i in order[lo + skip:lo + self.batch_size]]
+            yield [self.records[i] for i in order[lo + skip : lo + self.batch_size]]
 
     def state_dict(self) -> dict[str, int]:
         return {"epoch": self.epoch, "position": self.position}

@@ -29,9 +29,12 @@ def drive(cfg) -> list[dict]:
 
     resolve_model_paths(cfg)
     tokenizer = cfg.actor.tokenizer_path or cfg.sglang.tokenizer_path
-    loader = PromptLoader(load_records(cfg.train_dataset, tokenizer=tokenizer,
-                                       system_prompt=cfg.workflow.system_prompt),
-                          cfg.train_dataset.batch_size, shuffle=cfg.train_dataset.shuffle, seed=cfg.seed)
+    loader = PromptLoader(
+        load_records(cfg.train_dataset, tokenizer=tokenizer, system_prompt=cfg.workflow.system_prompt),
+        cfg.train_dataset.batch_size,
+        shuffle=cfg.train_dataset.shuffle,
+        seed=cfg.seed,
+    )
     engine = RemoteSGLangEngine(cfg)
     engine.initialize()
     workflow = build_workflow(cfg, tokenizer)
@@ -50,9 +53,14 @@ def drive(cfg) -> list[dict]:
             writer.write(batch)
             n = int(batch["input_ids"].shape[0])
             tokens = int(batch["loss_mask"].sum())
-            report = {"batch": i, "reward_mean": float(batch["rewards"].float().mean()), "samples": n,
-                      "seconds": round(seconds, 3), "samples_per_s": round(n / seconds, 2),
-                      "gen_tokens_per_s": round(tokens / seconds, 1)}
+            report = {
+                "batch": i,
+                "reward_mean": float(batch["rewards"].float().mean()),
+                "samples": n,
+                "seconds": round(seconds, 3),
+                "samples_per_s": round(n / seconds, 2),
+                "gen_tokens_per_s": round(tokens / seconds, 1),
+            }
             print(json.dumps(report), flush=True)
             reports.append(report)
     finally:

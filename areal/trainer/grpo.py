@@ -1,7 +1,7 @@
 """The GRPO training loop, phase by phase as the algorithm reads:
 
-    prepare batch -> recompute logprobs -> advantages -> PPO update
-    -> pause, weight update, continue -> version bump -> save / evaluate / log
+prepare batch -> recompute logprobs -> advantages -> PPO update
+-> pause, weight update, continue -> version bump -> save / evaluate / log
 """
 
 from __future__ import annotations
@@ -56,8 +56,7 @@ def grpo_step(ctx: TrainContext, step: int) -> dict[str, Any]:
     with phases("rollout"):
         batch = ctx.source.next_batch()  # with dynamic sampling: only groups whose rewards differ
     with phases("advantages"):
-        batch = prepare_ppo_batch(batch, a, group_size=cfg.gconfig.n_samples,
-                                  max_new_tokens=cfg.gconfig.max_new_tokens)
+        batch = prepare_ppo_batch(batch, a, group_size=cfg.gconfig.n_samples, max_new_tokens=cfg.gconfig.max_new_tokens)
         local = actor.dp_shard(batch)
     with phases("recompute_logprob"):
         if a.recompute_logprob:
@@ -66,16 +65,17 @@ def grpo_step(ctx: TrainContext, step: int) -> dict[str, Any]:
             local["ref_logprobs"] = ctx.ref.forward(local, temperature=ctx.temperature)
     algo_metrics = {**ctx.source.batch_metrics(), **(_mismatch(local, a) if a.recompute_logprob else {})}
     with phases("train"):
-        train_stats = [actor.train_batch(mb, ppo_loss_fn(a), loss_weight_fn(a), temperature=ctx.temperature)
-                       for mb in split_minibatches(local, a.ppo_n_minibatches)]
+        train_stats = [
+            actor.train_batch(mb, ppo_loss_fn(a), loss_weight_fn(a), temperature=ctx.temperature)
+            for mb in split_minibatches(local, a.ppo_n_minibatches)
+        ]
     with phases("weight_update"):
         update = ctx.source.push_weights(actor.get_version() + 1)  # the version bump
     with phases("save"):
         ctx.save(step)
     with phases("eval"):
         evaluation = ctx.evaluate(step)
-    return _metrics(step, ctx, batch, train_stats, update, evaluation, phases, time.perf_counter() - t0,
-                    algo_metrics)
+    return _metrics(step, ctx, batch, train_stats, update, evaluation, phases, time.perf_counter() - t0, algo_metrics)
 
 
 def _mismatch(local: dict[str, Any], actor_cfg) -> dict[str, float]:
@@ -109,9 +109,11 @@ def _staleness(versions, generated, trained_version: int) -> dict[str, float]:
     big = versions.max() + 1  # so that non-generated positions never win a min
     row_min = versions.masked_fill(~generated, big).amin(dim=1)[rows]
     row_max = versions.masked_fill(~generated, -1).amax(dim=1)[rows]
-    return {"rollout/staleness_max": int(trained_version - gen.min()),
-            "rollout/staleness_mean": float(trained_version - gen.float().mean()),
-            "rollout/mixed_version_frac": float((row_max > row_min).float().mean())}
+    return {
+        "rollout/staleness_max": int(trained_version - gen.min()),
+        "rollout/staleness_mean": float(trained_version - gen.float().mean()),
+        "rollout/mixed_version_frac": float((row_max > row_min).float().mean()),
+    }
 
 
 # push_weights' figures that keep their own prefix (the rest are the update's, weight_update/)
@@ -121,10 +123,17 @@ OWN_PREFIXES = ("server/", "handoff/", "memory/")
 def _metrics(step, ctx, batch, train_stats, update, evaluation, phases, step_s, algo_metrics) -> dict[str, Any]:
     rewards = batch["rewards"].float()
     n_tokens = int(batch["loss_mask"].sum())
-    out = {"step": step, "epoch": ctx.epoch(), "weight_version": ctx.actor.get_version(),
-           "rollout/reward_mean": float(rewards.mean()), "rollout/reward_std": float(rewards.std()),
-           "rollout/n_samples": int(rewards.numel()), "rollout/gen_tokens": n_tokens,
-           "timing/step_s": step_s, "throughput/samples_per_s": rewards.numel() / max(step_s, 1e-9)}
+    out = {
+        "step": step,
+        "epoch": ctx.epoch(),
+        "weight_version": ctx.actor.get_version(),
+        "rollout/reward_mean": float(rewards.mean()),
+        "rollout/reward_std": float(rewards.std()),
+        "rollout/n_samples": int(rewards.numel()),
+        "rollout/gen_tokens": n_tokens,
+        "timing/step_s": step_s,
+        "throughput/samples_per_s": rewards.numel() / max(step_s, 1e-9),
+    }
     if "versions" in batch:
         out.update(_staleness(batch["versions"], batch["loss_mask"].bool(), ctx.actor.get_version() - 1))
     if "overlong_penalty" in batch:
@@ -137,8 +146,13 @@ def _metrics(step, ctx, batch, train_stats, update, evaluation, phases, step_s, 
     for key, value in last.items():
         out[f"train/{key}"] = float(value)
     out["train/loss"] = sum(float(s.get("loss", 0.0)) for s in train_stats) / len(train_stats)
-    out.update({k if k.startswith(OWN_PREFIXES) else f"weight_update/{k.removeprefix('weight_update/')}":
-                float(v) for k, v in update.items() if isinstance(v, (int, float))})
+    out.update(
+        {
+            k if k.startswith(OWN_PREFIXES) else f"weight_update/{k.removeprefix('weight_update/')}": float(v)
+            for k, v in update.items()
+            if isinstance(v, (int, float))
+        }
+    )
     out.update(phases.metrics())
     out.update(evaluation)
     return out

@@ -39,8 +39,13 @@ def resolve_model_paths(cfg) -> None:
     """tiny:<preset> names become the folder every process of the run shares."""
     from areal.models.resolve import resolve_model_path
 
-    for section, key in (("actor", "path"), ("actor", "tokenizer_path"), ("ref", "path"),
-                         ("sglang", "model_path"), ("sglang", "tokenizer_path")):
+    for section, key in (
+        ("actor", "path"),
+        ("actor", "tokenizer_path"),
+        ("ref", "path"),
+        ("sglang", "model_path"),
+        ("sglang", "tokenizer_path"),
+    ):
         obj = getattr(cfg, section)
         if getattr(obj, key):
             setattr(obj, key, resolve_model_path(getattr(obj, key)))
@@ -67,16 +72,30 @@ def build_context(cfg: ExperimentConfig) -> TrainContext:
     seed_everything(cfg.seed, actor.rank)
     ref = _build_ref(cfg, names) if cfg.actor.kl_ctl > 0 else None
     source = _build_source(cfg, actor, source_parts)
-    ctx = TrainContext(cfg=cfg, actor=actor, ref=ref, source=source, total_steps=total,
-                       steps_per_epoch=steps_per_epoch, temperature=cfg.gconfig.temperature or 1.0)
+    ctx = TrainContext(
+        cfg=cfg,
+        actor=actor,
+        ref=ref,
+        source=source,
+        total_steps=total,
+        steps_per_epoch=steps_per_epoch,
+        temperature=cfg.gconfig.temperature or 1.0,
+    )
     if cfg.evaluator.freq_steps and actor.is_rank0:
         ctx.eval_records, ctx.eval_workflow = _eval_parts(cfg)
     if actor.is_rank0:
         from areal.utils.stats_logger import StatsLogger
 
         sl = cfg.stats_logger
-        ctx.stats = StatsLogger(cfg.run_dir, tensorboard=sl.tensorboard, plot=sl.plot, progress=sl.progress_bar,
-                                total_steps=total, wandb=sl.wandb.model_dump(), run_config=cfg.model_dump())
+        ctx.stats = StatsLogger(
+            cfg.run_dir,
+            tensorboard=sl.tensorboard,
+            plot=sl.plot,
+            progress=sl.progress_bar,
+            total_steps=total,
+            wandb=sl.wandb.model_dump(),
+            run_config=cfg.model_dump(),
+        )
     broadcast_from_rank0(None)  # every rank is set up before the first step
     return ctx
 
@@ -88,8 +107,9 @@ def _source_parts(cfg) -> dict:
         from .rollouts import read_index
 
         return {"loader": None, "steps_per_epoch": len(read_index(cfg.rollout.replay_path)["batches"])}
-    records = load_records(cfg.train_dataset, tokenizer=cfg.actor.tokenizer_path,
-                           system_prompt=cfg.workflow.system_prompt)
+    records = load_records(
+        cfg.train_dataset, tokenizer=cfg.actor.tokenizer_path, system_prompt=cfg.workflow.system_prompt
+    )
     loader = PromptLoader(records, cfg.train_dataset.batch_size, shuffle=cfg.train_dataset.shuffle, seed=cfg.seed)
     return {"loader": loader, "steps_per_epoch": len(loader)}
 
@@ -116,16 +136,21 @@ def _build_source(cfg: ExperimentConfig, actor: TrainEngine, parts: dict) -> Rol
         engine.initialize()
         workflow = build_workflow(cfg, cfg.actor.tokenizer_path)
         where = "external servers" if cfg.launcher.rollout_n_nodes == 0 else "the run's servers"
-        logger.info("rollouts from %s %s; weight updates (%s) go to them", where, engine.addrs,
-                    cfg.actor.weight_update)
+        logger.info("rollouts from %s %s; weight updates (%s) go to them", where, engine.addrs, cfg.actor.weight_update)
     return LiveRollouts(cfg, actor, rank0_engine=engine, workflow=workflow, loader=parts["loader"])
 
 
 def _build_ref(cfg, names):
     from areal.engine.fsdp.engine import FSDPEngine
 
-    ref_cfg = cfg.actor.model_copy(update={"path": cfg.ref.path, "tokenizer_path": cfg.actor.tokenizer_path,
-                                           "dtype": cfg.ref.dtype, "use_lora": False})
+    ref_cfg = cfg.actor.model_copy(
+        update={
+            "path": cfg.ref.path,
+            "tokenizer_path": cfg.actor.tokenizer_path,
+            "dtype": cfg.ref.dtype,
+            "use_lora": False,
+        }
+    )
     ref = FSDPEngine(ref_cfg, trainable=False, **names)
     ref.initialize()
     return ref
@@ -136,10 +161,14 @@ def _eval_parts(cfg):
 
     from .data import load_records
 
-    records = load_records(cfg.valid_dataset, key="valid_dataset", tokenizer=cfg.actor.tokenizer_path,
-                           system_prompt=cfg.workflow.system_prompt)
+    records = load_records(
+        cfg.valid_dataset,
+        key="valid_dataset",
+        tokenizer=cfg.actor.tokenizer_path,
+        system_prompt=cfg.workflow.system_prompt,
+    )
     if cfg.evaluator.max_samples:
-        records = records[:cfg.evaluator.max_samples]
+        records = records[: cfg.evaluator.max_samples]
     eval_cfg = cfg.model_copy(deep=True)
     eval_cfg.gconfig.temperature = 0.0
     eval_cfg.gconfig.n_samples = 1
@@ -159,9 +188,18 @@ def run(cfg) -> None:
         if ctx.eval_records is not None or cfg.evaluator.freq_steps:
             if ctx.start_step == 1:
                 # the evaluation before any training, as step 0 (no rollout or loss yet: null)
-                ctx.log(0, {"step": 0, "epoch": 0, "weight_version": ctx.actor.get_version(),
-                            "rollout/reward_mean": None, "train/loss": None, "timing/step_s": 0.0,
-                            **ctx.run_eval()})
+                ctx.log(
+                    0,
+                    {
+                        "step": 0,
+                        "epoch": 0,
+                        "weight_version": ctx.actor.get_version(),
+                        "rollout/reward_mean": None,
+                        "train/loss": None,
+                        "timing/step_s": 0.0,
+                        **ctx.run_eval(),
+                    },
+                )
         train(ctx)
     finally:
         ctx.close()
@@ -172,8 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="areal trainer worker (one rank)")
     p.add_argument("--config", required=True, help="the run's resolved config.yaml")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s",
-                        stream=sys.stderr)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
     cfg = load_run_config(args.config)
     if int(os.environ.get("RANK", "0")) == 0:  # rank 0 runs the rollout client thread
         shorten_gil_switch_interval(cfg.rollout.gil_switch_interval_ms)

@@ -25,8 +25,10 @@ from typing import Any
 
 FORMAT = "areal-rollouts/1"
 REQUIRED_KEYS = ("input_ids", "attention_mask", "loss_mask", "logprobs", "rewards")
-REGENERATE = ("regenerate them with an inference-only run (launcher.trainer_n_nodes=0), or point "
-              "rollout.replay_path at another rollouts/ folder")
+REGENERATE = (
+    "regenerate them with an inference-only run (launcher.trainer_n_nodes=0), or point "
+    "rollout.replay_path at another rollouts/ folder"
+)
 
 
 class RolloutWriter:
@@ -40,9 +42,14 @@ class RolloutWriter:
 
         name = f"batch_{len(self.index['batches']):05d}.pt"
         torch.save({k: v for k, v in batch.items()}, self.folder / name)
-        self.index["batches"].append({"file": name, "n_sequences": int(batch["input_ids"].shape[0]),
-                                      "reward_mean": float(batch["rewards"].float().mean()),
-                                      "sha256": _sha256(self.folder / name)})
+        self.index["batches"].append(
+            {
+                "file": name,
+                "n_sequences": int(batch["input_ids"].shape[0]),
+                "reward_mean": float(batch["rewards"].float().mean()),
+                "sha256": _sha256(self.folder / name),
+            }
+        )
         tmp = self.folder / "index.json.tmp"
         tmp.write_text(json.dumps(self.index, indent=2))
         tmp.replace(self.folder / "index.json")
@@ -54,22 +61,28 @@ def read_index(folder: str | Path) -> dict:
     try:
         index = json.loads(path.read_text())
     except FileNotFoundError:
-        raise FileNotFoundError(f"rollout.replay_path={folder}: no index.json; point it at the rollouts/ "
-                                "folder of an inference-only run (launcher.trainer_n_nodes=0)") from None
+        raise FileNotFoundError(
+            f"rollout.replay_path={folder}: no index.json; point it at the rollouts/ "
+            "folder of an inference-only run (launcher.trainer_n_nodes=0)"
+        ) from None
     except (ValueError, OSError) as e:  # bad JSON or UTF-8, a folder named index.json, ...
         raise ValueError(f"rollout.replay_path={folder}: {path} is corrupt ({e}); {REGENERATE}") from None
     if not isinstance(index, dict) or index.get("format") != FORMAT or not index.get("batches"):
-        raise ValueError(f"rollout.replay_path={folder}: {path} is not an {FORMAT} index with batches; "
-                         f"{REGENERATE}")
+        raise ValueError(f"rollout.replay_path={folder}: {path} is not an {FORMAT} index with batches; {REGENERATE}")
     batches = index["batches"]
-    if not isinstance(batches, list) or not all(isinstance(e, dict) and isinstance(e.get("file"), str)
-                                                for e in batches):
-        raise ValueError(f"rollout.replay_path={folder}: {path} lists batches that are not "
-                         f'{{"file": name, ...}} entries; {REGENERATE}')
+    if not isinstance(batches, list) or not all(
+        isinstance(e, dict) and isinstance(e.get("file"), str) for e in batches
+    ):
+        raise ValueError(
+            f"rollout.replay_path={folder}: {path} lists batches that are not "
+            f'{{"file": name, ...}} entries; {REGENERATE}'
+        )
     missing = [e["file"] for e in batches if not (Path(folder) / e["file"]).is_file()]
     if missing:  # found now rather than at the step that needs them
-        raise FileNotFoundError(f"rollout.replay_path={folder}: batch files listed in {path} are missing: "
-                                f"{missing[:5]}{' ...' if len(missing) > 5 else ''}; {REGENERATE}")
+        raise FileNotFoundError(
+            f"rollout.replay_path={folder}: batch files listed in {path} are missing: "
+            f"{missing[:5]}{' ...' if len(missing) > 5 else ''}; {REGENERATE}"
+        )
     return index
 
 
@@ -78,11 +91,14 @@ def load_batch(folder: str | Path, entry: dict) -> dict[str, Any]:
 
     path = Path(folder) / entry["file"]
     if not path.is_file():
-        raise FileNotFoundError(f"saved rollouts {path} are missing (listed in {Path(folder) / 'index.json'}); "
-                                f"{REGENERATE}")
+        raise FileNotFoundError(
+            f"saved rollouts {path} are missing (listed in {Path(folder) / 'index.json'}); {REGENERATE}"
+        )
     if entry.get("sha256") and _sha256(path) != entry["sha256"]:
-        raise ValueError(f"saved rollouts {path} are damaged: their sha256 differs from the one in "
-                         f"index.json (changed or truncated after writing); {REGENERATE}")
+        raise ValueError(
+            f"saved rollouts {path} are damaged: their sha256 differs from the one in "
+            f"index.json (changed or truncated after writing); {REGENERATE}"
+        )
     try:
         batch = torch.load(path, weights_only=True)
     except Exception as e:  # truncated or foreign file
@@ -95,8 +111,9 @@ def load_batch(folder: str | Path, entry: dict) -> dict[str, Any]:
     sizes = {k: int(batch[k].shape[0]) if batch[k].dim() else None for k in REQUIRED_KEYS}
     expected = entry.get("n_sequences", sizes["input_ids"])
     if set(sizes.values()) != {expected}:
-        raise ValueError(f"saved rollouts {path}: sample counts {sizes} differ from the index's n_sequences "
-                         f"{expected}; {REGENERATE}")
+        raise ValueError(
+            f"saved rollouts {path}: sample counts {sizes} differ from the index's n_sequences {expected}; {REGENERATE}"
+        )
     return batch
 
 

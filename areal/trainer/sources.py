@@ -46,13 +46,24 @@ def weight_update_meta(cfg: ExperimentConfig, version: int) -> WeightUpdateMeta:
         return WeightUpdateMeta(type=cfg.actor.weight_update, version=version)
     from areal.infra.ports import free_port
 
-    return WeightUpdateMeta(type="distributed", version=version, master_port=free_port(),
-                            backend="nccl" if torch.cuda.is_available() else "gloo")
+    return WeightUpdateMeta(
+        type="distributed",
+        version=version,
+        master_port=free_port(),
+        backend="nccl" if torch.cuda.is_available() else "gloo",
+    )
 
 
 class LiveRollouts(RolloutSource):
-    def __init__(self, cfg: ExperimentConfig, actor: TrainEngine, *, rank0_engine: RemoteSGLangEngine | None = None,
-                 workflow: RolloutWorkflow | None = None, loader: PromptLoader | None = None):
+    def __init__(
+        self,
+        cfg: ExperimentConfig,
+        actor: TrainEngine,
+        *,
+        rank0_engine: RemoteSGLangEngine | None = None,
+        workflow: RolloutWorkflow | None = None,
+        loader: PromptLoader | None = None,
+    ):
         self.cfg, self.actor = cfg, actor
         self.engine, self.workflow, self.loader = rank0_engine, workflow, loader
         self._meta: WeightUpdateMeta | None = None
@@ -104,8 +115,12 @@ class LiveRollouts(RolloutSource):
             stats = self.actor.update_weights(self._meta, inference=self.engine)
             self.time_share.to_server()
             # an adapter folder (lora_push=adapter) is no model a restarted server could load
-            if self.engine is not None and self._meta.type == "disk" and self._meta.path \
-                    and self._meta.lora_name is None:
+            if (
+                self.engine is not None
+                and self._meta.type == "disk"
+                and self._meta.path
+                and self._meta.lora_name is None
+            ):
                 self._record_served_weights(self._meta.path, version)
         finally:
             if self.engine is not None:
@@ -114,8 +129,7 @@ class LiveRollouts(RolloutSource):
                 paused["resume_s"] = time.perf_counter() - t0
         # rank 0's pause and resume: in an asynchronous run, the part of the update that
         # waits for in-flight generation (the servers' own share in server_pause_s)
-        return {**stats, **{f"weight_update/{k}": v for k, v in paused.items()}, **work,
-                **self.time_share.metrics()}
+        return {**stats, **{f"weight_update/{k}": v for k, v in paused.items()}, **work, **self.time_share.metrics()}
 
     def server_work(self) -> dict[str, float]:
         """What the built-in servers did since the previous call (one weight update apart, read
@@ -174,11 +188,11 @@ class ReplayRollouts(RolloutSource):
         self.entries = read_index(self.folder)["batches"]
         self.position = 0
         if self.push:
-            logger.info("replaying %s; weight updates go to external servers %s", self.folder,
-                        cfg.rollout.server_addrs)
+            logger.info("replaying %s; weight updates go to external servers %s", self.folder, cfg.rollout.server_addrs)
         else:
-            logger.info("replaying %s; no servers (rollout.server_addrs is empty): weight updates are skipped",
-                        self.folder)
+            logger.info(
+                "replaying %s; no servers (rollout.server_addrs is empty): weight updates are skipped", self.folder
+            )
 
     def batch_metrics(self) -> dict[str, float]:
         return {}  # replayed batches are trained as saved

@@ -22,6 +22,9 @@ def shorten_gil_switch_interval(ms: float | None) -> None:
         return
     seconds = ms / 1000.0
     if seconds < sys.getswitchinterval():
-        logger.info("GIL switch interval %.3f ms -> %.3f ms (rollout.gil_switch_interval_ms)",
-                    sys.getswitchinterval() * 1000.0, ms)
+        logger.info(
+            "GIL switch interval %.3f ms -> %.3f ms (rollout.gil_switch_interval_ms)",
+            sys.getswitchinterval() * 1000.0,
+            ms,
+        )
         sys.setswitchinterval(seconds)

@@ -45,8 +45,7 @@ def _series(records: list[dict], key: str) -> tuple[list[float], list[float]]:
 def _panels(records: list[dict]) -> list[tuple[str, list[str]]]:
     """(title, keys) for each panel that has data: reward/eval, loss, throughput."""
     keys = {k for rec in records for k in rec}
-    reward_keys = [REWARD_KEY] + sorted(k for k in keys if k.startswith("eval/") and
-                                        ("accuracy" in k or "reward" in k))
+    reward_keys = [REWARD_KEY] + sorted(k for k in keys if k.startswith("eval/") and ("accuracy" in k or "reward" in k))
     panels = [("reward", reward_keys), ("train loss", [LOSS_KEY]), ("throughput (samples/s)", [THROUGHPUT_KEY])]
     return [(title, ks) for title, ks in panels if any(_series(records, k)[0] for k in ks)]
 

@@ -79,8 +79,7 @@ def _fmt_duration(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def format_progress(step: int, total_steps: int | None, metrics: dict,
-                    elapsed_s: float | None = None) -> str:
+def format_progress(step: int, total_steps: int | None, metrics: dict, elapsed_s: float | None = None) -> str:
     """The progress line, e.g. `step 12/450 | reward 0.532 | acc 0.610 | 256.0 samples/s | ETA 5m10s`."""
     parts = [f"step {step}/{total_steps}" if total_steps else f"step {step}"]
     for key, label in ((REWARD_KEY, "reward"), (ACCURACY_KEY, "acc"), (LOSS_KEY, "loss")):
@@ -129,8 +128,10 @@ def _open_tensorboard(log_dir: Path):
         try:
             from tensorboardX import SummaryWriter
         except ImportError:
-            logger.info("tensorboard is not installed (pip install tensorboard); "
-                        "metrics go to metrics.jsonl and metrics.png only")
+            logger.info(
+                "tensorboard is not installed (pip install tensorboard); "
+                "metrics go to metrics.jsonl and metrics.png only"
+            )
             return None
     return SummaryWriter(log_dir=str(log_dir))
 
@@ -149,24 +150,47 @@ def _open_wandb(settings: dict, run_dir: Path, run_config: dict | None):
     except ImportError:
         from areal.config.errors import ConfigError, ConfigIssue
 
-        raise ConfigError([ConfigIssue(WANDB_MODE_KEY, mode, "the wandb package is not installed",
-                                       f"pip install wandb (or the project's [wandb] extra), or set "
-                                       f"{WANDB_MODE_KEY}=disabled")]) from None
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    WANDB_MODE_KEY,
+                    mode,
+                    "the wandb package is not installed",
+                    f"pip install wandb (or the project's [wandb] extra), or set {WANDB_MODE_KEY}=disabled",
+                )
+            ]
+        ) from None
     folder = Path(os.environ.get("WANDB_DIR") or run_dir)
     folder.mkdir(parents=True, exist_ok=True)
-    return wandb.init(mode=mode, project=settings.get("project"), entity=settings.get("entity"),
-                      name=settings.get("name"), group=settings.get("group"),
-                      tags=list(settings.get("tags") or []) or None, dir=str(folder), config=run_config,
-                      reinit="create_new")
+    return wandb.init(
+        mode=mode,
+        project=settings.get("project"),
+        entity=settings.get("entity"),
+        name=settings.get("name"),
+        group=settings.get("group"),
+        tags=list(settings.get("tags") or []) or None,
+        dir=str(folder),
+        config=run_config,
+        reinit="create_new",
+    )
 
 
 class StatsLogger:
     """Writes each step's metrics to metrics.jsonl, TensorBoard, W&B and the console (module docstring)."""
 
-    def __init__(self, run_dir: str | Path, *, tensorboard: bool = True, plot: bool = True,
-                 progress: bool = True, total_steps: int | None = None,
-                 progress_stream: TextIO | None = None, progress_every_s: float = 10.0,
-                 wandb: dict | None = None, run_config: dict | None = None):
+    def __init__(
+        self,
+        run_dir: str | Path,
+        *,
+        tensorboard: bool = True,
+        plot: bool = True,
+        progress: bool = True,
+        total_steps: int | None = None,
+        progress_stream: TextIO | None = None,
+        progress_every_s: float = 10.0,
+        wandb: dict | None = None,
+        run_config: dict | None = None,
+    ):
         """`wandb`: the stats_logger.wandb settings as a dict (None or mode 'disabled': no W&B);
         `run_config`: the run's resolved config, stored with the W&B run."""
         self.run_dir = Path(run_dir)
@@ -207,16 +231,18 @@ class StatsLogger:
         self._write_wandb(step, record)
         if self._progress is not None:
             final = self.total_steps is not None and step >= self.total_steps
-            self._progress.update(format_progress(step, self.total_steps, record,
-                                                  time.monotonic() - self._start), final=final)
+            self._progress.update(
+                format_progress(step, self.total_steps, record, time.monotonic() - self._start), final=final
+            )
         return record
 
     def _check_required(self, record: dict) -> None:
         missing = [k for k in REQUIRED_KEYS if k not in record]
         if missing and not self._warned_missing:
             self._warned_missing = True
-            logger.warning("metrics at step %s lack %s, which metrics.jsonl readers expect "
-                           "(warned once)", record["step"], missing)
+            logger.warning(
+                "metrics at step %s lack %s, which metrics.jsonl readers expect (warned once)", record["step"], missing
+            )
 
     def _write_tensorboard(self, step: int, record: dict) -> None:
         if self._tb is None:
@@ -228,8 +254,9 @@ class StatsLogger:
     def _write_wandb(self, step: int, record: dict) -> None:
         if self._wandb is None:
             return
-        scalars = {k: v for k, v in record.items()
-                   if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)}
+        scalars = {
+            k: v for k, v in record.items() if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
         self._wandb.log(scalars, step=int(step))
 
     def close(self) -> Path | None:
@@ -267,8 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     metrics = Path(args.run_dir) / "metrics.jsonl"
     if not metrics.is_file():
-        print(f"error: {metrics} does not exist; pass the run directory that holds metrics.jsonl",
-              file=sys.stderr)
+        print(f"error: {metrics} does not exist; pass the run directory that holds metrics.jsonl", file=sys.stderr)
         return 2
     out = plot_metrics(metrics, args.out or Path(args.run_dir) / "metrics.png")
     if out is None:

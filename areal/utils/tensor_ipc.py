@@ -70,7 +70,8 @@ class UnsafePayload(TensorPayloadError):
             f"refused global {refused!r} in the serialized tensors: only torch's tensor and "
             "storage rebuild functions, torch.Size and dtypes may appear. Serialize the (name, "
             "tensor) list with areal.utils.tensor_ipc.serialize_named_tensors (CPU tensors by "
-            "shared-memory file name, CUDA tensors by IPC handle).")
+            "shared-memory file name, CUDA tensors by IPC handle)."
+        )
 
 
 # ---- sending ----------------------------------------------------------------------------------
@@ -106,12 +107,16 @@ def _shareable(name: str, tensor):
     import torch
 
     if type(tensor) not in (torch.Tensor, torch.nn.Parameter):
-        raise ValueError(f"serialize_named_tensors: tensor {name!r} is a {type(tensor).__name__}, "
-                         "which the server does not rebuild; send a plain tensor (for a DTensor, "
-                         "its full_tensor() or local shard).")
+        raise ValueError(
+            f"serialize_named_tensors: tensor {name!r} is a {type(tensor).__name__}, "
+            "which the server does not rebuild; send a plain tensor (for a DTensor, "
+            "its full_tensor() or local shard)."
+        )
     if tensor.device.type not in ("cpu", "cuda"):
-        raise ValueError(f"serialize_named_tensors: tensor {name!r} is on {tensor.device}; only "
-                         "CPU and CUDA tensors can be shared. Move it to one of those first.")
+        raise ValueError(
+            f"serialize_named_tensors: tensor {name!r} is on {tensor.device}; only "
+            "CPU and CUDA tensors can be shared. Move it to one of those first."
+        )
     return tensor.detach()
 
 
@@ -135,7 +140,7 @@ def _reduce_tensor(tensor):
 
     rebuild, args = reductions.reduce_tensor(tensor)
     if tensor.is_cuda and len(args) == _CUDA_ARGS and isinstance(args[_CUDA_DEVICE], int):
-        args = args[:_CUDA_DEVICE] + (_device_uuid(args[_CUDA_DEVICE]),) + args[_CUDA_DEVICE + 1:]
+        args = args[:_CUDA_DEVICE] + (_device_uuid(args[_CUDA_DEVICE]),) + args[_CUDA_DEVICE + 1 :]
     return rebuild, args
 
 
@@ -155,8 +160,9 @@ def deserialize_named_tensors(data: str | bytes) -> list[tuple[str, torch.Tensor
     except TensorPayloadError:
         raise
     except Exception as exc:  # truncated pickle, a token called, a failed rebuild, ...
-        raise TensorPayloadError(f"the serialized tensors cannot be read: "
-                                 f"{type(exc).__name__}: {str(exc)[:300]}") from None
+        raise TensorPayloadError(
+            f"the serialized tensors cannot be read: {type(exc).__name__}: {str(exc)[:300]}"
+        ) from None
     # detach(): a fresh tensor on the same memory, without whatever state the pickle set
     return [(name, t.detach()) for name, t in _checked_pairs(obj, "the serialized tensors")]
 
@@ -167,26 +173,30 @@ def _decode(data) -> bytes:
         if data[:1] == b"\x80":  # a pickle's PROTO opcode: raw bytes, not base64
             return data
     elif not isinstance(data, str):
-        raise TensorPayloadError(f"the serialized tensors must be base64 text, got "
-                                 f"{type(data).__name__}.")
+        raise TensorPayloadError(f"the serialized tensors must be base64 text, got {type(data).__name__}.")
     try:
         return base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError) as exc:
-        raise TensorPayloadError(f"the serialized tensors are not valid base64 ({exc}); send "
-                                 "the text serialize_named_tensors returned.") from None
+        raise TensorPayloadError(
+            f"the serialized tensors are not valid base64 ({exc}); send the text serialize_named_tensors returned."
+        ) from None
 
 
 def _checked_pairs(obj, what: str) -> list:
     import torch
 
     if not isinstance(obj, (list, tuple)):
-        raise TensorPayloadError(f"{what} must be a list of (name, tensor) pairs, got "
-                                 f"{type(obj).__name__}.")
+        raise TensorPayloadError(f"{what} must be a list of (name, tensor) pairs, got {type(obj).__name__}.")
     for i, item in enumerate(obj):
-        if not (isinstance(item, (tuple, list)) and len(item) == 2 and isinstance(item[0], str)
-                and isinstance(item[1], torch.Tensor)):
-            raise TensorPayloadError(f"{what}: item {i} is {_describe(item)}, not a (name, "
-                                     "tensor) pair with a string name.")
+        if not (
+            isinstance(item, (tuple, list))
+            and len(item) == 2
+            and isinstance(item[0], str)
+            and isinstance(item[1], torch.Tensor)
+        ):
+            raise TensorPayloadError(
+                f"{what}: item {i} is {_describe(item)}, not a (name, tensor) pair with a string name."
+            )
     return [(name, tensor) for name, tensor in obj]
 
 
@@ -216,8 +226,12 @@ _CUDA_ARGS, _CUDA_DEVICE = 15, 6  # rebuild_cuda_tensor's arity and its storage_
 def _real_class(token):
     import torch
 
-    return {_TENSOR: torch.Tensor, _PARAMETER: torch.nn.Parameter,
-            _UNTYPED: torch.UntypedStorage, _TYPED: torch.storage.TypedStorage}[token]
+    return {
+        _TENSOR: torch.Tensor,
+        _PARAMETER: torch.nn.Parameter,
+        _UNTYPED: torch.UntypedStorage,
+        _TYPED: torch.storage.TypedStorage,
+    }[token]
 
 
 def _expect(ok: bool, what: str) -> None:
@@ -237,8 +251,7 @@ def _rebuild_typed_storage(storage, dtype):
     import torch
     from torch.multiprocessing import reductions
 
-    _expect(isinstance(storage, torch.UntypedStorage) and isinstance(dtype, torch.dtype),
-            "typed storage")
+    _expect(isinstance(storage, torch.UntypedStorage) and isinstance(dtype, torch.dtype), "typed storage")
     return reductions.rebuild_typed_storage(storage, dtype)
 
 
@@ -257,12 +270,21 @@ def _rebuild_storage_filename(cls, manager, handle, size, dtype=None):
     dropping it would unlink the segment while the sender still holds its tensors."""
     import torch
 
-    _expect(cls is _UNTYPED and isinstance(manager, bytes) and isinstance(handle, bytes)
-            and _is_int(size) and size >= 0 and (dtype is None or isinstance(dtype, torch.dtype)),
-            "shared-memory storage")
-    _expect(os.path.basename(manager) == b"manager.sock"
-            and os.path.basename(os.path.dirname(manager)).startswith(b"torch-shm-dir")
-            and _SHM_HANDLE.fullmatch(handle) is not None, "shared-memory name")
+    _expect(
+        cls is _UNTYPED
+        and isinstance(manager, bytes)
+        and isinstance(handle, bytes)
+        and _is_int(size)
+        and size >= 0
+        and (dtype is None or isinstance(dtype, torch.dtype)),
+        "shared-memory storage",
+    )
+    _expect(
+        os.path.basename(manager) == b"manager.sock"
+        and os.path.basename(os.path.dirname(manager)).startswith(b"torch-shm-dir")
+        and _SHM_HANDLE.fullmatch(handle) is not None,
+        "shared-memory name",
+    )
     nbytes = size * (1 if dtype is None else torch._utils._element_size(dtype))
     try:
         have = os.stat(os.path.join(SHM_DIR.encode(), handle.lstrip(b"/"))).st_size
@@ -270,7 +292,8 @@ def _rebuild_storage_filename(cls, manager, handle, size, dtype=None):
         raise TensorPayloadError(
             f"shared-memory segment {handle.decode()} does not exist: the sender dropped its "
             "tensors (or exited) before this payload was read. Keep the tensors alive until "
-            "the server has answered, then serialize them again to resend.") from None
+            "the server has answered, then serialize them again to resend."
+        ) from None
     _expect(have >= nbytes, "shared-memory size")
     storage = torch.UntypedStorage._new_shared_filename_cpu(manager, handle, nbytes)
     if dtype is None:
@@ -282,12 +305,23 @@ def _rebuild_cpu_tensor(cls, storage, metadata):
     import torch
     from torch.multiprocessing import reductions
 
-    _expect(cls in (_TENSOR, _PARAMETER) and isinstance(storage, torch.storage.TypedStorage)
-            and isinstance(metadata, tuple) and len(metadata) == 4, "CPU tensor")
+    _expect(
+        cls in (_TENSOR, _PARAMETER)
+        and isinstance(storage, torch.storage.TypedStorage)
+        and isinstance(metadata, tuple)
+        and len(metadata) == 4,
+        "CPU tensor",
+    )
     offset, size, stride, requires_grad = metadata
-    _expect(_is_int(offset) and offset >= 0 and isinstance(size, tuple) and _is_int_tuple(size)
-            and _is_int_tuple(stride)
-            and isinstance(requires_grad, bool), "CPU tensor layout")
+    _expect(
+        _is_int(offset)
+        and offset >= 0
+        and isinstance(size, tuple)
+        and _is_int_tuple(size)
+        and _is_int_tuple(stride)
+        and isinstance(requires_grad, bool),
+        "CPU tensor layout",
+    )
     return reductions.rebuild_tensor(_real_class(cls), storage, metadata)
 
 
@@ -298,22 +332,59 @@ def _rebuild_cuda_tensor(*args):
     from torch.multiprocessing import reductions
 
     _expect(len(args) == _CUDA_ARGS, "CUDA tensor")
-    (tensor_cls, size, stride, offset, storage_cls, dtype, device, handle, storage_bytes,
-     storage_offset, requires_grad, ref_handle, ref_offset, event_handle, event_sync) = args
-    _expect(tensor_cls in (_TENSOR, _PARAMETER) and storage_cls in (_TYPED, _UNTYPED)
-            and isinstance(size, tuple) and _is_int_tuple(size) and _is_int_tuple(stride)
-            and _is_int(offset) and isinstance(dtype, torch.dtype)
-            and (handle is None or isinstance(handle, bytes))
-            and _is_int(storage_bytes) and _is_int(storage_offset)
-            and isinstance(requires_grad, bool)
-            and (ref_handle is None or isinstance(ref_handle, bytes)) and _is_int(ref_offset)
-            and (event_handle is None or isinstance(event_handle, bytes))
-            and isinstance(event_sync, bool), "CUDA tensor")
+    (
+        tensor_cls,
+        size,
+        stride,
+        offset,
+        storage_cls,
+        dtype,
+        device,
+        handle,
+        storage_bytes,
+        storage_offset,
+        requires_grad,
+        ref_handle,
+        ref_offset,
+        event_handle,
+        event_sync,
+    ) = args
+    _expect(
+        tensor_cls in (_TENSOR, _PARAMETER)
+        and storage_cls in (_TYPED, _UNTYPED)
+        and isinstance(size, tuple)
+        and _is_int_tuple(size)
+        and _is_int_tuple(stride)
+        and _is_int(offset)
+        and isinstance(dtype, torch.dtype)
+        and (handle is None or isinstance(handle, bytes))
+        and _is_int(storage_bytes)
+        and _is_int(storage_offset)
+        and isinstance(requires_grad, bool)
+        and (ref_handle is None or isinstance(ref_handle, bytes))
+        and _is_int(ref_offset)
+        and (event_handle is None or isinstance(event_handle, bytes))
+        and isinstance(event_sync, bool),
+        "CUDA tensor",
+    )
     index = _local_device(device)
     return reductions.rebuild_cuda_tensor(
-        _real_class(tensor_cls), size, stride, offset, _real_class(storage_cls), dtype, index,
-        handle, storage_bytes, storage_offset, requires_grad, ref_handle, ref_offset,
-        event_handle, event_sync)
+        _real_class(tensor_cls),
+        size,
+        stride,
+        offset,
+        _real_class(storage_cls),
+        dtype,
+        index,
+        handle,
+        storage_bytes,
+        storage_offset,
+        requires_grad,
+        ref_handle,
+        ref_offset,
+        event_handle,
+        event_sync,
+    )
 
 
 def _local_device(device) -> int:
@@ -321,17 +392,21 @@ def _local_device(device) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        raise TensorPayloadError("the serialized tensors are CUDA tensors, but this process has "
-                                 "no CUDA device; run the server on the sender's GPU.")
+        raise TensorPayloadError(
+            "the serialized tensors are CUDA tensors, but this process has "
+            "no CUDA device; run the server on the sender's GPU."
+        )
     if _is_int(device) and 0 <= device < torch.cuda.device_count():
         return device
     if isinstance(device, str):
         for index in range(torch.cuda.device_count()):
             if str(torch.cuda.get_device_properties(index).uuid) == device:
                 return index
-        raise TensorPayloadError(f"the serialized tensors live on GPU {device}, which this "
-                                 "process does not see; run the server on the sender's GPU "
-                                 "(check CUDA_VISIBLE_DEVICES).")
+        raise TensorPayloadError(
+            f"the serialized tensors live on GPU {device}, which this "
+            "process does not see; run the server on the sender's GPU "
+            "(check CUDA_VISIBLE_DEVICES)."
+        )
     raise TensorPayloadError(f"the serialized tensors name an invalid device {device!r}.")
 
 

@@ -49,9 +49,18 @@ SAMPLE_MODES = ("conversation", "call")
 
 
 class AgentWorkflow(RolloutWorkflow):
-    def __init__(self, run, gconfig, tokenizer, *, samples: str = "conversation", max_calls: int = 8,
-                 chat_template: str | None = None, context_length: int | None = None,
-                 request_timeout_s: float = 3600.0):
+    def __init__(
+        self,
+        run,
+        gconfig,
+        tokenizer,
+        *,
+        samples: str = "conversation",
+        max_calls: int = 8,
+        chat_template: str | None = None,
+        context_length: int | None = None,
+        request_timeout_s: float = 3600.0,
+    ):
         """`run`: the agent function or its import path; `gconfig`: the run's GenerationConfig;
         `tokenizer`: the policy's tokenizer or its path; `chat_template`: a built-in name or a
         Jinja file replacing the tokenizer's template (see workflow.agent.chat_template)."""
@@ -75,16 +84,24 @@ class AgentWorkflow(RolloutWorkflow):
     def from_config(cls, cfg, tokenizer, **kwargs) -> "AgentWorkflow":
         a = cfg.workflow.agent
         if not a.run:
-            raise ValueError("workflow.type=agent needs workflow.agent.run, the import path of "
-                             "`async def run(client, data)`")
-        return cls(a.run, cfg.gconfig, tokenizer, samples=a.samples, max_calls=a.max_calls,
-                   chat_template=a.chat_template, context_length=cfg.sglang.context_length,
-                   request_timeout_s=cfg.rollout.request_timeout_s, **kwargs)
+            raise ValueError(
+                "workflow.type=agent needs workflow.agent.run, the import path of `async def run(client, data)`"
+            )
+        return cls(
+            a.run,
+            cfg.gconfig,
+            tokenizer,
+            samples=a.samples,
+            max_calls=a.max_calls,
+            chat_template=a.chat_template,
+            context_length=cfg.sglang.context_length,
+            request_timeout_s=cfg.rollout.request_timeout_s,
+            **kwargs,
+        )
 
     async def arun_episode(self, engine: InferenceEngine, data: dict[str, Any]) -> dict[str, Any]:
         proxy, client = await self._proxy_for(engine)
-        runs = await asyncio.gather(*(self._run_once(proxy, client, data)
-                                      for _ in range(self.gconfig.n_samples)))
+        runs = await asyncio.gather(*(self._run_once(proxy, client, data) for _ in range(self.gconfig.n_samples)))
         _check_same_figures([figures for _, _, figures in runs], self.run)
         if self.samples == "conversation":
             built = [conversation_row(calls, self.pad_id) for calls, _, _ in runs]
@@ -96,8 +113,10 @@ class AgentWorkflow(RolloutWorkflow):
             order = [i for _ in range(self.max_calls) for i in range(len(runs))]
             untrained = [0] * len(runs)
         out = stack_samples(rows, [runs[i][1] for i in order])
-        figures = [{**episode_figures(calls), "untrained_calls": float(u), **user}
-                   for (calls, _, user), u in zip(runs, untrained)]
+        figures = [
+            {**episode_figures(calls), "untrained_calls": float(u), **user}
+            for (calls, _, user), u in zip(runs, untrained)
+        ]
         return {**out, **stat_tensors([figures[i] for i in order])}
 
     async def _run_once(self, proxy, client, data: dict) -> tuple[list, float, dict]:
@@ -115,8 +134,14 @@ class AgentWorkflow(RolloutWorkflow):
         if self._proxy is None or self._proxy.loop not in (None, loop) or self._proxy.engine is not engine:
             from areal.rollout.openai_proxy import OpenAIProxy
 
-            self._proxy = OpenAIProxy(engine, self.tokenizer, self.gconfig, chat_template=self.chat_template,
-                                      context_length=self.context_length, max_calls=self.max_calls)
+            self._proxy = OpenAIProxy(
+                engine,
+                self.tokenizer,
+                self.gconfig,
+                chat_template=self.chat_template,
+                context_length=self.context_length,
+                max_calls=self.max_calls,
+            )
             self._started = loop.create_task(self._proxy.start())
             self._client = None
         await asyncio.shield(self._started)
@@ -153,8 +178,9 @@ def openai_client(base_url: str, timeout_s: float):
     try:
         import openai
     except ImportError as exc:
-        raise ImportError("workflow.type=agent needs the openai package: pip install openai "
-                          "(or the project's 'agent' extra)") from exc
+        raise ImportError(
+            "workflow.type=agent needs the openai package: pip install openai (or the project's 'agent' extra)"
+        ) from exc
     for name in ("httpx", "httpx2"):  # the client logs every request at INFO: one line per call
         if logging.getLogger(name).level == logging.NOTSET:
             logging.getLogger(name).setLevel(logging.WARNING)
@@ -166,8 +192,10 @@ def resolve_agent(spec: str):
 
     fn = import_object(spec, kind="agent (workflow.agent.run)")
     if not (inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(getattr(fn, "__call__", None))):
-        raise TypeError(f"workflow.agent.run={spec!r} is {fn!r}, not an async function; write the "
-                        "agent as `async def run(client, data) -> float`")
+        raise TypeError(
+            f"workflow.agent.run={spec!r} is {fn!r}, not an async function; write the "
+            "agent as `async def run(client, data) -> float`"
+        )
     return fn
 
 
@@ -177,23 +205,32 @@ def episode_result(value, run) -> tuple[float, dict[str, float]]:
     figures = {}
     if isinstance(value, Mapping):
         if "reward" not in value:
-            raise TypeError(f"agent {name} returned a dict without 'reward' (keys {sorted(value)}); "
-                            "put the episode's reward under 'reward'")
+            raise TypeError(
+                f"agent {name} returned a dict without 'reward' (keys {sorted(value)}); "
+                "put the episode's reward under 'reward'"
+            )
         figures = {k: v for k, v in value.items() if k != "reward"}
         value = value["reward"]
-    bad = {k: v for k, v in {"reward": value, **figures}.items()
-           if not isinstance(v, (int, float)) or not math.isfinite(float(v))}
+    bad = {
+        k: v
+        for k, v in {"reward": value, **figures}.items()
+        if not isinstance(v, (int, float)) or not math.isfinite(float(v))
+    }
     if bad:
-        raise TypeError(f"agent {name} returned {bad}: the reward and every figure must be finite "
-                        "numbers (return a float, or a dict of them with 'reward')")
+        raise TypeError(
+            f"agent {name} returned {bad}: the reward and every figure must be finite "
+            "numbers (return a float, or a dict of them with 'reward')"
+        )
     return float(value), {k: float(v) for k, v in figures.items()}
 
 
 def _check_same_figures(figures: list[dict], run) -> None:
     names = {tuple(sorted(f)) for f in figures}
     if len(names) > 1:
-        raise ValueError(f"agent {getattr(run, '__qualname__', run)} returned different figure names "
-                         f"in one group: {sorted(names)}; return the same names every episode")
+        raise ValueError(
+            f"agent {getattr(run, '__qualname__', run)} returned different figure names "
+            f"in one group: {sorted(names)}; return the same names every episode"
+        )
 
 
 def empty_row(pad_id: int) -> dict:
@@ -235,14 +272,16 @@ def call_rows(calls: list, max_calls: int, pad_id: int) -> list[dict]:
 
 
 def episode_figures(calls: list) -> dict[str, float]:
-    return {"calls": float(len(calls)), "tool_calls": float(sum(c.tool_calls for c in calls)),
-            "tool_call_rate": float(any(c.tool_calls for c in calls)),
-            "malformed_tool_calls": float(sum(c.malformed is not None for c in calls))}
+    return {
+        "calls": float(len(calls)),
+        "tool_calls": float(sum(c.tool_calls for c in calls)),
+        "tool_call_rate": float(any(c.tool_calls for c in calls)),
+        "malformed_tool_calls": float(sum(c.malformed is not None for c in calls)),
+    }
 
 
 def stat_tensors(figures: list[dict[str, float]]) -> dict:
     """Per-row figures as [n] tensors under STAT_PREFIX (areal.rollout.batch.sample_stats logs them)."""
     import torch
 
-    return {STAT_PREFIX + name: torch.tensor([f[name] for f in figures], dtype=torch.float32)
-            for name in figures[0]}
+    return {STAT_PREFIX + name: torch.tensor([f[name] for f in figures], dtype=torch.float32) for name in figures[0]}

@@ -31,8 +31,9 @@ def record_messages(data: dict[str, Any], system_prompt: str | None = None) -> l
     else:
         text = data.get("question", data.get("prompt"))
         if not isinstance(text, str):
-            raise ValueError(f"record has no 'messages', 'question' or 'prompt' text to prompt with; "
-                             f"its keys are {sorted(data)}")
+            raise ValueError(
+                f"record has no 'messages', 'question' or 'prompt' text to prompt with; its keys are {sorted(data)}"
+            )
         messages = [{"role": "user", "content": text}]
     if system_prompt and messages[0].get("role") != "system":
         messages.insert(0, {"role": "system", "content": system_prompt})
@@ -41,10 +42,11 @@ def record_messages(data: dict[str, Any], system_prompt: str | None = None) -> l
 
 def render(tokenizer, messages: list[dict], *, add_generation_prompt: bool) -> str:
     if getattr(tokenizer, "chat_template", None) is None:
-        raise ValueError(f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat template; "
-                         "use an instruct model or set tokenizer.chat_template")
-    return tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt,
-                                         tokenize=False)
+        raise ValueError(
+            f"tokenizer {getattr(tokenizer, 'name_or_path', '')!r} has no chat template; "
+            "use an instruct model or set tokenizer.chat_template"
+        )
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=False)
 
 
 def encode(tokenizer, text: str) -> list[int]:

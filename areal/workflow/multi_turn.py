@@ -35,9 +35,19 @@ DEFAULT_FEEDBACK = "Your answer is wrong or could not be parsed. Please try agai
 
 
 class MultiTurnWorkflow(RolloutWorkflow):
-    def __init__(self, reward_fn, gconfig, tokenizer, *, max_turns: int = 2, turn_discount: float = 1.0,
-                 feedback: str = DEFAULT_FEEDBACK, system_prompt: str | None = None,
-                 reward_timeout_s: float = 15.0, reward_workers: int = 2):
+    def __init__(
+        self,
+        reward_fn,
+        gconfig,
+        tokenizer,
+        *,
+        max_turns: int = 2,
+        turn_discount: float = 1.0,
+        feedback: str = DEFAULT_FEEDBACK,
+        system_prompt: str | None = None,
+        reward_timeout_s: float = 15.0,
+        reward_workers: int = 2,
+    ):
         if max_turns < 1:
             raise ValueError(f"workflow.max_turns must be >= 1, got {max_turns}")
         if not 0 < turn_discount <= 1:
@@ -53,13 +63,20 @@ class MultiTurnWorkflow(RolloutWorkflow):
     @classmethod
     def from_config(cls, cfg, tokenizer, **kwargs) -> "MultiTurnWorkflow":
         wf = cfg.workflow
-        return cls(wf.reward_fn, cfg.gconfig, tokenizer, max_turns=wf.max_turns,
-                   turn_discount=wf.turn_discount, system_prompt=wf.system_prompt,
-                   reward_timeout_s=wf.reward_timeout_s, reward_workers=wf.reward_workers, **kwargs)
+        return cls(
+            wf.reward_fn,
+            cfg.gconfig,
+            tokenizer,
+            max_turns=wf.max_turns,
+            turn_discount=wf.turn_discount,
+            system_prompt=wf.system_prompt,
+            reward_timeout_s=wf.reward_timeout_s,
+            reward_workers=wf.reward_workers,
+            **kwargs,
+        )
 
     async def arun_episode(self, engine: InferenceEngine, data: dict[str, Any]) -> dict[str, Any]:
-        results = await asyncio.gather(*(self._conversation(engine, data)
-                                         for _ in range(self.gconfig.n_samples)))
+        results = await asyncio.gather(*(self._conversation(engine, data) for _ in range(self.gconfig.n_samples)))
         return stack_samples([s for s, _ in results], [r for _, r in results])
 
     async def _conversation(self, engine: InferenceEngine, data: dict[str, Any]) -> tuple[dict, float]:
@@ -77,8 +94,7 @@ class MultiTurnWorkflow(RolloutWorkflow):
             if reward > 0 or turn == self.max_turns - 1:
                 break
             feedback_ids = self._feedback_ids(messages, resp.output_tokens, completion)
-            messages += [{"role": "assistant", "content": completion},
-                         {"role": "user", "content": self.feedback}]
+            messages += [{"role": "assistant", "content": completion}, {"role": "user", "content": self.feedback}]
             segments.append((feedback_ids, [], [], False))
             seq += feedback_ids
             discount *= self.turn_discount
@@ -93,10 +109,10 @@ class MultiTurnWorkflow(RolloutWorkflow):
         full = render(tok, messages + [answer, feedback], add_generation_prompt=True)
         so_far = render(tok, messages, add_generation_prompt=True) + tok.decode(output_ids, skip_special_tokens=False)
         if full.startswith(so_far):
-            return encode(tok, full[len(so_far):])
+            return encode(tok, full[len(so_far) :])
         closed = render(tok, messages + [answer], add_generation_prompt=False)
         if full.startswith(closed):  # the model stopped without the template's end-of-turn text
-            return encode(tok, full[len(closed):])
+            return encode(tok, full[len(closed) :])
         return encode(tok, render(tok, [feedback], add_generation_prompt=True))
 
     def close(self) -> None:

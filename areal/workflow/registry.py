@@ -26,12 +26,13 @@ def resolve_workflow_class(spec: str) -> type:
     if spec in BUILTIN_WORKFLOWS:
         spec = BUILTIN_WORKFLOWS[spec]
     elif ":" not in spec:
-        raise ValueError(f"workflow.type={spec!r} is not a built-in workflow "
-                         f"({', '.join(BUILTIN_WORKFLOWS)}) nor an import path 'package.module:Class'")
+        raise ValueError(
+            f"workflow.type={spec!r} is not a built-in workflow "
+            f"({', '.join(BUILTIN_WORKFLOWS)}) nor an import path 'package.module:Class'"
+        )
     cls = import_object(spec, kind="workflow")
     if not (isinstance(cls, type) and issubclass(cls, RolloutWorkflow)):
-        raise TypeError(f"workflow.type={spec!r} is {cls!r}, not a subclass of "
-                        "areal.api.workflow.RolloutWorkflow")
+        raise TypeError(f"workflow.type={spec!r} is {cls!r}, not a subclass of areal.api.workflow.RolloutWorkflow")
     return cls
 
 

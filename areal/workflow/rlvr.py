@@ -29,8 +29,16 @@ from areal.workflow.common import (
 
 
 class RLVRWorkflow(RolloutWorkflow):
-    def __init__(self, reward_fn, gconfig, tokenizer, *, system_prompt: str | None = None,
-                 reward_timeout_s: float = 15.0, reward_workers: int = 2):
+    def __init__(
+        self,
+        reward_fn,
+        gconfig,
+        tokenizer,
+        *,
+        system_prompt: str | None = None,
+        reward_timeout_s: float = 15.0,
+        reward_workers: int = 2,
+    ):
         """`reward_fn`: a reward spec (name or 'module:function') or a RewardRunner;
         `gconfig`: a GenerationConfig; `tokenizer`: a tokenizer or its path."""
         self.reward = make_reward_runner(reward_fn, reward_timeout_s, reward_workers)
@@ -41,8 +49,15 @@ class RLVRWorkflow(RolloutWorkflow):
     @classmethod
     def from_config(cls, cfg, tokenizer, **kwargs) -> "RLVRWorkflow":
         wf = cfg.workflow
-        return cls(wf.reward_fn, cfg.gconfig, tokenizer, system_prompt=wf.system_prompt,
-                   reward_timeout_s=wf.reward_timeout_s, reward_workers=wf.reward_workers, **kwargs)
+        return cls(
+            wf.reward_fn,
+            cfg.gconfig,
+            tokenizer,
+            system_prompt=wf.system_prompt,
+            reward_timeout_s=wf.reward_timeout_s,
+            reward_workers=wf.reward_workers,
+            **kwargs,
+        )
 
     async def arun_episode(self, engine: InferenceEngine, data: dict[str, Any]) -> dict[str, Any]:
         prompt_ids = chat_prompt_ids(self.tokenizer, record_messages(data, self.system_prompt))
@@ -50,10 +65,18 @@ class RLVRWorkflow(RolloutWorkflow):
         resps = await asyncio.gather(*(engine.agenerate(req.copy()) for _ in range(self.gconfig.n_samples)))
         prompt_text = self.tokenizer.decode(prompt_ids, skip_special_tokens=True)
         fields = reward_fields(data)
-        rewards = await asyncio.gather(*(
-            self.reward(prompt_text, self.tokenizer.decode(r.output_tokens, skip_special_tokens=True),
-                        prompt_ids, r.output_tokens, **fields)
-            for r in resps))
+        rewards = await asyncio.gather(
+            *(
+                self.reward(
+                    prompt_text,
+                    self.tokenizer.decode(r.output_tokens, skip_special_tokens=True),
+                    prompt_ids,
+                    r.output_tokens,
+                    **fields,
+                )
+                for r in resps
+            )
+        )
         samples = [trajectory(prompt_ids, [generated(r)]) for r in resps]
         return stack_samples(samples, [float(x) for x in rewards])
 

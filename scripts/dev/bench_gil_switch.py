@@ -76,9 +76,12 @@ def measure(interval_ms: float, n_ops: int, repeats: int) -> dict:
             contended.append(op_seconds(n_ops))
             units_per_s.append((busy.units - start_units) / (time.perf_counter() - t0))
     contended.sort()
-    return {"interval_ms": interval_ms, "alone_us_per_op": alone / n_ops * 1e6,
-            "contended_us_per_op": contended[repeats // 2] / n_ops * 1e6,
-            "busy_thread_units_per_s": sorted(units_per_s)[repeats // 2]}
+    return {
+        "interval_ms": interval_ms,
+        "alone_us_per_op": alone / n_ops * 1e6,
+        "contended_us_per_op": contended[repeats // 2] / n_ops * 1e6,
+        "busy_thread_units_per_s": sorted(units_per_s)[repeats // 2],
+    }
 
 
 def main(argv=None) -> int:
@@ -92,15 +95,26 @@ def main(argv=None) -> int:
         for ms in args.intervals_ms:
             row = measure(ms, args.ops, args.repeats)
             rows.append(row)
-            print(f"switch interval {ms:g} ms: {row['alone_us_per_op']:.1f} us/op alone, "
-                  f"{row['contended_us_per_op']:.1f} us/op beside a busy thread "
-                  f"(which ran {row['busy_thread_units_per_s']:.0f} units/s)", flush=True)
+            print(
+                f"switch interval {ms:g} ms: {row['alone_us_per_op']:.1f} us/op alone, "
+                f"{row['contended_us_per_op']:.1f} us/op beside a busy thread "
+                f"(which ran {row['busy_thread_units_per_s']:.0f} units/s)",
+                flush=True,
+            )
     finally:
         sys.setswitchinterval(default)
-    result = {"benchmark": "bench_gil_switch", "config": vars(args), "rows": rows,
-              "hardware": {"cpu_count": os.cpu_count(), "python": platform.python_version(),
-                           "torch": torch.__version__, "machine": platform.machine()},
-              "date": time.strftime("%Y-%m-%d")}
+    result = {
+        "benchmark": "bench_gil_switch",
+        "config": vars(args),
+        "rows": rows,
+        "hardware": {
+            "cpu_count": os.cpu_count(),
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "machine": platform.machine(),
+        },
+        "date": time.strftime("%Y-%m-%d"),
+    }
     with open(args.out, "w") as f:
         json.dump(result, f, indent=1)
     return 0

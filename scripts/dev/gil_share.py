@@ -39,9 +39,12 @@ def summarise(path: str, top: int) -> dict:
         name = thread_name(frames[0])
         by_thread[name] += count
         by_leaf[f"{name} | {' <- '.join(reversed(frames[-3:]))}"] += count
-    return {"file": path, "samples": total,
-            "share_by_thread": {k: round(v / total, 3) for k, v in by_thread.most_common()} if total else {},
-            "top_stacks": [[round(v / total, 3), k] for k, v in by_leaf.most_common(top)] if total else []}
+    return {
+        "file": path,
+        "samples": total,
+        "share_by_thread": {k: round(v / total, 3) for k, v in by_thread.most_common()} if total else {},
+        "top_stacks": [[round(v / total, 3), k] for k, v in by_leaf.most_common(top)] if total else [],
+    }
 
 
 def main(argv=None) -> None:

@@ -49,8 +49,13 @@ def measure(runner, batch_size: int, prompt_len: int, steps: int, vocab: int) ->
         issue_s.append(t1 - t0)
     step = statistics.median(step_s[1:] or step_s) * 1e3
     issue = statistics.median(issue_s[1:] or issue_s) * 1e3
-    return {"batch": batch_size, "cache_len_end": int(batch.mask.shape[1]), "step_ms": round(step, 2),
-            "issue_ms": round(issue, 2), "tokens_per_s": round(batch_size / step * 1e3, 1)}, (batch, tokens)
+    return {
+        "batch": batch_size,
+        "cache_len_end": int(batch.mask.shape[1]),
+        "step_ms": round(step, 2),
+        "issue_ms": round(issue, 2),
+        "tokens_per_s": round(batch_size / step * 1e3, 1),
+    }, (batch, tokens)
 
 
 def profile_table(runner, state, steps: int, path: str) -> None:
@@ -76,8 +81,12 @@ def main(argv=None) -> dict:
     p.add_argument("--batch", type=int, nargs="+", default=[1, 64, 256, 512])
     p.add_argument("--prompt-len", type=int, default=256)
     p.add_argument("--steps", type=int, default=32)
-    p.add_argument("--attn", nargs="+", default=[None],
-                   help="attention implementations to compare (e.g. sdpa areal_server_sdpa); default: the server's")
+    p.add_argument(
+        "--attn",
+        nargs="+",
+        default=[None],
+        help="attention implementations to compare (e.g. sdpa areal_server_sdpa); default: the server's",
+    )
     p.add_argument("--table", default=None, help="write a kernel table of 8 steps at the largest batch here")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
@@ -98,8 +107,14 @@ def main(argv=None) -> dict:
             print(row, flush=True)
         if args.table:
             profile_table(runner, state, 8, args.table.replace(".txt", "") + f"_{row['attn']}.txt")
-    out = {"shape": args.shape, "device": str(runner.device), "dtype": str(runner.dtype),
-           "prompt_len": args.prompt_len, "steps": args.steps, "rows": rows}
+    out = {
+        "shape": args.shape,
+        "device": str(runner.device),
+        "dtype": str(runner.dtype),
+        "prompt_len": args.prompt_len,
+        "steps": args.steps,
+        "rows": rows,
+    }
     Path(args.out).write_text(json.dumps(out, indent=1))
     return out
 

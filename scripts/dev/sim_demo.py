@@ -62,7 +62,7 @@ def sample(model, prompts: torch.Tensor, max_new: int, temperature: float, eos: 
 
 def token_logprobs(model, prompts, completions, temperature):
     full = torch.cat([prompts, completions], 1)
-    logits = model(full).logits[:, prompts.shape[1] - 1:-1].float() / temperature
+    logits = model(full).logits[:, prompts.shape[1] - 1 : -1].float() / temperature
     logp = torch.log_softmax(logits, -1)
     entropy = -(logp.exp() * logp).sum(-1)
     return logp.gather(-1, completions[..., None]).squeeze(-1), entropy
@@ -83,8 +83,9 @@ def run(seed: int, args) -> dict:
 
     behav_model = copy.deepcopy(model) if args.stale else model
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: args.min_lr + (1 - args.min_lr) * 0.5 * (
-        1 + math.cos(math.pi * min(s, args.steps) / args.steps)))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: args.min_lr + (1 - args.min_lr) * 0.5 * (1 + math.cos(math.pi * min(s, args.steps) / args.steps))
+    )
     evals = {}
     gen = torch.Generator().manual_seed(seed)
     reward_fn = resolve_reward_fn(args.reward)
@@ -93,8 +94,7 @@ def run(seed: int, args) -> dict:
             comp, _, _ = sample(model, encode(test), 3, 1.0, tok.eos_token_id, greedy=True)
             texts = tok.batch_decode(comp, skip_special_tokens=True)
             evals[step] = statistics.fmean(arith_exact_reward("", t, **r) for t, r in zip(texts, test))
-            wrong = sorted({f"{r['question']}{t!r}" for t, r in zip(texts, test)
-                            if not arith_exact_reward("", t, **r)})
+            wrong = sorted({f"{r['question']}{t!r}" for t, r in zip(texts, test) if not arith_exact_reward("", t, **r)})
         if step == args.steps:
             break
         idx = torch.randint(len(train), (args.batch,), generator=gen).tolist()
@@ -113,10 +113,16 @@ def run(seed: int, args) -> dict:
         order = torch.randperm(len(recs), generator=gen)
         for mb in order.chunk(args.minibatches):
             lp, ent = token_logprobs(model, prompts[mb], comp[mb], args.temperature)
-            loss, _ = ppo_actor_loss(lp, old_lp[mb], adv[mb], mask[mb], eps_clip=args.eps_clip,
-                                     eps_clip_high=args.eps_clip_high,
-                                     behav_logprobs=None if behav_lp is None else behav_lp[mb],
-                                     behav_imp_weight_cap=5.0 if args.stale else None)
+            loss, _ = ppo_actor_loss(
+                lp,
+                old_lp[mb],
+                adv[mb],
+                mask[mb],
+                eps_clip=args.eps_clip,
+                eps_clip_high=args.eps_clip_high,
+                behav_logprobs=None if behav_lp is None else behav_lp[mb],
+                behav_imp_weight_cap=5.0 if args.stale else None,
+            )
             if args.entropy:
                 loss = loss - args.entropy * (ent * mask[mb]).sum() / mask[mb].sum()
             opt.zero_grad()
@@ -127,8 +133,13 @@ def run(seed: int, args) -> dict:
     comp, _, _ = sample(model, encode(every_pair), 3, 1.0, tok.eos_token_id, greedy=True)
     texts = tok.batch_decode(comp, skip_special_tokens=True)
     every_pair_acc = statistics.fmean(arith_exact_reward("", t, **r) for t, r in zip(texts, every_pair))
-    return {"seed": seed, "final": round(evals[args.steps], 3), "every_pair": round(every_pair_acc, 3),
-            "curve": {k: round(v, 3) for k, v in evals.items()}, "wrong": wrong}
+    return {
+        "seed": seed,
+        "final": round(evals[args.steps], 3),
+        "every_pair": round(every_pair_acc, 3),
+        "curve": {k: round(v, 3) for k, v in evals.items()},
+        "wrong": wrong,
+    }
 
 
 def main() -> None:
@@ -147,23 +158,28 @@ def main() -> None:
     p.add_argument("--entropy", type=float, default=0.0)
     p.add_argument("--eps-clip", type=float, default=0.2)
     p.add_argument("--eps-clip-high", type=float, default=None)
-    p.add_argument("--stale", action="store_true",
-                   help="sample with the weights one update behind, as the demo's async pipeline does")
+    p.add_argument(
+        "--stale",
+        action="store_true",
+        help="sample with the weights one update behind, as the demo's async pipeline does",
+    )
     p.add_argument("--test-size", type=int, default=64)
-    p.add_argument("--uniform-answers", action="store_true",
-                   help="train problems with every answer equally frequent (synthetic_arith kwarg)")
+    p.add_argument(
+        "--uniform-answers",
+        action="store_true",
+        help="train problems with every answer equally frequent (synthetic_arith kwarg)",
+    )
     p.add_argument("--reward", default="arith_near", help="a workflow.reward_fn name or import path")
-    p.add_argument("--init-seed", type=int, default=None,
-                   help="model init seed (default: the run seed; the demo uses 0)")
-    p.add_argument("--data-seed", type=int, default=None,
-                   help="dataset seed (default: the run seed; the demo uses 0)")
+    p.add_argument(
+        "--init-seed", type=int, default=None, help="model init seed (default: the run seed; the demo uses 0)"
+    )
+    p.add_argument("--data-seed", type=int, default=None, help="dataset seed (default: the run seed; the demo uses 0)")
     p.add_argument("--no-std", action="store_true", help="advantages without the group std (Dr.GRPO)")
     args = p.parse_args()
     torch.set_num_threads(1)
     results = [run(s, args) for s in args.seeds]
     finals = [r["final"] for r in results]
-    print(json.dumps({"args": vars(args), "min": min(finals), "median": statistics.median(finals),
-                      "results": results}))
+    print(json.dumps({"args": vars(args), "min": min(finals), "median": statistics.median(finals), "results": results}))
 
 
 if __name__ == "__main__":

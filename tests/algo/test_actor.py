@@ -57,8 +57,10 @@ def test_split_minibatches():
 def test_overlong_penalty_shapes_rewards_before_scaling():
     # budget 4 tokens, buffer 0.5 x 4 = 2: answers of 2 loss tokens are free, 3 get -0.5, 4 get -1
     cfg = ActorConfig(overlong_buffer_frac=0.5, reward_scaling=2.0, adv_norm="none")
-    batch = {"loss_mask": torch.tensor([[1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1], [1, 0, 0, 0]]),
-             "rewards": torch.tensor([1.0, 1.0, 1.0, 0.0])}
+    batch = {
+        "loss_mask": torch.tensor([[1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1], [1, 0, 0, 0]]),
+        "rewards": torch.tensor([1.0, 1.0, 1.0, 0.0]),
+    }
     out = prepare_ppo_batch(batch, cfg, group_size=2, max_new_tokens=4)
     assert out["overlong_penalty"].tolist() == [0.0, -0.5, -1.0, 0.0]
     assert out["rewards"].tolist() == [2.0, 1.0, 0.0, 0.0]  # (r + penalty) * 2
@@ -68,8 +70,12 @@ def test_overlong_penalty_shapes_rewards_before_scaling():
 
 
 def _loss_batch(prox, behav, adv):
-    return {"loss_mask": torch.ones_like(prox, dtype=torch.long), "logprobs": behav,
-            "prox_logprobs": prox, "advantages": adv}
+    return {
+        "loss_mask": torch.ones_like(prox, dtype=torch.long),
+        "logprobs": behav,
+        "prox_logprobs": prox,
+        "advantages": adv,
+    }
 
 
 def test_rollout_correction_replaces_the_decoupled_weight():

@@ -74,8 +74,12 @@ def test_mismatch_metrics_sequence_level_and_no_cap():
 def test_agreeing_policies_have_no_mismatch_and_empty_batches_no_metrics():
     lp = torch.full((2, 3), -0.7)
     m = mismatch_metrics(mismatch_sums(lp, lp.clone(), MASK, level="token", cap=2.0))
-    assert m == {"mismatch/kl": 0.0, "mismatch/is_weight_mean": 1.0, "mismatch/is_weight_max": 1.0,
-                 "mismatch/is_capped_frac": 0.0}
+    assert m == {
+        "mismatch/kl": 0.0,
+        "mismatch/is_weight_mean": 1.0,
+        "mismatch/is_weight_max": 1.0,
+        "mismatch/is_capped_frac": 0.0,
+    }
     assert mismatch_metrics(mismatch_sums(lp, lp, torch.zeros(2, 3), level="sequence", cap=2.0)) == {}
 
 
@@ -83,7 +87,7 @@ def test_sums_over_ranks_give_the_whole_batch_figures():
     # what the trainer does across data-parallel ranks: add the sums, take the max of maxima
     prox, behav = logprobs()
     whole = mismatch_metrics(mismatch_sums(prox, behav, MASK, level="token", cap=2.0))
-    parts = [mismatch_sums(prox[i:i + 1], behav[i:i + 1], MASK[i:i + 1], level="token", cap=2.0) for i in (0, 1)]
+    parts = [mismatch_sums(prox[i : i + 1], behav[i : i + 1], MASK[i : i + 1], level="token", cap=2.0) for i in (0, 1)]
     summed = {k: parts[0][k] + parts[1][k] for k in parts[0]}
     summed["weight_max"] = torch.maximum(parts[0]["weight_max"], parts[1]["weight_max"])
     assert mismatch_metrics(summed) == pytest.approx(whole)

@@ -21,8 +21,9 @@ def test_clipped_and_dual_clipped_objective():
     #   A=-1 r=0.5: max(0.5, 0.8) = 0.8 (clipped)
     ratios = _row(1.5, 0.5, 5.0, 0.5)
     logp = torch.log(ratios).requires_grad_()
-    loss, stats = ppo_actor_loss(logp, torch.zeros_like(logp), _row(1, 1, -1, -1), torch.ones_like(logp),
-                                 eps_clip=0.2, c_clip=3.0)
+    loss, stats = ppo_actor_loss(
+        logp, torch.zeros_like(logp), _row(1, 1, -1, -1), torch.ones_like(logp), eps_clip=0.2, c_clip=3.0
+    )
     assert loss.item() == pytest.approx((-1.2 - 0.5 + 3 + 0.8) / 4)
     assert stats["clip_frac"].item() == pytest.approx(0.5)
     assert stats["dual_clip_frac"].item() == pytest.approx(0.25)
@@ -46,8 +47,9 @@ def test_decoupled_importance_weight_and_cap():
     # second token, whose count stays in the normaliser: (-1 * 0.5 + 0) / 2
     prox = _row(0.0, 0.0)
     behav = torch.log(_row(2.0, 0.5))
-    loss, stats = ppo_actor_loss(prox.clone(), prox, _row(1.0, 1.0), _row(1, 1), eps_clip=0.2,
-                                 behav_logprobs=behav, behav_imp_weight_cap=1.5)
+    loss, stats = ppo_actor_loss(
+        prox.clone(), prox, _row(1.0, 1.0), _row(1, 1), eps_clip=0.2, behav_logprobs=behav, behav_imp_weight_cap=1.5
+    )
     assert loss.item() == pytest.approx(-0.25)
     assert stats["behav_capped_frac"].item() == pytest.approx(0.5)
     assert stats["behav_imp_weight"].item() == pytest.approx(0.5)
@@ -76,7 +78,7 @@ def test_seq_mean_weights_combine_like_the_whole_batch():
     x = torch.randn(6, 5)
     mask = (torch.rand(6, 5) > 0.3).int()
     for mode in ("token_mean", "seq_mean"):
-        parts = [(x[i:i + 2], mask[i:i + 2]) for i in range(0, 6, 2)]
+        parts = [(x[i : i + 2], mask[i : i + 2]) for i in range(0, 6, 2)]
         w = [aggregation_weight(m, mode) for _, m in parts]
         combined = sum(aggregate(a, m, mode) * wi for (a, m), wi in zip(parts, w)) / sum(w)
         assert combined.item() == pytest.approx(aggregate(x, mask, mode).item(), rel=1e-5)
@@ -89,16 +91,18 @@ def test_clip_higher_clips_each_side_at_its_own_epsilon():
     #   A=-1 r=0.75: max(0.75, 0.8) = 0.8 (clipped below)
     #   A=-1 r=0.85: 0.85
     logp = torch.log(_row(1.25, 1.35, 0.75, 0.85)).requires_grad_()
-    loss, stats = ppo_actor_loss(logp, torch.zeros_like(logp), _row(1, 1, -1, -1), torch.ones_like(logp),
-                                 eps_clip=0.2, eps_clip_high=0.28)
+    loss, stats = ppo_actor_loss(
+        logp, torch.zeros_like(logp), _row(1, 1, -1, -1), torch.ones_like(logp), eps_clip=0.2, eps_clip_high=0.28
+    )
     assert loss.item() == pytest.approx((-1.25 - 1.28 + 0.8 + 0.85) / 4)
     assert stats["clip_frac"].item() == pytest.approx(0.5)
     assert stats["clip_high_frac"].item() == pytest.approx(0.25)
     assert stats["clip_low_frac"].item() == pytest.approx(0.25)
     loss.backward()  # the unclipped tokens: d(-A r)/dlogp / 4 = -1.25/4 and +0.85/4
     assert torch.allclose(logp.grad, _row(-1.25 / 4, 0.0, 0.0, 0.85 / 4))
-    symmetric, _ = ppo_actor_loss(logp.detach(), torch.zeros_like(logp), _row(1, 1, -1, -1),
-                                  torch.ones_like(logp), eps_clip=0.2)
+    symmetric, _ = ppo_actor_loss(
+        logp.detach(), torch.zeros_like(logp), _row(1, 1, -1, -1), torch.ones_like(logp), eps_clip=0.2
+    )
     assert symmetric.item() == pytest.approx((-1.2 - 1.2 + 0.8 + 0.85) / 4)
 
 
@@ -126,12 +130,12 @@ def test_sequence_ratio_ignores_tokens_off_the_mask():
 
 def test_correction_weights_replace_the_decoupled_weight():
     prox = _row(0.0, 0.0)
-    loss, _ = ppo_actor_loss(prox.clone(), prox, _row(1.0, 1.0), _row(1, 1), eps_clip=0.2,
-                             is_weights=_row(0.5, 2.0))
+    loss, _ = ppo_actor_loss(prox.clone(), prox, _row(1.0, 1.0), _row(1, 1), eps_clip=0.2, is_weights=_row(0.5, 2.0))
     assert loss.item() == pytest.approx(-(0.5 + 2.0) / 2)
     with pytest.raises(ValueError, match="not both"):
-        ppo_actor_loss(prox.clone(), prox, _row(1.0, 1.0), _row(1, 1), eps_clip=0.2,
-                       behav_logprobs=prox, is_weights=_row(1.0, 1.0))
+        ppo_actor_loss(
+            prox.clone(), prox, _row(1.0, 1.0), _row(1, 1), eps_clip=0.2, behav_logprobs=prox, is_weights=_row(1.0, 1.0)
+        )
 
 
 def test_k2_estimator():
@@ -156,7 +160,7 @@ def test_seq_mean_token_sum_weights_combine_like_the_whole_batch():
     torch.manual_seed(1)
     x = torch.randn(6, 5)
     mask = (torch.rand(6, 5) > 0.3).int()
-    parts = [(x[i:i + 3], mask[i:i + 3]) for i in (0, 3)]
+    parts = [(x[i : i + 3], mask[i : i + 3]) for i in (0, 3)]
     w = [aggregation_weight(m, "seq_mean_token_sum") for _, m in parts]
     combined = sum(aggregate(a, m, "seq_mean_token_sum") * wi for (a, m), wi in zip(parts, w)) / sum(w)
     assert combined.item() == pytest.approx(aggregate(x, mask, "seq_mean_token_sum").item(), rel=1e-5)

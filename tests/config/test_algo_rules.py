@@ -9,8 +9,11 @@ from launcher.compose import compose
 
 
 def base(**actor) -> dict:
-    return {"actor": {"path": "m", **actor}, "train_dataset": {"path": "d", "batch_size": 8},
-            "cluster": {"n_gpus_per_node": 8}}
+    return {
+        "actor": {"path": "m", **actor},
+        "train_dataset": {"path": "d", "batch_size": 8},
+        "cluster": {"n_gpus_per_node": 8},
+    }
 
 
 def issues(raw) -> list:
@@ -78,14 +81,44 @@ def test_wandb_names_follow_the_experiment():
     assert [i.key for i in issues(raw)] == ["stats_logger.wandb.mode"]
 
 
-@pytest.mark.parametrize("algo, expect", [
-    ("grpo", dict(eps_clip_low=0.2, eps_clip_high=0.2, token_aggregation="token_mean", adv_norm_std=True,
-                  overlong_buffer_frac=0.0, dynamic_sampling=False)),
-    ("dapo", dict(eps_clip_low=0.2, eps_clip_high=0.28, token_aggregation="token_mean", adv_norm_std=True,
-                  overlong_buffer_frac=0.2, dynamic_sampling=True)),
-    ("dr_grpo", dict(eps_clip_low=0.2, eps_clip_high=0.2, token_aggregation="seq_mean_token_sum",
-                     adv_norm_std=False, overlong_buffer_frac=0.0, dynamic_sampling=False)),
-])
+@pytest.mark.parametrize(
+    "algo, expect",
+    [
+        (
+            "grpo",
+            dict(
+                eps_clip_low=0.2,
+                eps_clip_high=0.2,
+                token_aggregation="token_mean",
+                adv_norm_std=True,
+                overlong_buffer_frac=0.0,
+                dynamic_sampling=False,
+            ),
+        ),
+        (
+            "dapo",
+            dict(
+                eps_clip_low=0.2,
+                eps_clip_high=0.28,
+                token_aggregation="token_mean",
+                adv_norm_std=True,
+                overlong_buffer_frac=0.2,
+                dynamic_sampling=True,
+            ),
+        ),
+        (
+            "dr_grpo",
+            dict(
+                eps_clip_low=0.2,
+                eps_clip_high=0.2,
+                token_aggregation="seq_mean_token_sum",
+                adv_norm_std=False,
+                overlong_buffer_frac=0.0,
+                dynamic_sampling=False,
+            ),
+        ),
+    ],
+)
 def test_presets_compose_and_dry_run(algo, expect, tmp_path, capsys):
     for config in ("tiny_arith_cpu", "gsm8k_grpo"):
         cfg = validate_config(compose(config, [f"algo={algo}"]))
@@ -94,8 +127,9 @@ def test_presets_compose_and_dry_run(algo, expect, tmp_path, capsys):
         # the demo sets its own advantages (no std) after the preset, whichever preset it is
         want = {**expect, "adv_norm_std": False} if config == "tiny_arith_cpu" else expect
         assert got == want, config
-    assert cli.main(["--config", "tiny_arith_cpu.yaml", f"algo={algo}", f"cluster.fileroot={tmp_path}",
-                     "--dry-run"]) == 0
+    assert (
+        cli.main(["--config", "tiny_arith_cpu.yaml", f"algo={algo}", f"cluster.fileroot={tmp_path}", "--dry-run"]) == 0
+    )
     assert "trainer-0" in capsys.readouterr().out
 
 
@@ -104,7 +138,15 @@ def test_grpo_preset_is_the_schema_default():
 
 
 def test_a_changed_eps_clip_under_dapo_fails_before_anything_starts(tmp_path, capsys):
-    rc = cli.main(["--config", "tiny_arith_cpu.yaml", "algo=dapo", "actor.eps_clip=0.1",
-                   f"cluster.fileroot={tmp_path}", "--dry-run"])
+    rc = cli.main(
+        [
+            "--config",
+            "tiny_arith_cpu.yaml",
+            "algo=dapo",
+            "actor.eps_clip=0.1",
+            f"cluster.fileroot={tmp_path}",
+            "--dry-run",
+        ]
+    )
     assert rc == 2 and "actor.eps_clip = 0.1: has no effect" in capsys.readouterr().err
     assert not (tmp_path / "tiny_arith_cpu").exists()

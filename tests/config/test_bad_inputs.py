@@ -80,6 +80,11 @@ def test_bad_input_is_rejected_before_anything_starts(case, tmp_path, capsys, mo
 @pytest.mark.parametrize("case_id", SUBPROCESS_CASES)
 def test_bad_input_exits_2_as_a_process(case_id, tmp_path):
     case = next(c for c in CASES if c["id"] == case_id)
-    r = subprocess.run([sys.executable, "-m", "launcher.cli", *argv_for(case, tmp_path)],
-                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "launcher.cli", *argv_for(case, tmp_path)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     check_rejected(case, r.returncode, r.stdout, r.stderr, tmp_path)

@@ -6,8 +6,9 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "config_reference.md"
 
 
 def test_config_reference_is_up_to_date():
-    assert DOC.read_text() == render_reference(), \
+    assert DOC.read_text() == render_reference(), (
         "docs/config_reference.md is stale: run python scripts/gen_config_reference.py"
+    )
 
 
 def test_reference_lists_every_leaf_with_its_description():

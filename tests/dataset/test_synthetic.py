@@ -69,7 +69,8 @@ def test_balanced_gives_every_problem_equally_often():
     assert len(counts) == 55 and set(counts.values()) == {2, 3}  # two full passes and 20 of a third
     assert once != make_synthetic_arith(55, seed=5, balanced=True)  # the order follows the seed
     assert load_synthetic_arith("test", size=55, seed=0, balanced=True) == make_synthetic_arith(
-        55, seed=1, balanced=True)
+        55, seed=1, balanced=True
+    )
 
 
 def test_uniform_answers_make_every_sum_equally_frequent():
@@ -87,7 +88,8 @@ def test_uniform_answers_make_every_sum_equally_frequent():
     assert set(Counter(r["solution"] for r in exact).values()) == {10}
     assert set(Counter(r["question"] for r in exact if r["solution"] == "9").values()) == {1}
     assert load_synthetic_arith("train", size=50, seed=2, uniform_answers=True) == make_synthetic_arith(
-        50, seed=2000, uniform_answers=True)
+        50, seed=2000, uniform_answers=True
+    )
 
 
 def test_balanced_word_problems_take_every_template_equally_often(monkeypatch):

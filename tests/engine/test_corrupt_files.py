@@ -55,10 +55,14 @@ CHECKPOINT_CASES = {
     "garbled DCP metadata": (lambda f: flip_header(f / "train_state" / ".metadata"), "train_state cannot be loaded"),
     "garbled engine state": (lambda f: flip_header(f / "train_state" / "engine.pt"), "train_state cannot be loaded"),
     "truncated RNG state": (lambda f: truncate(f / "rng" / "rank0.pt"), "rank0.pt cannot be read"),
-    "garbage trainer_state.json": (lambda f: (f / "trainer_state.json").write_text('{"step": 3,'),
-                                   "trainer_state.json is damaged"),
-    "trainer_state.json of another shape": (lambda f: (f / "trainer_state.json").write_text('{"stepp": 3}'),
-                                            "trainer_state.json is damaged"),
+    "garbage trainer_state.json": (
+        lambda f: (f / "trainer_state.json").write_text('{"step": 3,'),
+        "trainer_state.json is damaged",
+    ),
+    "trainer_state.json of another shape": (
+        lambda f: (f / "trainer_state.json").write_text('{"stepp": 3}'),
+        "trainer_state.json is damaged",
+    ),
 }
 
 

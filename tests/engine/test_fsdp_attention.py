@@ -11,8 +11,10 @@ from areal.engine.fsdp.attention import packed_sdpa_attention
 
 
 def _per_sequence(q, k, v, lengths):
-    outs = [F.scaled_dot_product_attention(a, b, c, is_causal=True, enable_gqa=True)
-            for a, b, c in zip(q.split(lengths, 2), k.split(lengths, 2), v.split(lengths, 2))]
+    outs = [
+        F.scaled_dot_product_attention(a, b, c, is_causal=True, enable_gqa=True)
+        for a, b, c in zip(q.split(lengths, 2), k.split(lengths, 2), v.split(lengths, 2))
+    ]
     return torch.cat(outs, 2).transpose(1, 2)
 
 

@@ -45,8 +45,7 @@ def mesh_results(tiny_model_dir, tmp_path_factory):
     return run_torchrun(["--scenario", "mesh", "--model", tiny_model_dir], tmp_path_factory.mktemp("mesh"))
 
 
-@pytest.mark.parametrize("name, shape", [("fsdp_d2", [1, 2, 1]), ("hsdp_d2r2", [2, 1, 1]),
-                                         ("tp_t2", [1, 1, 2])])
+@pytest.mark.parametrize("name, shape", [("fsdp_d2", [1, 2, 1]), ("hsdp_d2r2", [2, 1, 1]), ("tp_t2", [1, 1, 2])])
 def test_mesh_is_what_was_asked(mesh_results, name, shape):
     r = mesh_results[name]
     assert r["mesh_shape"] == shape
@@ -108,11 +107,15 @@ def test_weight_update_to_running_server(tmp_path_factory):
     model_dir = server_testing.make_varied_model_dir(tmp_path_factory.mktemp("varied") / "m", scale=4.0)
     fileroot = str(tmp_path_factory.mktemp("fileroot"))
     # with an API key (the trainer's weight-sync client must send it) and disk loads limited to the fileroot
-    server = server_testing.start_server(str(model_dir), extra_args=[
-        "--device", "cpu", "--dtype", "float32", "--api-key", SERVER_KEY, "--weight-dirs", fileroot])
+    server = server_testing.start_server(
+        str(model_dir),
+        extra_args=["--device", "cpu", "--dtype", "float32", "--api-key", SERVER_KEY, "--weight-dirs", fileroot],
+    )
     try:
-        r = run_torchrun(["--scenario", "update", "--model", str(model_dir), "--server", server.url,
-                          "--fileroot", fileroot], tmp_path_factory.mktemp("update"))
+        r = run_torchrun(
+            ["--scenario", "update", "--model", str(model_dir), "--server", server.url, "--fileroot", fileroot],
+            tmp_path_factory.mktemp("update"),
+        )
     finally:
         server.stop()
     assert r["before_max_diff"] > 1e-3  # training moved the trainer away from the server
@@ -138,8 +141,11 @@ def _engine(model: str, **kw):
 def _full_params(engine) -> dict[str, torch.Tensor]:
     from areal.engine.fsdp.state import iter_full_state
 
-    return {k: v for k, v in iter_full_state(engine.model, keep=engine.is_rank0,
-                                              tied_lm_head=engine.tied_lm_head) if v is not None}
+    return {
+        k: v
+        for k, v in iter_full_state(engine.model, keep=engine.is_rank0, tied_lm_head=engine.tied_lm_head)
+        if v is not None
+    }
 
 
 def _max_diff(a: dict, b: dict) -> tuple[float, int]:
@@ -148,8 +154,12 @@ def _max_diff(a: dict, b: dict) -> tuple[float, int]:
 
 
 def _mesh_info(engine) -> dict:
-    return {"mesh_shape": list(engine.mesh.shape), "mesh_dim_names": list(engine.mesh.mesh_dim_names),
-            "dp_size": engine.dp_size, "tp_size": engine.tp_size}
+    return {
+        "mesh_shape": list(engine.mesh.shape),
+        "mesh_dim_names": list(engine.mesh.mesh_dim_names),
+        "dp_size": engine.dp_size,
+        "tp_size": engine.tp_size,
+    }
 
 
 def _step_vs_reference(engine, model: str, batch) -> dict:
@@ -180,8 +190,7 @@ def scenario_mesh(args) -> dict:
         with torch.no_grad():
             r["packed_vs_unpacked_max_diff"] = float((packed - padded_logprobs(plain, batch)).abs().max())
     r.update(_step_vs_reference(e, args.model, batch))
-    r["losses"] = [r["loss"]] + [e.train_batch(e.dp_shard(batch), nll_loss, token_weight)["loss"]
-                                 for _ in range(5)]
+    r["losses"] = [r["loss"]] + [e.train_batch(e.dp_shard(batch), nll_loss, token_weight)["loss"] for _ in range(5)]
     before = e.forward(batch)
     e.save(str(Path(args.out) / "hf"))
     e.train_batch(e.dp_shard(batch), nll_loss, token_weight)
@@ -201,8 +210,12 @@ def scenario_mesh(args) -> dict:
     o = e.model.model.layers[0].self_attn.o_proj.weight
     assert isinstance(q, DTensor)
     tp_dim = list(q.device_mesh.mesh_dim_names).index("tp")
-    r.update(q_proj_tp_shard_dim=q.placements[tp_dim].dim, o_proj_tp_shard_dim=o.placements[tp_dim].dim,
-             q_proj_rows=q.shape[0], q_proj_local_rows=q.to_local().shape[0] * q.device_mesh["dp_shard"].size())
+    r.update(
+        q_proj_tp_shard_dim=q.placements[tp_dim].dim,
+        o_proj_tp_shard_dim=o.placements[tp_dim].dim,
+        q_proj_rows=q.shape[0],
+        q_proj_local_rows=q.to_local().shape[0] * q.device_mesh["dp_shard"].size(),
+    )
     r.update(_step_vs_reference(e, args.model, batch))
     results["tp_t2"] = r
     e.destroy()
@@ -210,9 +223,17 @@ def scenario_mesh(args) -> dict:
 
 
 def _recover_engine(args):
-    return _engine(args.model, dp_size=2, lr=1e-2, lr_scheduler_type="cosine",
-                   warmup_steps_proportion=0.25, total_train_steps=4,
-                   experiment_name="recover", trial_name="t", fileroot=args.out)
+    return _engine(
+        args.model,
+        dp_size=2,
+        lr=1e-2,
+        lr_scheduler_type="cosine",
+        warmup_steps_proportion=0.25,
+        total_train_steps=4,
+        experiment_name="recover",
+        trial_name="t",
+        fileroot=args.out,
+    )
 
 
 def _train_steps(engine, n: int) -> tuple[list[float], list[int]]:
@@ -270,10 +291,16 @@ def _server_vs_trainer(engine, url: str) -> tuple[float, str]:
     prompt = [5, 9, 12, 7, 20]
     payload = [None, None]
     if engine.is_rank0:
-        resp = requests.post(url + "/generate", json={
-            "input_ids": prompt, "return_logprob": True,
-            "sampling_params": {"temperature": 1.0, "max_new_tokens": 6, "ignore_eos": True}}, headers=AUTH,
-            timeout=60).json()
+        resp = requests.post(
+            url + "/generate",
+            json={
+                "input_ids": prompt,
+                "return_logprob": True,
+                "sampling_params": {"temperature": 1.0, "max_new_tokens": 6, "ignore_eos": True},
+            },
+            headers=AUTH,
+            timeout=60,
+        ).json()
         out = resp["meta_info"]["output_token_logprobs"]
         version = requests.get(url + "/get_weight_version", headers=AUTH, timeout=10).json()
         payload = [[tid for _, tid, _ in out] + [], [lp for lp, _, _ in out]]
@@ -283,7 +310,7 @@ def _server_vs_trainer(engine, url: str) -> tuple[float, str]:
     dist.broadcast_object_list(payload, src=0)
     ids, server_lp, version = payload
     full = torch.tensor([prompt + ids])
-    lp = engine.forward({"input_ids": full, "attention_mask": torch.ones_like(full)})[0, len(prompt):]
+    lp = engine.forward({"input_ids": full, "attention_mask": torch.ones_like(full)})[0, len(prompt) :]
     return float((lp - torch.tensor(server_lp)).abs().max()), version
 
 
@@ -317,8 +344,7 @@ def main() -> None:
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", required=True)
-    parser.add_argument("--scenario", required=True,
-                        choices=["mesh", "recover_a", "recover_b", "update"])
+    parser.add_argument("--scenario", required=True, choices=["mesh", "recover_a", "recover_b", "update"])
     parser.add_argument("--model", required=True)
     parser.add_argument("--server")
     parser.add_argument("--fileroot")

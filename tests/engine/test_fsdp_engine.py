@@ -39,8 +39,9 @@ def test_packed_logprobs_equal_unpacked(tiny_model_dir, attn):
         assert len(engine._microbatches(batch)) >= 3  # several sequences share each packed row
     finally:
         engine.destroy()
-    plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32,
-                                                 attn_implementation=attn or "sdpa")
+    plain = AutoModelForCausalLM.from_pretrained(
+        tiny_model_dir, dtype=torch.float32, attn_implementation=attn or "sdpa"
+    )
     with torch.no_grad():
         expected = padded_logprobs(plain, batch)
     assert (packed - expected).abs().max() < 1e-5
@@ -162,7 +163,7 @@ class _FillsUp:
     def write(self, data) -> int:
         data = memoryview(data).cast("B")
         if len(data) > self._left:
-            self._stream.write(data[:self._left])
+            self._stream.write(data[: self._left])
             self._left = 0
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self._path)
         self._left -= len(data)
@@ -200,8 +201,10 @@ def test_checkpoint_disk_full_names_the_path_and_keeps_previous(tiny_model_dir, 
             ck.save_checkpoint(engine, tmp_path, ck.TrainerState(step=4))
         monkeypatch.undo()
         message, root = str(failed.value), tmp_path / "checkpoints"
-        assert message.startswith(f"cannot write recovery checkpoint {root / 'step_00000004.tmp'}: "
-                                  f"No space left on device ({root / 'step_00000004.tmp' / 'train_state'}")
+        assert message.startswith(
+            f"cannot write recovery checkpoint {root / 'step_00000004.tmp'}: "
+            f"No space left on device ({root / 'step_00000004.tmp' / 'train_state'}"
+        )
         assert f"The previous checkpoint is intact: {root / 'step_00000002'} (step 2)" in message
         assert "free disk space" in message and "recover.mode=auto" in message
         folder, state = ck.load_latest(tmp_path)

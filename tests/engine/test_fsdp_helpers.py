@@ -23,8 +23,12 @@ def make_batch(seed: int, n: int = 8, max_len: int = 16, prompt_len: int = 3, vo
     attn = (pos < lengths[:, None]).long()
     ids = ids * attn
     loss_mask = attn * (pos >= prompt_len).long()
-    return {"input_ids": ids, "attention_mask": attn, "loss_mask": loss_mask,
-            "rewards": torch.arange(n, dtype=torch.float32)}
+    return {
+        "input_ids": ids,
+        "attention_mask": attn,
+        "loss_mask": loss_mask,
+        "rewards": torch.arange(n, dtype=torch.float32),
+    }
 
 
 def nll_loss(logprobs, entropy, mb):
@@ -63,18 +67,35 @@ def run_torchrun(args: list[str], out_dir: Path, nproc: int = 2, timeout: int = 
     """Run tests/engine/test_fsdp_distributed.py's scenario main under torchrun; returns rank 0's JSON."""
     out_dir.mkdir(parents=True, exist_ok=True)
     log = out_dir / "torchrun.log"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(nproc),
-           "--master-port", str(_free_port()), "-m", "tests.engine.test_fsdp_distributed",
-           "--out", str(out_dir), *args]
-    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
-                "PYTHONPATH": str(REPO), **(env or {})}
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(nproc),
+        "--master-port",
+        str(_free_port()),
+        "-m",
+        "tests.engine.test_fsdp_distributed",
+        "--out",
+        str(out_dir),
+        *args,
+    ]
+    full_env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONPATH": str(REPO),
+        **(env or {}),
+    }
     with open(log, "w") as f:
         proc = subprocess.run(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT, env=full_env, timeout=timeout)
     if proc.returncode != 0:
         text = log.read_text()
         errors = [line for line in text.splitlines() if line.startswith("[rank0]: ") and "Error" in line]
-        raise RuntimeError(f"torchrun {' '.join(args)} failed ({proc.returncode}); rank 0: {errors[-1:]}\n"
-                           f"{text[-6000:]}")
+        raise RuntimeError(
+            f"torchrun {' '.join(args)} failed ({proc.returncode}); rank 0: {errors[-1:]}\n{text[-6000:]}"
+        )
     return json.loads((out_dir / "result.json").read_text())
 
 

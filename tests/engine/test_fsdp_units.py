@@ -82,8 +82,13 @@ def test_linear_and_cosine_decay_to_min():
     lin = lr_multiplier(_opt(lr_scheduler_type="linear", min_lr_ratio=0.1), 4)
     assert [round(lin(s), 6) for s in range(5)] == [1.0, 0.775, 0.55, 0.325, 0.1]
     cos = lr_multiplier(_opt(lr_scheduler_type="cosine"), 4)
-    assert [round(cos(s), 6) for s in range(5)] == [1.0, round(0.5 * (1 + math.cos(math.pi / 4)), 6), 0.5,
-                                                    round(0.5 * (1 + math.cos(3 * math.pi / 4)), 6), 0.0]
+    assert [round(cos(s), 6) for s in range(5)] == [
+        1.0,
+        round(0.5 * (1 + math.cos(math.pi / 4)), 6),
+        0.5,
+        round(0.5 * (1 + math.cos(3 * math.pi / 4)), 6),
+        0.0,
+    ]
 
 
 def test_schedule_needs_total_steps():
@@ -102,13 +107,14 @@ def test_cpu_optimizer_is_the_fused_adamw_and_matches_the_reference_loop():
     loop_params = [torch.nn.Parameter(p.detach().clone()) for p in fused_params]
     start = [p.detach().clone() for p in fused_params]
     fused = build_optimizer(fused_params, cfg)
-    loop = torch.optim.AdamW(loop_params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
-                             weight_decay=cfg.weight_decay, foreach=False)
+    loop = torch.optim.AdamW(
+        loop_params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, weight_decay=cfg.weight_decay, foreach=False
+    )
     assert fused.defaults["fused"] is True
     for _ in range(3):
         for params, opt in ((fused_params, fused), (loop_params, loop)):
             opt.zero_grad()
-            sum((p ** 2).sum() for p in params).backward()
+            sum((p**2).sum() for p in params).backward()
             opt.step()
     for a, b, a0 in zip(fused_params, loop_params, start):
         assert (a - a0).abs().min() > 1e-3  # three steps of lr 1e-2 moved every entry
@@ -129,14 +135,39 @@ def test_disk_update_path():
 def test_from_pretrained_config_equals_yaml_path():
     from areal.config.validate import validate_config
 
-    yaml_cfg = validate_config({
-        "experiment_name": "e", "trial_name": "t", "train_dataset": {"path": "synthetic:arith"},
-        "actor": {"path": "/m", "backend": "fsdp:d2t2", "dtype": "float32", "use_lora": True,
-                  "lora_rank": 8, "lora_alpha": 16, "max_tokens_per_mb": 4096, "c_clip": 3.0,
-                  "optimizer": {"lr": 1e-4, "lr_scheduler_type": "cosine"}}})
-    py_cfg = build_configs("/m", dp_size=2, tp_size=2, dtype="float32", learning_rate=1e-4, use_lora=True,
-                           lora_rank=8, lora_alpha=16, experiment_name="e", trial_name="t",
-                           max_tokens_per_mb=4096, c_clip=3.0, lr_scheduler_type="cosine")
+    yaml_cfg = validate_config(
+        {
+            "experiment_name": "e",
+            "trial_name": "t",
+            "train_dataset": {"path": "synthetic:arith"},
+            "actor": {
+                "path": "/m",
+                "backend": "fsdp:d2t2",
+                "dtype": "float32",
+                "use_lora": True,
+                "lora_rank": 8,
+                "lora_alpha": 16,
+                "max_tokens_per_mb": 4096,
+                "c_clip": 3.0,
+                "optimizer": {"lr": 1e-4, "lr_scheduler_type": "cosine"},
+            },
+        }
+    )
+    py_cfg = build_configs(
+        "/m",
+        dp_size=2,
+        tp_size=2,
+        dtype="float32",
+        learning_rate=1e-4,
+        use_lora=True,
+        lora_rank=8,
+        lora_alpha=16,
+        experiment_name="e",
+        trial_name="t",
+        max_tokens_per_mb=4096,
+        c_clip=3.0,
+        lr_scheduler_type="cosine",
+    )
     assert py_cfg.actor == yaml_cfg.actor
     assert (py_cfg.experiment_name, py_cfg.trial_name) == ("e", "t")
 
@@ -147,13 +178,16 @@ def test_from_pretrained_defaults_names_for_disk_updates():
     assert cfg.actor.backend == "fsdp:d1" and cfg.actor.dtype == "bfloat16"
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(learning_rate=1e-4, lr=1e-5), "learning rate is given twice"),
-    (dict(learning_rate=1e-4, optimizer={"lr": 1e-5}), "'lr' is given twice"),
-    (dict(dp_size=2, backend="fsdp:d4"), "parallelism given twice"),
-    (dict(dtype="float32", **{"dtype_": 1}), "did you mean 'dtype'"),
-    (dict(lerning_rate=1e-4), "unknown config override 'lerning_rate'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(learning_rate=1e-4, lr=1e-5), "learning rate is given twice"),
+        (dict(learning_rate=1e-4, optimizer={"lr": 1e-5}), "'lr' is given twice"),
+        (dict(dp_size=2, backend="fsdp:d4"), "parallelism given twice"),
+        (dict(dtype="float32", **{"dtype_": 1}), "did you mean 'dtype'"),
+        (dict(lerning_rate=1e-4), "unknown config override 'lerning_rate'"),
+    ],
+)
 def test_from_pretrained_conflicts_are_clear(kwargs, message):
     with pytest.raises(TypeError, match=message):
         build_configs("/m", **kwargs)

@@ -18,7 +18,7 @@ def _generate(client, prompt, n=8):
 def _trainer_logprobs(engine, prompt, ids):
     full = torch.tensor([prompt + ids])
     lp = engine.forward({"input_ids": full, "attention_mask": torch.ones_like(full)})
-    return lp[0, len(prompt):]
+    return lp[0, len(prompt) :]
 
 
 def test_adapter_push_serves_the_trained_adapter(tmp_path_factory):
@@ -30,17 +30,27 @@ def test_adapter_push_serves_the_trained_adapter(tmp_path_factory):
 
     model_dir = str(make_varied_model_dir(tmp_path_factory.mktemp("varied") / "m", scale=4.0))
     fileroot = tmp_path_factory.mktemp("fileroot")
-    server = start_server(model_dir, extra_args=["--device", "cpu", "--dtype", "float32",
-                                                 "--weight-dirs", str(fileroot)],
-                          env={"OMP_NUM_THREADS": "1"})
+    server = start_server(
+        model_dir,
+        extra_args=["--device", "cpu", "--dtype", "float32", "--weight-dirs", str(fileroot)],
+        env={"OMP_NUM_THREADS": "1"},
+    )
     engine = client = None
     try:
         engine = FSDPEngine.from_pretrained(
-            model_dir, dtype="float32", learning_rate=3e-2, use_lora=True, lora_rank=4, lora_alpha=8,
-            lora_push="adapter", max_tokens_per_mb=40, experiment_name="lora", trial_name="t",
-            fileroot=str(fileroot))
-        cfg = ExperimentConfig.model_validate({"rollout": {"server_addrs": [server.url],
-                                                           "request_timeout_s": 60}})
+            model_dir,
+            dtype="float32",
+            learning_rate=3e-2,
+            use_lora=True,
+            lora_rank=4,
+            lora_alpha=8,
+            lora_push="adapter",
+            max_tokens_per_mb=40,
+            experiment_name="lora",
+            trial_name="t",
+            fileroot=str(fileroot),
+        )
+        cfg = ExperimentConfig.model_validate({"rollout": {"server_addrs": [server.url], "request_timeout_s": 60}})
         client = RemoteSGLangEngine(cfg)
         client.initialize()
         batch = make_batch(3)
@@ -49,26 +59,30 @@ def test_adapter_push_serves_the_trained_adapter(tmp_path_factory):
         prompt = [1, 5, 6, 7, 8]
 
         base = _generate(client, prompt)  # before any push: the base model, no lora_path
-        assert (_trainer_logprobs(engine, prompt, base.output_tokens)
-                - torch.tensor(base.output_logprobs)).abs().max() > 1e-3  # training moved it
+        assert (
+            _trainer_logprobs(engine, prompt, base.output_tokens) - torch.tensor(base.output_logprobs)
+        ).abs().max() > 1e-3  # training moved it
 
         stats = engine.update_weights(WeightUpdateMeta(type="disk"), inference=client)
         assert stats["weight_update/bytes"] > 0
         out = _generate(client, prompt)
-        diff = (_trainer_logprobs(engine, prompt, out.output_tokens) - torch.tensor(out.output_logprobs))
+        diff = _trainer_logprobs(engine, prompt, out.output_tokens) - torch.tensor(out.output_logprobs)
         assert diff.abs().max() < 1e-4
         assert out.output_versions == [1] * len(out.output_tokens)
 
         engine.train_batch(batch, nll_loss, token_weight)
         engine.update_weights(WeightUpdateMeta(type="disk"), inference=client)  # v2; v1 unloaded
         out = _generate(client, prompt)
-        diff = (_trainer_logprobs(engine, prompt, out.output_tokens) - torch.tensor(out.output_logprobs))
+        diff = _trainer_logprobs(engine, prompt, out.output_tokens) - torch.tensor(out.output_logprobs)
         assert diff.abs().max() < 1e-4
         assert set(out.output_versions) == {2}
         assert requests.get(server.url + "/get_weight_version", timeout=10).json()["weight_version"] == "2"
 
-        r = requests.post(server.url + "/generate", timeout=30, json={
-            "input_ids": prompt, "sampling_params": {"max_new_tokens": 2}, "lora_path": "v1"})
+        r = requests.post(
+            server.url + "/generate",
+            timeout=30,
+            json={"input_ids": prompt, "sampling_params": {"max_new_tokens": 2}, "lora_path": "v1"},
+        )
         assert r.status_code == 400  # the trainer unloaded the previous adapter
         assert "'v1' is not loaded" in r.json()["error"]["message"]
         assert "['v2']" in r.json()["error"]["message"]

@@ -29,12 +29,14 @@ def models(tmp_path_factory):
 @pytest.fixture(scope="module")
 def engine(models, tmp_path_factory):
     eng = RemoteSGLangEngine.from_pretrained(
-        models[0], dp_size=2,
+        models[0],
+        dp_size=2,
         # weight_dirs: model b lies outside the run's folders, where disk loads are limited to
         sglang={"api_key": KEY, "dtype": "float32", "weight_dirs": [str(Path(models[1]).parent)]},
         cluster={"fileroot": str(tmp_path_factory.mktemp("runs"))},
         launcher={"server_env": {"OMP_NUM_THREADS": "1"}},
-        rollout={"request_timeout_s": 120, "setup_timeout_s": 180})
+        rollout={"request_timeout_s": 120, "setup_timeout_s": 180},
+    )
     yield eng
     eng.destroy()
 
@@ -46,6 +48,7 @@ def served(engine):
 def run(engine, reqs):
     async def go():
         return await asyncio.gather(*(engine.agenerate(r) for r in reqs))
+
     return asyncio.run(go())
 
 
@@ -113,8 +116,10 @@ def test_requests_live_through_a_paused_weight_update(engine, models, monkeypatc
                 start = generated()
                 fut = pool.submit(run, engine, reqs)
                 # a running request has its first token and is not done...
-                seen = wait_for(lambda: (every_request_running() and "running")
-                                or (fut.done() and "finished"), "the four requests running on the servers")
+                seen = wait_for(
+                    lambda: (every_request_running() and "running") or (fut.done() and "finished"),
+                    "the four requests running on the servers",
+                )
                 report = engine.pause()
                 # ...and the pause caught all four still so, unless a fast machine finished one in
                 # between: then the round is void, and repeated
@@ -160,12 +165,25 @@ def test_distributed_weight_update(engine, models):
     engine.update_weights(WeightUpdateMeta("disk", path=models[1], version=4))
     assert run(engine, greedy(1))[0].output_tokens != expected
     state = AutoModelForCausalLM.from_pretrained(models[0], dtype=torch.float32).state_dict()
-    meta = WeightUpdateMeta("distributed", version=5, master_port=free_port(), backend="gloo",
-                            group_name="test_group", names=list(state),
-                            dtypes=["float32"] * len(state), shapes=[list(t.shape) for t in state.values()])
+    meta = WeightUpdateMeta(
+        "distributed",
+        version=5,
+        master_port=free_port(),
+        backend="gloo",
+        group_name="test_group",
+        names=list(state),
+        dtypes=["float32"] * len(state),
+        shapes=[list(t.shape) for t in state.values()],
+    )
     joined = engine.init_weights_update_group(meta)
-    group = init_custom_process_group(backend="gloo", master_address="127.0.0.1", master_port=meta.master_port,
-                                      world_size=3, rank=0, group_name="test_group")
+    group = init_custom_process_group(
+        backend="gloo",
+        master_address="127.0.0.1",
+        master_port=meta.master_port,
+        world_size=3,
+        rank=0,
+        group_name="test_group",
+    )
     joined.result(timeout=60)
     loaded = engine.update_weights_from_distributed(meta)
     for tensor in state.values():
@@ -186,8 +204,9 @@ def test_unreachable_server_is_named_at_setup(models):
 def test_server_going_away_mid_run_names_it(models):
     server = start_server(models[0], extra_args=["--dtype", "float32"], env={"OMP_NUM_THREADS": "1"})
     addr = f"127.0.0.1:{server.port}"
-    eng = RemoteSGLangEngine.from_pretrained(models[0], server_addrs=[addr],
-                                             rollout={"request_retries": 1, "request_timeout_s": 60})
+    eng = RemoteSGLangEngine.from_pretrained(
+        models[0], server_addrs=[addr], rollout={"request_retries": 1, "request_timeout_s": 60}
+    )
     req = ModelRequest(input_ids=[1, 5], max_new_tokens=500, ignore_eos=True)
     try:
         with ThreadPoolExecutor(1) as pool:
@@ -269,4 +288,3 @@ def test_retries_outlast_a_server_restart_only_when_the_launcher_restarts_server
     assert n == retries_for(60) and sum(BACKOFF_S[min(i, len(BACKOFF_S) - 1)] for i in range(n)) >= 60
     trainer_only = cfg(restart_failed_servers=True, rollout_n_nodes=0)  # not the launcher's servers
     assert request_retries(trainer_only) == 2
-

@@ -7,18 +7,30 @@ from areal.engine.sglang.pretrained import overrides_to_raw, pretrained_config
 
 
 def test_same_config_as_validate_config():
-    cfg = pretrained_config("/models/m", tokenizer_path="/tok", dp_size=2, server_addrs=["a:1", "b:2"],
-                            max_concurrent_rollouts=6, gconfig={"max_new_tokens": 32, "n_samples": 2},
-                            train_dataset={"path": "synthetic:arith"},
-                            **{"rollout.request_timeout_s": 30.0, "sglang.api_key": "k"})
-    expected = validate_config({
-        "actor": {"path": "/models/m", "tokenizer_path": "/tok"},
-        "rollout": {"backend": "sglang:d2t1", "server_addrs": ["a:1", "b:2"],
-                    "max_concurrent_rollouts": 6, "request_timeout_s": 30.0},
-        "gconfig": {"max_new_tokens": 32, "n_samples": 2},
-        "sglang": {"api_key": "k"},
-        "train_dataset": {"path": "synthetic:arith"},
-    })
+    cfg = pretrained_config(
+        "/models/m",
+        tokenizer_path="/tok",
+        dp_size=2,
+        server_addrs=["a:1", "b:2"],
+        max_concurrent_rollouts=6,
+        gconfig={"max_new_tokens": 32, "n_samples": 2},
+        train_dataset={"path": "synthetic:arith"},
+        **{"rollout.request_timeout_s": 30.0, "sglang.api_key": "k"},
+    )
+    expected = validate_config(
+        {
+            "actor": {"path": "/models/m", "tokenizer_path": "/tok"},
+            "rollout": {
+                "backend": "sglang:d2t1",
+                "server_addrs": ["a:1", "b:2"],
+                "max_concurrent_rollouts": 6,
+                "request_timeout_s": 30.0,
+            },
+            "gconfig": {"max_new_tokens": 32, "n_samples": 2},
+            "sglang": {"api_key": "k"},
+            "train_dataset": {"path": "synthetic:arith"},
+        }
+    )
     assert cfg == expected
     assert cfg.sglang.model_path == "/models/m" and cfg.sglang.tokenizer_path == "/tok"
 
@@ -30,8 +42,7 @@ def test_no_dataset_needed_for_a_client():
 
 
 def test_dotted_and_nested_overrides_merge():
-    raw = overrides_to_raw({"rollout": {"request_retries": 1}, "rollout.pause_mode": "retract",
-                            "seed": 3})
+    raw = overrides_to_raw({"rollout": {"request_retries": 1}, "rollout.pause_mode": "retract", "seed": 3})
     assert raw == {"rollout": {"request_retries": 1, "pause_mode": "retract"}, "seed": 3}
 
 

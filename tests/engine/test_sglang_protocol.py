@@ -17,10 +17,18 @@ def load(name):
 
 
 def test_generate_payload_uses_only_sglang_keys():
-    req = ModelRequest(input_ids=[1, 2, 3], max_new_tokens=9, min_new_tokens=2, temperature=0.7,
-                       top_p=0.9, top_k=5, stop=["\n\n"], stop_token_ids=[7], ignore_eos=True)
-    body = protocol.generate_payload(req, rid="r-1", input_ids=[1, 2, 3, 4], max_new_tokens=8,
-                                     min_new_tokens=1)
+    req = ModelRequest(
+        input_ids=[1, 2, 3],
+        max_new_tokens=9,
+        min_new_tokens=2,
+        temperature=0.7,
+        top_p=0.9,
+        top_k=5,
+        stop=["\n\n"],
+        stop_token_ids=[7],
+        ignore_eos=True,
+    )
+    body = protocol.generate_payload(req, rid="r-1", input_ids=[1, 2, 3, 4], max_new_tokens=8, min_new_tokens=1)
     assert set(body) <= set(FIELDS["GenerateReqInput"])
     assert set(body["sampling_params"]) <= set(FIELDS["SamplingParams"])
     assert protocol.SAMPLING_KEYS <= set(FIELDS["SamplingParams"])
@@ -28,29 +36,50 @@ def test_generate_payload_uses_only_sglang_keys():
     assert body["input_ids"] == [1, 2, 3, 4] and body["rid"] == "r-1"
     assert body["return_logprob"] is True and body["stream"] is False
     assert body["sampling_params"] == {
-        "max_new_tokens": 8, "min_new_tokens": 1, "temperature": 0.7, "top_p": 0.9, "top_k": 5,
-        "stop": ["\n\n"], "stop_token_ids": [7], "ignore_eos": True, "skip_special_tokens": False,
-        "no_stop_trim": True}
+        "max_new_tokens": 8,
+        "min_new_tokens": 1,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "top_k": 5,
+        "stop": ["\n\n"],
+        "stop_token_ids": [7],
+        "ignore_eos": True,
+        "skip_special_tokens": False,
+        "no_stop_trim": True,
+    }
     json.dumps(body)  # plain JSON types only
 
 
-@pytest.mark.parametrize("builder, fields", [
-    (lambda: protocol.disk_update_payload("/ckpt", 3), "UpdateWeightFromDiskReqInput"),
-    (lambda: protocol.init_group_payload(WeightUpdateMeta("distributed", master_port=1234),
-                                         rank_offset=1, world_size=3), "InitWeightsUpdateGroupReqInput"),
-    (lambda: protocol.distributed_update_payload(WeightUpdateMeta(
-        "distributed", version=2, names=["w"], dtypes=["float32"], shapes=[[2, 2]])),
-     "UpdateWeightsFromDistributedReqInput"),
-    (lambda: protocol.pause_payload("retract"), "PauseGenerationReqInput"),
-    (protocol.continue_payload, "ContinueGenerationReqInput"),
-    (lambda: protocol.load_lora_payload("v1", "/w/v1"), "LoadLoRAAdapterReqInput"),
-    (lambda: protocol.unload_lora_payload("v1"), "UnloadLoRAAdapterReqInput"),
-    (lambda: protocol.weight_version_payload(3), "UpdateWeightVersionReqInput"),
-    (lambda: protocol.destroy_group_payload("g"), "DestroyWeightsUpdateGroupReqInput"),
-    (lambda: protocol.tensor_update_payload(["AAAA"], version=3, flush_cache=False), "UpdateWeightsFromTensorReqInput"),
-    (lambda: protocol.memory_payload(["kv_cache"]), "ReleaseMemoryOccupationReqInput"),
-    (lambda: protocol.memory_payload(None, protocol.RESUME_MEMORY), "ResumeMemoryOccupationReqInput"),
-])
+@pytest.mark.parametrize(
+    "builder, fields",
+    [
+        (lambda: protocol.disk_update_payload("/ckpt", 3), "UpdateWeightFromDiskReqInput"),
+        (
+            lambda: protocol.init_group_payload(
+                WeightUpdateMeta("distributed", master_port=1234), rank_offset=1, world_size=3
+            ),
+            "InitWeightsUpdateGroupReqInput",
+        ),
+        (
+            lambda: protocol.distributed_update_payload(
+                WeightUpdateMeta("distributed", version=2, names=["w"], dtypes=["float32"], shapes=[[2, 2]])
+            ),
+            "UpdateWeightsFromDistributedReqInput",
+        ),
+        (lambda: protocol.pause_payload("retract"), "PauseGenerationReqInput"),
+        (protocol.continue_payload, "ContinueGenerationReqInput"),
+        (lambda: protocol.load_lora_payload("v1", "/w/v1"), "LoadLoRAAdapterReqInput"),
+        (lambda: protocol.unload_lora_payload("v1"), "UnloadLoRAAdapterReqInput"),
+        (lambda: protocol.weight_version_payload(3), "UpdateWeightVersionReqInput"),
+        (lambda: protocol.destroy_group_payload("g"), "DestroyWeightsUpdateGroupReqInput"),
+        (
+            lambda: protocol.tensor_update_payload(["AAAA"], version=3, flush_cache=False),
+            "UpdateWeightsFromTensorReqInput",
+        ),
+        (lambda: protocol.memory_payload(["kv_cache"]), "ReleaseMemoryOccupationReqInput"),
+        (lambda: protocol.memory_payload(None, protocol.RESUME_MEMORY), "ResumeMemoryOccupationReqInput"),
+    ],
+)
 def test_control_payloads_use_only_sglang_keys(builder, fields):
     assert set(builder()) <= set(FIELDS[fields])
 
@@ -64,17 +93,28 @@ def test_generate_payload_names_the_lora_adapter_only_when_given():
 
 
 def test_disk_update_sends_version_as_string_only_when_given():
-    assert protocol.disk_update_payload("/m", 4) == {"model_path": "/m", "abort_all_requests": False,
-                                                     "weight_version": "4"}
+    assert protocol.disk_update_payload("/m", 4) == {
+        "model_path": "/m",
+        "abort_all_requests": False,
+        "weight_version": "4",
+    }
     assert "weight_version" not in protocol.disk_update_payload("/m", None)
 
 
 def test_init_group_ranks():
-    body = protocol.init_group_payload(WeightUpdateMeta("distributed", master_address="10.0.0.1",
-                                                        master_port=29600, backend="nccl"),
-                                       rank_offset=3, world_size=5)
-    assert body == {"master_address": "10.0.0.1", "master_port": 29600, "rank_offset": 3,
-                    "world_size": 5, "group_name": "areal_weight_update", "backend": "nccl"}
+    body = protocol.init_group_payload(
+        WeightUpdateMeta("distributed", master_address="10.0.0.1", master_port=29600, backend="nccl"),
+        rank_offset=3,
+        world_size=5,
+    )
+    assert body == {
+        "master_address": "10.0.0.1",
+        "master_port": 29600,
+        "rank_offset": 3,
+        "world_size": 5,
+        "group_name": "areal_weight_update",
+        "backend": "nccl",
+    }
 
 
 def test_distributed_payload_checks_lengths():
@@ -152,6 +192,7 @@ def test_token_versions_prefer_spans_then_the_final_version_then_the_clients():
 
     def result(final, per_token=None):
         return protocol.GenerateResult([5, 6, 7], [-1.0] * 3, "length", final, "", per_token)
+
     assert token_versions(result(4, [3, 3, 4]), sent_version=3) == [3, 3, 4]
     assert token_versions(result(4, [None, 4, 4]), sent_version=3) == [3, 4, 4]
     assert token_versions(result(4), sent_version=3) == [4, 4, 4]
@@ -159,8 +200,14 @@ def test_token_versions_prefer_spans_then_the_final_version_then_the_clients():
 
 
 def test_parse_weight_version():
-    assert [protocol.parse_weight_version(v) for v in ("7", 7, "default", None, True, "-1")] == \
-        [7, 7, None, None, None, -1]
+    assert [protocol.parse_weight_version(v) for v in ("7", 7, "default", None, True, "-1")] == [
+        7,
+        7,
+        None,
+        None,
+        None,
+        -1,
+    ]
 
 
 def test_parse_success():
@@ -181,16 +228,25 @@ def test_batching_counters_ask_only_builtin_servers(monkeypatch):
         engine._server_programs = programs
         assert engine.batching_counters() == {}
     engine._server_programs = ["areal-builtin", "areal-builtin"]
-    monkeypatch.setattr(engine, "server_info", lambda addr: {"batching": {
-        "prefill_steps": 2, "decode_steps": 10, "decode_rows": 40, "generated_tokens": 42}}, raising=False)
+    monkeypatch.setattr(
+        engine,
+        "server_info",
+        lambda addr: {"batching": {"prefill_steps": 2, "decode_steps": 10, "decode_rows": 40, "generated_tokens": 42}},
+        raising=False,
+    )
     counters = engine.batching_counters()
     assert counters["decode_steps"] == 20 and counters["decode_rows"] == 80 and counters["prefill_s"] == 0
 
 
 def test_tensor_update_payload_one_text_per_rank_and_the_version_as_text():
     body = protocol.tensor_update_payload(["a", "b"], version=4)
-    assert body == {"serialized_named_tensors": ["a", "b"], "load_format": None, "flush_cache": True,
-                    "abort_all_requests": False, "weight_version": "4"}
+    assert body == {
+        "serialized_named_tensors": ["a", "b"],
+        "load_format": None,
+        "flush_cache": True,
+        "abort_all_requests": False,
+        "weight_version": "4",
+    }
     assert "weight_version" not in protocol.tensor_update_payload(["a"], version=None)
     with pytest.raises(ValueError, match="one serialized text per tensor-parallel rank"):
         protocol.tensor_update_payload([], version=1)

@@ -34,11 +34,15 @@ def test_precedence(tmp_path):
     assert discovery.discover_server_addrs(cfg, environ={})[0] == []
     discovery.write_server_addrs(run_dir, ["h:3"])
     assert discovery.discover_server_addrs(cfg, environ={}) == (["h:3"], str(run_dir / "name_resolve" / "servers.json"))
-    assert discovery.discover_server_addrs(cfg, environ={"AREAL_SERVER_ADDRS": "h:2, h:4"}) == \
-        (["h:2", "h:4"], "$AREAL_SERVER_ADDRS")
+    assert discovery.discover_server_addrs(cfg, environ={"AREAL_SERVER_ADDRS": "h:2, h:4"}) == (
+        ["h:2", "h:4"],
+        "$AREAL_SERVER_ADDRS",
+    )
     cfg = cfg_with(tmp_path, server_addrs=["h:1"])
-    assert discovery.discover_server_addrs(cfg, environ={"AREAL_SERVER_ADDRS": "h:2"}) == \
-        (["h:1"], "rollout.server_addrs")
+    assert discovery.discover_server_addrs(cfg, environ={"AREAL_SERVER_ADDRS": "h:2"}) == (
+        ["h:1"],
+        "rollout.server_addrs",
+    )
 
 
 def test_record_root_override(tmp_path):

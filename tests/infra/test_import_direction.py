@@ -18,13 +18,17 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def test_the_library_never_imports_the_launcher():
-    offenders = {str(p.relative_to(REPO)): sorted(m for m in imported_modules(p) if m.split(".")[0] == "launcher")
-                 for p in (REPO / "areal").rglob("*.py")}
+    offenders = {
+        str(p.relative_to(REPO)): sorted(m for m in imported_modules(p) if m.split(".")[0] == "launcher")
+        for p in (REPO / "areal").rglob("*.py")
+    }
     assert {p: m for p, m in offenders.items() if m} == {}
 
 
 def test_shared_helpers_stay_torch_free():
     heavy = ("torch", "transformers", "sglang", "ray")
-    offenders = {str(p.relative_to(REPO)): sorted(m for m in imported_modules(p) if m.split(".")[0] in heavy)
-                 for p in (REPO / "areal" / "infra").rglob("*.py")}
+    offenders = {
+        str(p.relative_to(REPO)): sorted(m for m in imported_modules(p) if m.split(".")[0] in heavy)
+        for p in (REPO / "areal" / "infra").rglob("*.py")
+    }
     assert {p: m for p, m in offenders.items() if m} == {}

@@ -40,9 +40,13 @@ def main() -> int:
         print("fake server failing on purpose", flush=True)
         return int(os.environ["FAKE_SERVER_EXIT"])
     time.sleep(float(os.environ.get("FAKE_SERVER_DELAY_S", "0")))
-    info = {"pid": os.getpid(), "port": args.port, "node_tag": os.environ.get("FAKE_NODE_TAG"),
-            "ray_node_id": os.environ.get("AREAL_RAY_NODE_ID"),
-            "omp": os.environ.get("OMP_NUM_THREADS")}
+    info = {
+        "pid": os.getpid(),
+        "port": args.port,
+        "node_tag": os.environ.get("FAKE_NODE_TAG"),
+        "ray_node_id": os.environ.get("AREAL_RAY_NODE_ID"),
+        "omp": os.environ.get("OMP_NUM_THREADS"),
+    }
     if os.environ.get("FAKE_SERVER_SPAWN_CHILD"):
         info["grandchild"] = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]).pid
     run_dir = os.environ.get("AREAL_RUN_DIR")

@@ -25,9 +25,22 @@ import time
 import urllib.request
 from pathlib import Path
 
-ENV_KEYS = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-            "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "AREAL_SERVER_ADDRS", "AREAL_RUN_DIR",
-            "AREAL_CONFIG", "AREAL_RAY_NODE_ID", "AREAL_NODE_IP", "FAKE_NODE_TAG")
+ENV_KEYS = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "CUDA_VISIBLE_DEVICES",
+    "OMP_NUM_THREADS",
+    "AREAL_SERVER_ADDRS",
+    "AREAL_RUN_DIR",
+    "AREAL_CONFIG",
+    "AREAL_RAY_NODE_ID",
+    "AREAL_NODE_IP",
+    "FAKE_NODE_TAG",
+)
 
 
 def healthy(addr: str) -> bool:

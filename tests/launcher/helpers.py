@@ -21,11 +21,20 @@ def make_cfg(tmp_path, *overrides: str, config: str = "gsm8k_grpo"):
     from areal.config import validate_config
     from launcher.compose import compose
 
-    base = ["cluster=cpu", "actor.backend=fsdp:d2", "rollout.backend=sglang:d1",
-            f"cluster.fileroot={tmp_path}", "cluster.n_gpus_per_node=3", "rollout.server=builtin",
-            f"launcher.trainer_entry={FAKE_TRAINER}", f"launcher.driver_entry={FAKE_TRAINER}",
-            "launcher.shutdown_grace_s=3", "launcher.server_startup_timeout_s=60",
-            "sglang.model_path=tiny:default", "actor.path=tiny:default"]
+    base = [
+        "cluster=cpu",
+        "actor.backend=fsdp:d2",
+        "rollout.backend=sglang:d1",
+        f"cluster.fileroot={tmp_path}",
+        "cluster.n_gpus_per_node=3",
+        "rollout.server=builtin",
+        f"launcher.trainer_entry={FAKE_TRAINER}",
+        f"launcher.driver_entry={FAKE_TRAINER}",
+        "launcher.shutdown_grace_s=3",
+        "launcher.server_startup_timeout_s=60",
+        "sglang.model_path=tiny:default",
+        "actor.path=tiny:default",
+    ]
     return validate_config(compose(config, base + list(overrides)))
 
 
@@ -93,8 +102,15 @@ def free_ports(n: int = 1) -> int:
     raise RuntimeError("no block of free ports found")
 
 
-def write_yaml(path, *, fileroot, model: str = "tiny:default", rollout_nodes: int = 1,
-               trainer_env: dict | None = None, extra: str = "") -> str:
+def write_yaml(
+    path,
+    *,
+    fileroot,
+    model: str = "tiny:default",
+    rollout_nodes: int = 1,
+    trainer_env: dict | None = None,
+    extra: str = "",
+) -> str:
     """An experiment YAML for `areal-launch --config PATH` with fake trainers on CPU."""
     trainer_env = trainer_env or {}
     env_lines = "".join(f'\n    {k}: "{v}"' for k, v in trainer_env.items()) or " {}"

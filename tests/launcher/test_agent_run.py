@@ -15,10 +15,23 @@ pytestmark = pytest.mark.slow
 
 def test_calculator_agent_cpu_run(tmp_path):
     env = {**os.environ, "AREAL_CACHE": str(tmp_path / "cache"), "OMP_NUM_THREADS": "1"}
-    r = subprocess.run([sys.executable, "-m", "launcher.cli", "--config", "calculator_agent_cpu.yaml",
-                        f"cluster.fileroot={tmp_path}", f"launcher.server_base_port={free_ports(1)}",
-                        f"launcher.trainer_master_port={free_ports(1)}"],
-                       cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launcher.cli",
+            "--config",
+            "calculator_agent_cpu.yaml",
+            f"cluster.fileroot={tmp_path}",
+            f"launcher.server_base_port={free_ports(1)}",
+            f"launcher.trainer_master_port={free_ports(1)}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     run_dir = tmp_path / "calculator_agent_cpu" / "demo"
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

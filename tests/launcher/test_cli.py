@@ -27,15 +27,21 @@ def test_dry_run_json_is_machine_readable():
 
 
 def test_trainer_only_dry_run():
-    r = run("--config", "gsm8k_grpo", "launcher.rollout_n_nodes=0", "rollout.server_addrs=[h:1]",
-            "--dry-run", "--json")
+    r = run("--config", "gsm8k_grpo", "launcher.rollout_n_nodes=0", "rollout.server_addrs=[h:1]", "--dry-run", "--json")
     assert r.returncode == 0, r.stderr
     assert {p["role"] for p in json.loads(r.stdout)["processes"]} == {"trainer"}
 
 
 def test_config_errors_exit_2_with_every_problem_and_no_traceback():
-    r = run("--config", "gsm8k_grpo", "actor.c_clip=0.5", "actor.use_decoupled_loss=true",
-            "actor.recompute_logprob=false", "gconfig.n_samples=1", "--dry-run")
+    r = run(
+        "--config",
+        "gsm8k_grpo",
+        "actor.c_clip=0.5",
+        "actor.use_decoupled_loss=true",
+        "actor.recompute_logprob=false",
+        "gconfig.n_samples=1",
+        "--dry-run",
+    )
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
     for key in ("actor.c_clip", "actor.use_decoupled_loss", "gconfig.n_samples"):

@@ -16,11 +16,28 @@ pytestmark = pytest.mark.slow
 
 def launch(tmp_path, name, *overrides):
     env = {**os.environ, "AREAL_CACHE": str(tmp_path / "cache")}
-    r = subprocess.run([sys.executable, "-m", "launcher.cli", "--config", "tiny_arith_cpu.yaml",
-                        f"cluster.fileroot={tmp_path}", f"experiment_name={name}", "train_dataset.batch_size=8",
-                        "evaluator.freq_steps=null", "total_train_steps=3", "launcher.colocate=true",
-                        "actor.weight_update=tensor", "cluster.n_gpus_per_node=1", *overrides],
-                       capture_output=True, text=True, timeout=600, env=env)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launcher.cli",
+            "--config",
+            "tiny_arith_cpu.yaml",
+            f"cluster.fileroot={tmp_path}",
+            f"experiment_name={name}",
+            "train_dataset.batch_size=8",
+            "evaluator.freq_steps=null",
+            "total_train_steps=3",
+            "launcher.colocate=true",
+            "actor.weight_update=tensor",
+            "cluster.n_gpus_per_node=1",
+            *overrides,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     run_dir = tmp_path / name / "demo"
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
@@ -28,8 +45,13 @@ def launch(tmp_path, name, *overrides):
 
 
 def test_async_colocated_run_updates_weights_through_memory(tmp_path):
-    run_dir, steps = launch(tmp_path, "colocated_async", "rollout.max_head_offpolicyness=1",
-                            "launcher.server_base_port=31900", "launcher.trainer_master_port=29900")
+    run_dir, steps = launch(
+        tmp_path,
+        "colocated_async",
+        "rollout.max_head_offpolicyness=1",
+        "launcher.server_base_port=31900",
+        "launcher.trainer_master_port=29900",
+    )
     plan = json.loads((run_dir / "plan.json").read_text())
     assert plan["colocated"] and {tuple(p["devices"]) for p in plan["processes"]} == {(0,)}
     assert [r["step"] for r in steps] == [1, 2, 3] and [r["weight_version"] for r in steps] == [1, 2, 3]
@@ -40,14 +62,25 @@ def test_async_colocated_run_updates_weights_through_memory(tmp_path):
 
 
 def test_sync_colocated_run_time_shares_the_device(tmp_path):
-    run_dir, steps = launch(tmp_path, "colocated_sync", "rollout.max_head_offpolicyness=0", "actor.offload=true",
-                            "launcher.server_base_port=31950", "launcher.trainer_master_port=29950")
+    run_dir, steps = launch(
+        tmp_path,
+        "colocated_sync",
+        "rollout.max_head_offpolicyness=0",
+        "actor.offload=true",
+        "launcher.server_base_port=31950",
+        "launcher.trainer_master_port=29950",
+    )
     config = (run_dir / "config.yaml").read_text()
     assert "enable_memory_saver: true" in config  # follows: colocated and synchronous
     assert "--enable-memory-saver" in json.dumps(json.loads((run_dir / "plan.json").read_text()))
     assert [r["weight_version"] for r in steps] == [1, 2, 3]
-    for key in ("handoff/release_s", "handoff/resume_weights_s", "handoff/resume_kv_cache_s",
-                "handoff/onload_s", "handoff/offload_s"):
+    for key in (
+        "handoff/release_s",
+        "handoff/resume_weights_s",
+        "handoff/resume_kv_cache_s",
+        "handoff/onload_s",
+        "handoff/offload_s",
+    ):
         assert all(r[key] >= 0 for r in steps), key
     assert all(r["rollout/reward_mean"] is not None for r in steps)
     assert Path(run_dir / "models" / "final" / "config.json").exists()

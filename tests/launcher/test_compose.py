@@ -19,16 +19,21 @@ def test_group_selection_override():
     assert compose("gsm8k_grpo", ["rollout=sync"])["rollout"]["max_head_offpolicyness"] == 0
 
 
-@pytest.mark.parametrize("override, check", [
-    ("actor.optimizer.lr=1e-6", lambda r: r["actor"]["optimizer"]["lr"] == 1e-6),
-    ("actor.c_clip=null", lambda r: r["actor"]["c_clip"] is None),
-    ("gconfig.stop=[a,'b c']", lambda r: r["gconfig"]["stop"] == ["a", "b c"]),
-    ("+launcher.trainer_env.NCCL_DEBUG=INFO", lambda r: r["launcher"]["trainer_env"] == {"NCCL_DEBUG": "INFO"}),
-    ("~actor.c_clip", lambda r: "c_clip" not in r["actor"]),
-    ("rollout.server_addrs=[127.0.0.1:1,127.0.0.1:2]",
-     lambda r: r["rollout"]["server_addrs"] == ["127.0.0.1:1", "127.0.0.1:2"]),
-    ("sglang.context_length=4096", lambda r: r["sglang"]["context_length"] == 4096),
-])
+@pytest.mark.parametrize(
+    "override, check",
+    [
+        ("actor.optimizer.lr=1e-6", lambda r: r["actor"]["optimizer"]["lr"] == 1e-6),
+        ("actor.c_clip=null", lambda r: r["actor"]["c_clip"] is None),
+        ("gconfig.stop=[a,'b c']", lambda r: r["gconfig"]["stop"] == ["a", "b c"]),
+        ("+launcher.trainer_env.NCCL_DEBUG=INFO", lambda r: r["launcher"]["trainer_env"] == {"NCCL_DEBUG": "INFO"}),
+        ("~actor.c_clip", lambda r: "c_clip" not in r["actor"]),
+        (
+            "rollout.server_addrs=[127.0.0.1:1,127.0.0.1:2]",
+            lambda r: r["rollout"]["server_addrs"] == ["127.0.0.1:1", "127.0.0.1:2"],
+        ),
+        ("sglang.context_length=4096", lambda r: r["sglang"]["context_length"] == 4096),
+    ],
+)
 def test_override_grammar(override, check):
     assert check(compose("gsm8k_grpo", [override]))
 
@@ -46,8 +51,10 @@ def test_deleted_key_falls_back_to_the_schema_default():
 def test_every_schema_key_is_overridable_without_plus():
     from launcher.compose import schema_keys
 
-    raw = compose("gsm8k_grpo", ["launcher.ray_address=auto", "ref.path=/ref", "recover.keep_last=3",
-                                 "cluster.name_resolve.record_root=/nfs"])
+    raw = compose(
+        "gsm8k_grpo",
+        ["launcher.ray_address=auto", "ref.path=/ref", "recover.keep_last=3", "cluster.name_resolve.record_root=/nfs"],
+    )
     assert raw["launcher"]["ray_address"] == "auto" and raw["ref"]["path"] == "/ref"
     assert raw["recover"]["keep_last"] == 3 and raw["cluster"]["name_resolve"]["record_root"] == "/nfs"
     assert len(schema_keys()) > 100
@@ -78,7 +85,8 @@ def test_config_outside_configs_uses_project_groups_and_interpolation(tmp_path):
         "defaults:\n  - actor: qwen2.5-1.5b-instruct\n  - rollout: sync\n  - _self_\n"
         "experiment_name: mine\n"
         "ref:\n  dtype: ${actor.dtype}\n"
-        "train_dataset:\n  path: /data\n")
+        "train_dataset:\n  path: /data\n"
+    )
     raw = compose(str(exp), ["actor.dtype=float16"])
     assert raw["experiment_name"] == "mine"
     assert raw["actor"]["path"] == "Qwen/Qwen2.5-1.5B-Instruct"

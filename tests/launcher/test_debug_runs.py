@@ -12,16 +12,34 @@ import pytest
 
 def launch(tmp_path, *overrides):
     env = {**os.environ, "AREAL_CACHE": str(tmp_path / "cache")}
-    return subprocess.run([sys.executable, "-m", "launcher.cli", "--config", "tiny_arith_cpu.yaml",
-                           f"cluster.fileroot={tmp_path}", "train_dataset.batch_size=8",
-                           "evaluator.freq_steps=null", *overrides],
-                          capture_output=True, text=True, timeout=600, env=env)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "launcher.cli",
+            "--config",
+            "tiny_arith_cpu.yaml",
+            f"cluster.fileroot={tmp_path}",
+            "train_dataset.batch_size=8",
+            "evaluator.freq_steps=null",
+            *overrides,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
 
 
 @pytest.mark.slow
 def test_inference_only_run_then_trainer_only_replay(tmp_path):
-    r = launch(tmp_path, "experiment_name=inference", "launcher.trainer_n_nodes=0",
-               "launcher.inference_only_batches=2", "launcher.server_base_port=31800")
+    r = launch(
+        tmp_path,
+        "experiment_name=inference",
+        "launcher.trainer_n_nodes=0",
+        "launcher.inference_only_batches=2",
+        "launcher.server_base_port=31800",
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     run_dir = tmp_path / "inference" / "demo"
     index = json.loads((run_dir / "rollouts" / "index.json").read_text())
@@ -30,9 +48,14 @@ def test_inference_only_run_then_trainer_only_replay(tmp_path):
     assert '"reward_mean"' in driver_log and '"samples_per_s"' in driver_log
     assert (run_dir / "logs" / "server-0.log").exists()
 
-    r = launch(tmp_path, "experiment_name=replay", "launcher.rollout_n_nodes=0",
-               f"rollout.replay_path={run_dir / 'rollouts'}", "total_train_steps=2",
-               "launcher.trainer_master_port=29800")
+    r = launch(
+        tmp_path,
+        "experiment_name=replay",
+        "launcher.rollout_n_nodes=0",
+        f"rollout.replay_path={run_dir / 'rollouts'}",
+        "total_train_steps=2",
+        "launcher.trainer_master_port=29800",
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     replay_dir = tmp_path / "replay" / "demo"
     assert "weight updates are skipped" in (replay_dir / "logs" / "trainer-0.log").read_text()

@@ -57,11 +57,23 @@ def measured(what: str, seconds: float) -> None:
 
 def launch(fileroot, *overrides: str) -> TimedLauncher:
     """areal-launch on the CPU demo, small: batches of 8 prompts, no evaluation, no plot."""
-    return TimedLauncher([*LAUNCH, "--config", "tiny_arith_cpu.yaml", f"cluster.fileroot={fileroot}",
-                     "train_dataset.batch_size=8", "evaluator.freq_steps=null", "saver.save_at_end=false",
-                     "stats_logger.progress_bar=false", "stats_logger.plot=false",
-                     f"launcher.server_base_port={free_ports(2)}", f"launcher.trainer_master_port={free_ports(1)}",
-                     "launcher.shutdown_grace_s=3", *overrides])
+    return TimedLauncher(
+        [
+            *LAUNCH,
+            "--config",
+            "tiny_arith_cpu.yaml",
+            f"cluster.fileroot={fileroot}",
+            "train_dataset.batch_size=8",
+            "evaluator.freq_steps=null",
+            "saver.save_at_end=false",
+            "stats_logger.progress_bar=false",
+            "stats_logger.plot=false",
+            f"launcher.server_base_port={free_ports(2)}",
+            f"launcher.trainer_master_port={free_ports(1)}",
+            "launcher.shutdown_grace_s=3",
+            *overrides,
+        ]
+    )
 
 
 def run_dir_of(fileroot) -> Path:
@@ -102,8 +114,9 @@ def test_killed_or_hung_server_restarts_with_current_weights(tmp_path):
     """launcher.restart_failed_servers: the server is SIGKILLed after step 3, then SIGSTOPped
     after step 6 (the health watch finds it); each time it comes back serving the trainer's last
     weight update and the run completes all 10 steps."""
-    launcher = launch(tmp_path, "total_train_steps=10", "launcher.restart_failed_servers=true",
-                      "launcher.server_health_timeout_s=5")
+    launcher = launch(
+        tmp_path, "total_train_steps=10", "launcher.restart_failed_servers=true", "launcher.server_health_timeout_s=5"
+    )
     run_dir = run_dir_of(tmp_path)
     wait_rows(launcher, run_dir, 3)
     t_kill = time.monotonic()
@@ -115,13 +128,19 @@ def test_killed_or_hung_server_restarts_with_current_weights(tmp_path):
     t_stop = time.monotonic()
     os.kill(hung, signal.SIGSTOP)
     try:
-        second = restarted(launcher, r"did not answer http://\S+/health for \d+ s "
-                           r"\(launcher.server_health_timeout_s=5\): it is hung or stopped", 2)
+        second = restarted(
+            launcher,
+            r"did not answer http://\S+/health for \d+ s "
+            r"\(launcher.server_health_timeout_s=5\): it is hung or stopped",
+            2,
+        )
     finally:
         if psutil.pid_exists(hung):
             os.kill(hung, signal.SIGCONT)
-    measured("server SIGSTOP -> named by the health watch (timeout 5 s)",
-             launcher.seconds_to("server-0 did not answer", t_stop))
+    measured(
+        "server SIGSTOP -> named by the health watch (timeout 5 s)",
+        launcher.seconds_to("server-0 did not answer", t_stop),
+    )
     measured("server SIGSTOP -> restarted server healthy", launcher.seconds_to("server-0 is back", t_stop))
     assert launcher.wait(300) == 0, launcher.output
 
@@ -147,8 +166,11 @@ def restarted(launcher: Launcher, reason: str, nth: int) -> dict:
     while launcher.output.count("[launcher] server-0 is back at") < nth:
         assert launcher.proc.poll() is None and time.monotonic() < deadline, launcher.output
         time.sleep(0.1)
-    found = re.search(rf"server-0 {reason}; restarting it at (\S+) with weight version (\d+) \((\S+)\) "
-                      rf"\({nth}/3, launcher.restart_failed_servers=true\)", launcher.output)
+    found = re.search(
+        rf"server-0 {reason}; restarting it at (\S+) with weight version (\d+) \((\S+)\) "
+        rf"\({nth}/3, launcher.restart_failed_servers=true\)",
+        launcher.output,
+    )
     assert found, launcher.output
     served = requests.get(f"http://{found.group(1)}/get_weight_version", timeout=10).json()["weight_version"]
     return {"version": int(found.group(2)), "folder": found.group(3), "served": int(served)}
@@ -175,8 +197,7 @@ def kill_stops_everything(launcher: Launcher, run_dir, name: str) -> None:
 
 
 def test_killed_trainer_rank_stops_everything_and_recover_resumes(tmp_path):
-    two_ranks = ["actor.backend=fsdp:d2", "cluster.n_gpus_per_node=3", "total_train_steps=6",
-                 "recover.freq_steps=2"]
+    two_ranks = ["actor.backend=fsdp:d2", "cluster.n_gpus_per_node=3", "total_train_steps=6", "recover.freq_steps=2"]
     launcher = launch(tmp_path, *two_ranks)
     run_dir = run_dir_of(tmp_path)
     wait_rows(launcher, run_dir, 3)  # the step-2 checkpoint is written before step 3 starts
@@ -213,13 +234,17 @@ def test_stopped_server_is_named_by_the_health_check(tmp_path):
     finally:
         if psutil.pid_exists(server):
             os.kill(server, signal.SIGCONT)
-    measured("server SIGSTOP -> named by the health watch (timeout 5 s)",
-             launcher.seconds_to("server-0 did not answer", t_stop))
+    measured(
+        "server SIGSTOP -> named by the health watch (timeout 5 s)",
+        launcher.seconds_to("server-0 did not answer", t_stop),
+    )
     measured("server SIGSTOP -> every process stopped, launcher exited", seconds)
     assert rc == 1, launcher.output
-    found = re.search(r"error: server-0 did not answer http://127\.0\.0\.1:\d+/health for (\d+) s "
-                      r"\(launcher\.server_health_timeout_s=5\): it is hung or stopped; .*; log: (\S+)",
-                      launcher.output)
+    found = re.search(
+        r"error: server-0 did not answer http://127\.0\.0\.1:\d+/health for (\d+) s "
+        r"\(launcher\.server_health_timeout_s=5\): it is hung or stopped; .*; log: (\S+)",
+        launcher.output,
+    )
     assert found and int(found.group(1)) >= 5, launcher.output
     assert found.group(2) == str(run_dir / "logs" / "server-0.log")
     assert wait_gone(pids) == []

@@ -20,8 +20,9 @@ class Launcher:
     """A launcher subprocess whose output is collected by a thread (so pipes never fill up)."""
 
     def __init__(self, args: list[str]):
-        self.proc = subprocess.Popen(args, cwd=REPO, env=repo_env(), stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True)
+        self.proc = subprocess.Popen(
+            args, cwd=REPO, env=repo_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -71,9 +72,12 @@ def test_full_run_with_builtin_server(tmp_path, tiny_model_dir):
 
 
 def test_failure_exit_code_and_report(tmp_path):
-    cfg = write_yaml(tmp_path / "exp.yaml", fileroot=tmp_path / "runs", rollout_nodes=0,
-                     trainer_env={"FAKE_FAIL_RANK": "0", "FAKE_EXIT": "7", "FAKE_SLEEP_S": "300",
-                                  "FAKE_SPAWN_CHILD": "1"})
+    cfg = write_yaml(
+        tmp_path / "exp.yaml",
+        fileroot=tmp_path / "runs",
+        rollout_nodes=0,
+        trainer_env={"FAKE_FAIL_RANK": "0", "FAKE_EXIT": "7", "FAKE_SLEEP_S": "300", "FAKE_SPAWN_CHILD": "1"},
+    )
     launcher = Launcher([*LAUNCH, "--config", cfg, "rollout.server_addrs=[127.0.0.1:1]"])
     assert launcher.wait(HANG_GUARD_S) == 7
     assert "error: trainer-0 exited with code 7; log: " in launcher.output
@@ -81,8 +85,12 @@ def test_failure_exit_code_and_report(tmp_path):
 
 
 def _signal_teardown(tmp_path, sig: int) -> tuple[int, str]:
-    cfg = write_yaml(tmp_path / "exp.yaml", fileroot=tmp_path / "runs", rollout_nodes=0,
-                     trainer_env={"FAKE_SLEEP_S": "300", "FAKE_SPAWN_CHILD": "1", "FAKE_IGNORE_TERM": "1"})
+    cfg = write_yaml(
+        tmp_path / "exp.yaml",
+        fileroot=tmp_path / "runs",
+        rollout_nodes=0,
+        trainer_env={"FAKE_SLEEP_S": "300", "FAKE_SPAWN_CHILD": "1", "FAKE_IGNORE_TERM": "1"},
+    )
     launcher = Launcher([*LAUNCH, "--config", cfg, "rollout.server_addrs=[127.0.0.1:1]"])
     for rank in (0, 1):
         launcher.wait_for(rf"\[trainer-{rank}\] trainer {rank} of 2 up")
@@ -108,8 +116,16 @@ def test_ctrl_c_tears_everything_down(tmp_path):
 
 def test_keep_servers_until_ctrl_c(tmp_path):
     """Inference-only with launcher.keep_servers: the driver finishes, servers stay until Ctrl-C."""
-    launcher = Launcher([sys.executable, "-m", "tests.launcher.run_plan", str(tmp_path),
-                         "launcher.trainer_n_nodes=0", "launcher.keep_servers=true"])
+    launcher = Launcher(
+        [
+            sys.executable,
+            "-m",
+            "tests.launcher.run_plan",
+            str(tmp_path),
+            "launcher.trainer_n_nodes=0",
+            "launcher.keep_servers=true",
+        ]
+    )
     launcher.wait_for(r"press Ctrl-C to stop them")
     run_dir = next(tmp_path.glob("*/*/out"))
     server_pids = [v["pid"] for k, v in outputs(run_dir.parent).items() if k.startswith("server")]
@@ -121,8 +137,9 @@ def test_keep_servers_until_ctrl_c(tmp_path):
 
 def test_children_die_with_a_killed_launcher(tmp_path):
     """Even a SIGKILLed launcher (no teardown possible) takes its servers and trainers along."""
-    launcher = Launcher([sys.executable, "-m", "tests.launcher.run_plan", str(tmp_path),
-                         '+launcher.trainer_env.FAKE_SLEEP_S="300"'])
+    launcher = Launcher(
+        [sys.executable, "-m", "tests.launcher.run_plan", str(tmp_path), '+launcher.trainer_env.FAKE_SLEEP_S="300"']
+    )
     for rank in (0, 1):
         launcher.wait_for(rf"\[trainer-{rank}\] trainer {rank} of 2 up")
     pids = launcher.started_pids()

@@ -16,7 +16,8 @@ print(",".join(heavy))
 
 
 def test_launcher_imports_no_torch():
-    done = subprocess.run([sys.executable, "-c", CHECK], cwd=REPO, env=repo_env(), capture_output=True,
-                          text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", CHECK], cwd=REPO, env=repo_env(), capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "", f"imported by the launcher: {done.stdout.strip()}"

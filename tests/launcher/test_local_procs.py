@@ -46,7 +46,7 @@ def _child_pids(proc: ManagedProcess, n: int, timeout: float = 20) -> list[int]:
     while time.monotonic() < deadline:
         for line in list(proc.tail):
             if line.startswith("pids"):
-                return [int(x) for x in line.split()[1:1 + n]]
+                return [int(x) for x in line.split()[1 : 1 + n]]
         time.sleep(0.05)
     raise AssertionError(f"no pids line; output: {list(proc.tail)}")
 
@@ -61,8 +61,10 @@ def test_stop_kills_tree_that_ignores_sigterm(tmp_path):
 
 def test_orphans_of_an_exited_leader_are_stopped():
     """The leader exits at once; its child (now an orphan in the group) must still be found."""
-    code = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']);"
-            " print('pids', p.pid, flush=True)")
+    code = (
+        "import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']);"
+        " print('pids', p.pid, flush=True)"
+    )
     proc = ManagedProcess("leader", [PY, "-c", code], dict(os.environ))
     orphan = _child_pids(proc, 1)[0]
     proc.popen.wait(10)
@@ -73,8 +75,13 @@ def test_orphans_of_an_exited_leader_are_stopped():
 
 def test_output_goes_to_log_sink_and_tail(tmp_path):
     seen = []
-    proc = ManagedProcess("echo", [PY, "-c", "print('a'); print('b'); raise SystemExit(3)"], dict(os.environ),
-                          log_path=str(tmp_path / "e.log"), sink=seen.append)
+    proc = ManagedProcess(
+        "echo",
+        [PY, "-c", "print('a'); print('b'); raise SystemExit(3)"],
+        dict(os.environ),
+        log_path=str(tmp_path / "e.log"),
+        sink=seen.append,
+    )
     assert proc.popen.wait(10) == 3
     proc.wait_output()
     assert seen == ["a", "b"] and list(proc.tail) == ["a", "b"]
@@ -142,8 +149,9 @@ def test_health_watch_names_the_server_that_stops_answering(monkeypatch):
     # the watch's own clock: silence is measured on it, so a busy machine that delays the probing
     # thread cannot make the answering server look silent too
     clock = [0.0]
-    monkeypatch.setattr(sys.modules[HealthWatch.__module__], "time",
-                        types.SimpleNamespace(monotonic=lambda: clock[0], sleep=time.sleep))
+    monkeypatch.setattr(
+        sys.modules[HealthWatch.__module__], "time", types.SimpleNamespace(monotonic=lambda: clock[0], sleep=time.sleep)
+    )
     answering = {"server-0": True, "server-1": True}
     rounds, probed = [0], threading.Condition()
 
@@ -176,8 +184,10 @@ def test_health_watch_names_the_server_that_stops_answering(monkeypatch):
 
 def test_a_stopped_process_gets_sigterm_not_sigkill():
     """kill_trees sends SIGCONT after SIGTERM: a SIGSTOPped server can shut down cleanly."""
-    code = ("import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); "
-            "print('up', flush=True); time.sleep(600)")
+    code = (
+        "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(0)); "
+        "print('up', flush=True); time.sleep(600)"
+    )
     proc = ManagedProcess("stopped", [PY, "-c", code], dict(os.environ))
     deadline = time.monotonic() + 20
     while "up" not in proc.tail:  # its SIGTERM handler is installed

@@ -51,10 +51,15 @@ def test_trainers_get_servers_and_distributed_env(tmp_path, capsys):
 def test_failure_stops_every_process_tree(tmp_path, capsys):
     """Rank 1 fails; rank 0 ignores SIGTERM and has a grandchild; the server has one too."""
     rc, cfg = run(
-        tmp_path, '+launcher.trainer_env.FAKE_FAIL_RANK="1"', '+launcher.trainer_env.FAKE_EXIT="3"',
-        '+launcher.trainer_env.FAKE_FAIL_AFTER_S="1"', '+launcher.trainer_env.FAKE_SLEEP_S="300"',
-        '+launcher.trainer_env.FAKE_SPAWN_CHILD="1"', '+launcher.trainer_env.FAKE_IGNORE_TERM="1"',
-        '+launcher.server_env.FAKE_SERVER_SPAWN_CHILD="1"')
+        tmp_path,
+        '+launcher.trainer_env.FAKE_FAIL_RANK="1"',
+        '+launcher.trainer_env.FAKE_EXIT="3"',
+        '+launcher.trainer_env.FAKE_FAIL_AFTER_S="1"',
+        '+launcher.trainer_env.FAKE_SLEEP_S="300"',
+        '+launcher.trainer_env.FAKE_SPAWN_CHILD="1"',
+        '+launcher.trainer_env.FAKE_IGNORE_TERM="1"',
+        '+launcher.server_env.FAKE_SERVER_SPAWN_CHILD="1"',
+    )
     assert rc == 3
     assert not ran_out(cfg, 0)  # stopped (SIGKILL after the grace), not waited out
     err = capsys.readouterr().err
@@ -74,8 +79,7 @@ def test_server_that_dies_while_starting_fails_the_run(tmp_path, capsys):
 
 
 def test_server_health_timeout(tmp_path, capsys):
-    rc, cfg = run(tmp_path, '+launcher.server_env.FAKE_SERVER_DELAY_S="60"',
-                  "launcher.server_startup_timeout_s=1")
+    rc, cfg = run(tmp_path, '+launcher.server_env.FAKE_SERVER_DELAY_S="60"', "launcher.server_startup_timeout_s=1")
     assert rc == 1
     err = capsys.readouterr().err
     assert "error: server-0 did not answer" in err and "server-0.log" in err
@@ -117,8 +121,12 @@ def test_inference_only_runs_the_driver(tmp_path):
 
 
 def test_inference_only_driver_failure(tmp_path, capsys):
-    rc, _ = run(tmp_path, "launcher.trainer_n_nodes=0", '+launcher.driver_env.FAKE_FAIL_RANK="0"',
-                   '+launcher.driver_env.FAKE_EXIT="5"')
+    rc, _ = run(
+        tmp_path,
+        "launcher.trainer_n_nodes=0",
+        '+launcher.driver_env.FAKE_FAIL_RANK="0"',
+        '+launcher.driver_env.FAKE_EXIT="5"',
+    )
     assert rc == 5 and "error: driver-0 exited with code 5" in capsys.readouterr().err
 
 
@@ -130,8 +138,12 @@ def test_trainer_only_passes_configured_server_addrs(tmp_path):
 
 def test_server_exit_during_training_is_a_failure(tmp_path, capsys):
     """A server dying mid-run fails the run even with status 0 (the trainers would hang)."""
-    cfg = make_cfg(tmp_path, f"launcher.server_base_port={free_ports(2)}",
-                   f"launcher.trainer_master_port={free_ports(1)}", '+launcher.trainer_env.FAKE_SLEEP_S="300"')
+    cfg = make_cfg(
+        tmp_path,
+        f"launcher.server_base_port={free_ports(2)}",
+        f"launcher.trainer_master_port={free_ports(1)}",
+        '+launcher.trainer_env.FAKE_SLEEP_S="300"',
+    )
     plan = make_plan(cfg)
     srv = plan.by_role("server")[0]
     srv.command = [srv.command[0], "-c", _SERVE_THEN_EXIT, str(srv.port)]
@@ -166,9 +178,13 @@ def test_restart_failed_servers(tmp_path, capsys):
     """With launcher.restart_failed_servers the dead server comes back at its address and the run
     goes on; trainers keep the same server address."""
     # the trainers run until the server is back (not a fixed time that its 3 s life must beat)
-    cfg = make_cfg(tmp_path, f"launcher.server_base_port={free_ports(2)}",
-                   f"launcher.trainer_master_port={free_ports(1)}",
-                   '+launcher.trainer_env.FAKE_UNTIL_RESTARTED="server-0"', "launcher.restart_failed_servers=true")
+    cfg = make_cfg(
+        tmp_path,
+        f"launcher.server_base_port={free_ports(2)}",
+        f"launcher.trainer_master_port={free_ports(1)}",
+        '+launcher.trainer_env.FAKE_UNTIL_RESTARTED="server-0"',
+        "launcher.restart_failed_servers=true",
+    )
     plan = make_plan(cfg)
     srv = plan.by_role("server")[0]
     srv.command = [srv.command[0], "-c", _SERVE_THEN_EXIT, str(srv.port), str(tmp_path / "served_once")]

@@ -14,8 +14,12 @@ CPU = HostFacts(cuda_available=False, python="python")
 
 
 def cfg(**kw):
-    raw = {"actor": {"path": "/m", "backend": "fsdp:d4"}, "rollout": {"backend": "sglang:d2t2"},
-           "train_dataset": {"path": "/d", "batch_size": 8}, "cluster": {"n_gpus_per_node": 8}}
+    raw = {
+        "actor": {"path": "/m", "backend": "fsdp:d4"},
+        "rollout": {"backend": "sglang:d2t2"},
+        "train_dataset": {"path": "/d", "batch_size": 8},
+        "cluster": {"n_gpus_per_node": 8},
+    }
     for key, value in kw.items():
         node = raw
         *parents, leaf = key.split("__")
@@ -33,8 +37,13 @@ def test_full_single_node_layout():
     assert [s.port for s in servers] == [30000, 30001]
     assert servers[0].env["CUDA_VISIBLE_DEVICES"] == "0,1"
     t = trainers[2].env
-    assert (t["RANK"], t["WORLD_SIZE"], t["LOCAL_RANK"], t["MASTER_ADDR"], t["MASTER_PORT"]) == \
-        ("2", "4", "2", "127.0.0.1", "29500")
+    assert (t["RANK"], t["WORLD_SIZE"], t["LOCAL_RANK"], t["MASTER_ADDR"], t["MASTER_PORT"]) == (
+        "2",
+        "4",
+        "2",
+        "127.0.0.1",
+        "29500",
+    )
     assert trainers[0].command[-2:] == ["--config", f"{plan.run_dir}/config.yaml"]
     assert "--tp-size" in servers[0].command and servers[0].command[servers[0].command.index("--tp-size") + 1] == "2"
     assert not plan.by_role("driver")
@@ -58,8 +67,14 @@ def test_inference_only_runs_servers_and_a_driver_without_gpu():
 
 
 def test_multi_node_layout_gives_each_side_its_nodes():
-    c = cfg(cluster__n_nodes=3, launcher__rollout_n_nodes=1, launcher__trainer_n_nodes=2,
-            rollout__backend="sglang:d4t2", actor__backend="fsdp:d16", train_dataset__batch_size=16)
+    c = cfg(
+        cluster__n_nodes=3,
+        launcher__rollout_n_nodes=1,
+        launcher__trainer_n_nodes=2,
+        rollout__backend="sglang:d4t2",
+        actor__backend="fsdp:d16",
+        train_dataset__batch_size=16,
+    )
     plan = make_plan(c, GPU)
     assert {s.node for s in plan.by_role("server")} == {0}
     trainers = plan.by_role("trainer")
@@ -91,11 +106,23 @@ def test_old_sglang_is_refused_with_a_clear_message():
 
 
 def test_flags_unknown_to_installed_sglang_are_dropped_with_warnings():
-    known = frozenset({"--model-path", "--port", "--tp-size", "--dtype", "--host", "--tokenizer-path",
-                       "--mem-fraction-static", "--random-seed", "--log-level"})
+    known = frozenset(
+        {
+            "--model-path",
+            "--port",
+            "--tp-size",
+            "--dtype",
+            "--host",
+            "--tokenizer-path",
+            "--mem-fraction-static",
+            "--random-seed",
+            "--log-level",
+        }
+    )
     facts = HostFacts(cuda_available=True, sglang_version="0.4.9.post2", sglang_flags=known, python="python")
-    plan = make_plan(cfg(rollout__server="sglang", sglang__disable_cuda_graph=True,
-                         sglang__attention_backend="fa3"), facts)
+    plan = make_plan(
+        cfg(rollout__server="sglang", sglang__disable_cuda_graph=True, sglang__attention_backend="fa3"), facts
+    )
     cmd = plan.by_role("server")[0].command
     assert "--disable-cuda-graph" not in cmd and "--attention-backend" not in cmd and "fa3" not in cmd
     assert "--model-path" in cmd
@@ -136,8 +163,12 @@ def test_local_servers_bind_loopback_and_load_weights_only_from_the_run():
     from areal.engine.fsdp.checkpoint import checkpoint_root
     from areal.engine.fsdp.weight_sync import disk_update_path
 
-    c = cfg(cluster__device="cpu", sglang__weight_dirs=["/data/extra"], sglang__max_queued_requests=8,
-            sglang__max_prefill_tokens=65536)
+    c = cfg(
+        cluster__device="cpu",
+        sglang__weight_dirs=["/data/extra"],
+        sglang__max_queued_requests=8,
+        sglang__max_prefill_tokens=65536,
+    )
     plan = make_plan(c, CPU)
     assert plan.server_kind == "builtin"
     for server in plan.by_role("server"):
@@ -145,11 +176,13 @@ def test_local_servers_bind_loopback_and_load_weights_only_from_the_run():
         assert flag_values(server.command, "--max-queued-requests") == ["8"]
         assert flag_values(server.command, "--max-prefill-tokens") == ["65536"]
         dirs = flag_values(server.command, "--weight-dirs")
-        assert dirs == [f"{c.run_dir}/weight_update", f"{c.run_dir}/checkpoints", f"{c.run_dir}/models",
-                        "/data/extra"]
+        assert dirs == [f"{c.run_dir}/weight_update", f"{c.run_dir}/checkpoints", f"{c.run_dir}/models", "/data/extra"]
     # the folders the trainer writes weights to are inside the allowed ones
-    written = [disk_update_path(c.cluster.fileroot, c.experiment_name, c.trial_name, 3),
-               str(checkpoint_root(c.run_dir) / "step_00000001"), f"{c.run_dir}/models/final"]
+    written = [
+        disk_update_path(c.cluster.fileroot, c.experiment_name, c.trial_name, 3),
+        str(checkpoint_root(c.run_dir) / "step_00000001"),
+        f"{c.run_dir}/models/final",
+    ]
     assert all(any(w.startswith(d + "/") for d in dirs) for w in written)
     # SGLang has no such flag: not passed to it
     facts = HostFacts(cuda_available=True, sglang_version="0.5.2", python="python")
@@ -160,12 +193,13 @@ def test_local_servers_bind_loopback_and_load_weights_only_from_the_run():
 
 def test_sglang_is_started_able_to_load_pushed_lora_adapters():
     facts = HostFacts(cuda_available=True, sglang_version="0.5.2", python="python")
-    lora = dict(actor__use_lora=True, actor__lora_rank=8, actor__target_modules=["q_proj", "v_proj"],
-                rollout__server="sglang")
+    lora = dict(
+        actor__use_lora=True, actor__lora_rank=8, actor__target_modules=["q_proj", "v_proj"], rollout__server="sglang"
+    )
     cmd = make_plan(cfg(actor__lora_push="adapter", **lora), facts).by_role("server")[0].command
     assert "--enable-lora" in cmd
     assert cmd[cmd.index("--max-lora-rank") + 1] == "8"
-    assert cmd[cmd.index("--lora-target-modules") + 1:][:2] == ["q_proj", "v_proj"]
+    assert cmd[cmd.index("--lora-target-modules") + 1 :][:2] == ["q_proj", "v_proj"]
     merged = make_plan(cfg(actor__lora_push="merged", **lora), facts).by_role("server")[0].command
     assert "--enable-lora" not in merged and "--max-lora-rank" not in merged  # full weights: no adapters
     builtin = make_plan(cfg(actor__lora_push="adapter", **{**lora, "rollout__server": "builtin"}), facts)

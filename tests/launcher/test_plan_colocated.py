@@ -11,10 +11,13 @@ CPU = HostFacts(cuda_available=False, python="python")
 
 
 def raw(**dotted) -> dict:
-    out = {"actor": {"path": "/m", "backend": "fsdp:d1", "weight_update": "tensor"},
-           "rollout": {"backend": "sglang:d1", "max_head_offpolicyness": 1},
-           "train_dataset": {"path": "/d", "batch_size": 8},
-           "cluster": {"n_gpus_per_node": 1}, "launcher": {"colocate": True}}
+    out = {
+        "actor": {"path": "/m", "backend": "fsdp:d1", "weight_update": "tensor"},
+        "rollout": {"backend": "sglang:d1", "max_head_offpolicyness": 1},
+        "train_dataset": {"path": "/d", "batch_size": 8},
+        "cluster": {"n_gpus_per_node": 1},
+        "launcher": {"colocate": True},
+    }
     for key, value in dotted.items():
         node = out
         *parents, leaf = key.split(".")
@@ -42,14 +45,21 @@ def test_one_gpu_gives_both_roles_device_0():
 
 
 def test_colocated_node_counts_the_larger_side_not_the_sum():
-    cfg = validate_config(raw(**{"actor.backend": "fsdp:d2", "cluster.n_gpus_per_node": 2,
-                                 "actor.weight_update": "disk"}))
+    cfg = validate_config(
+        raw(**{"actor.backend": "fsdp:d2", "cluster.n_gpus_per_node": 2, "actor.weight_update": "disk"})
+    )
     plan = make_plan(cfg, GPU)
     assert [p.devices for p in plan.by_role("server")] == [[0]]
     assert [p.devices for p in plan.by_role("trainer")] == [[0], [1]]
     # the same layout without colocation needs 3 devices, and the error offers colocation
-    bad = problems(**{"launcher.colocate": False, "actor.backend": "fsdp:d2", "cluster.n_gpus_per_node": 2,
-                      "actor.weight_update": "disk"})
+    bad = problems(
+        **{
+            "launcher.colocate": False,
+            "actor.backend": "fsdp:d2",
+            "cluster.n_gpus_per_node": 2,
+            "actor.weight_update": "disk",
+        }
+    )
     assert "3 devices" in bad["actor.backend"] and "launcher.colocate=true" in bad["actor.backend"]
     assert "2 devices" in problems(**{"actor.backend": "fsdp:d2"})["actor.backend"]
 
@@ -62,14 +72,20 @@ def test_nccl_inside_one_device_is_refused_with_the_fix():
 
 
 def test_tensor_updates_need_colocation_and_one_server():
-    assert "launcher.colocate=true" in problems(**{"launcher.colocate": False,
-                                                     "cluster.n_gpus_per_node": 2})["actor.weight_update"]
+    assert (
+        "launcher.colocate=true"
+        in problems(**{"launcher.colocate": False, "cluster.n_gpus_per_node": 2})["actor.weight_update"]
+    )
     assert "one server" in problems(**{"rollout.backend": "sglang:d2", "cluster.n_gpus_per_node": 2})["rollout.backend"]
 
 
 def test_layout_rules_name_their_keys():
-    assert "cluster.n_nodes=1" in problems(**{"cluster.n_nodes": 2, "launcher.trainer_n_nodes": 1,
-                                              "launcher.rollout_n_nodes": 1})["launcher.colocate"]
+    assert (
+        "cluster.n_nodes=1"
+        in problems(**{"cluster.n_nodes": 2, "launcher.trainer_n_nodes": 1, "launcher.rollout_n_nodes": 1})[
+            "launcher.colocate"
+        ]
+    )
     assert "inference-only" in problems(**{"launcher.trainer_n_nodes": 0})["launcher.colocate"]
 
 

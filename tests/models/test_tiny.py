@@ -46,9 +46,10 @@ def test_chat_preset_speaks_chatml_with_tools(tmp_path, monkeypatch):
     assert len(ids) == 2 + len('user\n{"a": [1]}')
     assert tok.eos_token == "<|im_end|>" and AutoConfig.from_pretrained(path).eos_token_id == tok.eos_token_id
     tools = [{"type": "function", "function": {"name": "calculator", "parameters": {}}}]
-    text = tok.apply_chat_template([{"role": "user", "content": "hi"}], tools=tools,
-                                   add_generation_prompt=True, tokenize=False)
-    assert text.startswith("<|im_start|>system\nTools you can call:\n<tools>\n{\"name\": \"calculator\"")
+    text = tok.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tools=tools, add_generation_prompt=True, tokenize=False
+    )
+    assert text.startswith('<|im_start|>system\nTools you can call:\n<tools>\n{"name": "calculator"')
     assert text.endswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")
 
 

@@ -10,8 +10,7 @@ def length_reward(prompt, completion, prompt_ids=None, completion_ids=None, **da
     return float(len(completion)) + data.get("bonus", 0.0)
 
 
-def maybe_hang(prompt, completion, prompt_ids=None, completion_ids=None, pid_file=None, starts=None,
-               **data):
+def maybe_hang(prompt, completion, prompt_ids=None, completion_ids=None, pid_file=None, starts=None, **data):
     """Sleeps forever on "hang" (after writing its pid), for S seconds on "sleep:S", then len().
     "pid": this worker's pid. "busy": notes its pid in the file `starts`; the first start in that
     file then sleeps forever (until its worker is killed), later ones return len() at once."""

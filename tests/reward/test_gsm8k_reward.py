@@ -9,28 +9,31 @@ from areal.reward.gsm8k import extract_answer, gsm8k_reward, numbers_equal, refe
 from tests.dataset.gsm8k_data import gsm8k_dir
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("The answer is 18.", "18"),
-    ("so she makes $18 a day", "18"),
-    ("#### 1,234", "1234"),
-    ("total: 109,200,000 dollars", "109200000"),
-    ("x = 3 and then \\boxed{42} and 7 more words", "42"),
-    ("\\boxed{\\frac{3}{4}}", "3/4"),
-    ("\\boxed{1,000}", "1000"),
-    ("\\boxed{18 \\text{ dollars}}", "18"),
-    ("\\boxed{x = 0.50}", "0.5"),
-    ("\\boxed{\\sqrt{4}}", None),  # an expression, not the number 4
-    ("\\boxed{2^2}", None),
-    ("she lost -5 points", "-5"),
-    ("she owes -$5", "-5"),
-    ("5-3", "3"),  # a binary minus is not a sign
-    ("it weighs 2.50 kg", "2.5"),
-    ("18.00", "18"),
-    ("3/4 of a cup", "3/4"),
-    ("#### 72\nthen 5 more", "72"),  # #### wins over later numbers
-    ("no digits here", None),
-    ("", None),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("The answer is 18.", "18"),
+        ("so she makes $18 a day", "18"),
+        ("#### 1,234", "1234"),
+        ("total: 109,200,000 dollars", "109200000"),
+        ("x = 3 and then \\boxed{42} and 7 more words", "42"),
+        ("\\boxed{\\frac{3}{4}}", "3/4"),
+        ("\\boxed{1,000}", "1000"),
+        ("\\boxed{18 \\text{ dollars}}", "18"),
+        ("\\boxed{x = 0.50}", "0.5"),
+        ("\\boxed{\\sqrt{4}}", None),  # an expression, not the number 4
+        ("\\boxed{2^2}", None),
+        ("she lost -5 points", "-5"),
+        ("she owes -$5", "-5"),
+        ("5-3", "3"),  # a binary minus is not a sign
+        ("it weighs 2.50 kg", "2.5"),
+        ("18.00", "18"),
+        ("3/4 of a cup", "3/4"),
+        ("#### 72\nthen 5 more", "72"),  # #### wins over later numbers
+        ("no digits here", None),
+        ("", None),
+    ],
+)
 def test_extract_answer(text, expected):
     assert extract_answer(text) == expected
 
@@ -64,8 +67,11 @@ def test_perturbed_reference_answers_score_zero(gsm8k_test):
 def test_other_answer_formats_score_one(gsm8k_test):
     for r in gsm8k_test[:200]:
         value = int(r["solution"])
-        for completion in (f"So the answer is \\boxed{{{value}}}.", f"The answer is ${value:,}.",
-                           f"... which gives {value}.00"):
+        for completion in (
+            f"So the answer is \\boxed{{{value}}}.",
+            f"The answer is ${value:,}.",
+            f"... which gives {value}.00",
+        ):
             assert gsm8k_reward("", completion, [], [], **r) == 1.0, completion
 
 

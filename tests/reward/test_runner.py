@@ -86,6 +86,7 @@ def test_hanging_reward_times_out_without_stalling_loop_or_pool(tmp_path, caplog
 
 def test_calls_running_when_the_pool_is_replaced_are_retried(tmp_path):
     """A call busy on the other worker when a hung one is killed is rerun, not lost or zeroed."""
+
     async def attempt(folder):
         hung_pid, starts = folder / "hung.pid", folder / "starts"
         with RewardRunner(HANG, timeout_s=HANG_GUARD_S, max_workers=2) as runner:

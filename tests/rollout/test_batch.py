@@ -7,10 +7,12 @@ from areal.rollout.batch import concat_padded, pad_sequences
 
 
 def traj(n, length, reward):
-    return {"input_ids": torch.ones(n, length, dtype=torch.long),
-            "attention_mask": torch.ones(n, length, dtype=torch.long),
-            "versions": torch.zeros(n, length, dtype=torch.long),
-            "rewards": torch.full((n,), reward)}
+    return {
+        "input_ids": torch.ones(n, length, dtype=torch.long),
+        "attention_mask": torch.ones(n, length, dtype=torch.long),
+        "versions": torch.zeros(n, length, dtype=torch.long),
+        "rewards": torch.full((n,), reward),
+    }
 
 
 def test_pads_token_level_and_concatenates_sequence_level():

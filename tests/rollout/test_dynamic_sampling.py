@@ -38,8 +38,11 @@ class Groups(RolloutWorkflow):
         version = engine.get_version()
         await asyncio.sleep(self.rng.uniform(0.0, 0.02))
         rewards = torch.ones(self.n) if self.flat(i) else torch.tensor([float(k % 2) for k in range(self.n)])
-        return {"input_ids": torch.full((self.n, 1), i), "rewards": rewards,
-                "versions": torch.full((self.n, 1), version)}
+        return {
+            "input_ids": torch.full((self.n, 1), i),
+            "rewards": rewards,
+            "versions": torch.full((self.n, 1), version),
+        }
 
 
 def records(n_batches, size):
@@ -59,8 +62,12 @@ def test_zero_variance_groups_are_replaced_and_counted_per_batch():
             batch = ex.prepare_batch(loader, wf, has_reward_variance)
             got = batch["input_ids"][::3, 0].tolist()
             assert got == [3 * step + 1, 3 * step + 2]
-            assert ex.last_batch_stats() == {"groups": 2, "dropped_groups": 1, "dropped_samples": 3,
-                                             "kept_past_limit": 0}
+            assert ex.last_batch_stats() == {
+                "groups": 2,
+                "dropped_groups": 1,
+                "dropped_samples": 3,
+                "kept_past_limit": 0,
+            }
             engine.version += 1
         assert ex.stats()["accepted"] == 8  # dropped groups never count as accepted
     finally:
@@ -106,8 +113,12 @@ def test_overgeneration_bound_keeps_groups_past_it_and_warns(caplog):
             for step in range(2):
                 batch = ex.prepare_batch(loader, wf, has_reward_variance)
                 assert batch["input_ids"][::2, 0].tolist() == [4 * step + 2, 4 * step + 3]
-                assert ex.last_batch_stats() == {"groups": 2, "dropped_groups": 2, "dropped_samples": 4,
-                                                 "kept_past_limit": 2}
+                assert ex.last_batch_stats() == {
+                    "groups": 2,
+                    "dropped_groups": 2,
+                    "dropped_samples": 4,
+                    "kept_past_limit": 2,
+                }
                 engine.version += 1
         warnings = [r.getMessage() for r in caplog.records if "rollout.max_overgeneration" in r.getMessage()]
         assert len(warnings) == 2  # once per batch
@@ -142,8 +153,9 @@ def test_resume_state_is_exact_with_dropped_groups():
         got = []
         try:
             for _ in range(steps):
-                got += ex.prepare_batch(loader, Groups(lambda i: i % 5 == 4, seed=seed),
-                                        has_reward_variance)["input_ids"][::2, 0].tolist()
+                got += ex.prepare_batch(loader, Groups(lambda i: i % 5 == 4, seed=seed), has_reward_variance)[
+                    "input_ids"
+                ][::2, 0].tolist()
                 engine.version += 1
             return got, ex.resume_state()
         finally:

@@ -43,8 +43,7 @@ class SleepyWorkflow(RolloutWorkflow):
 
     async def arun_episode(self, engine, data):
         s = self.ref[0].stats()
-        limit = staleness_limit(engine.get_version(), self.cfg.max_head_offpolicyness,
-                                self.cfg.consumer_batch_size)
+        limit = staleness_limit(engine.get_version(), self.cfg.max_head_offpolicyness, self.cfg.consumer_batch_size)
         if s["running_bounded"] + s["accepted"] > limit or s["running"] > self.cfg.max_concurrent_rollouts:
             self.violations.append((s, engine.get_version()))
         with self.lock:
@@ -83,14 +82,18 @@ def count_admission_passes(ex):
         with changed:
             target = passes[0] + 2
             assert changed.wait_for(lambda: passes[0] >= target, HANG_GUARD_S), "the loop stopped"
+
     return two_more
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_staleness_bound_under_random_concurrency(seed):
     rng = random.Random(seed)
-    cfg = RolloutConfig(consumer_batch_size=rng.randint(2, 5), max_concurrent_rollouts=rng.randint(1, 8),
-                        max_head_offpolicyness=rng.randint(0, 2))
+    cfg = RolloutConfig(
+        consumer_batch_size=rng.randint(2, 5),
+        max_concurrent_rollouts=rng.randint(1, 8),
+        max_head_offpolicyness=rng.randint(0, 2),
+    )
     engine, ex = make(cfg)
     ref = [ex]
     wf = SleepyWorkflow(ref, cfg, seed=seed, drop_every=rng.choice([0, 4]))
@@ -105,8 +108,7 @@ def test_staleness_bound_under_random_concurrency(seed):
         assert not wf.violations
         s = ex.stats()
         assert s["peak_running"] <= cfg.max_concurrent_rollouts
-        assert s["peak_started"] <= staleness_limit(engine.version, cfg.max_head_offpolicyness,
-                                                    cfg.consumer_batch_size)
+        assert s["peak_started"] <= staleness_limit(engine.version, cfg.max_head_offpolicyness, cfg.consumer_batch_size)
     finally:
         ex.destroy()
 
@@ -147,8 +149,11 @@ def test_prepare_batch_says_why_it_waits_when_the_version_never_moves(caplog, mo
         with caplog.at_level(logging.WARNING, logger=executor_module.logger.name):
             t = threading.Thread(target=lambda: got.setdefault("batch", ex.prepare_batch(loader, wf)))
             t.start()
-            wait_for(lambda: any("max_head_offpolicyness=0" in r.getMessage() for r in caplog.records),
-                     "a warning about the held episodes", timeout=HANG_GUARD_S)
+            wait_for(
+                lambda: any("max_head_offpolicyness=0" in r.getMessage() for r in caplog.records),
+                "a warning about the held episodes",
+                timeout=HANG_GUARD_S,
+            )
             assert "batch" not in got and t.is_alive()
             message = next(r.getMessage() for r in caplog.records if "max_head_offpolicyness" in r.getMessage())
             assert "weight version 0" in message and "update_weights" in message
@@ -218,8 +223,9 @@ def test_should_accept_filters():
     _, ex = make(cfg)
     wf = SleepyWorkflow([ex], cfg)
     try:
-        batch = ex.rollout_batch([{"i": i} for i in range(4)], wf,
-                                 should_accept=lambda t: int(t["input_ids"][0, 0]) % 2 == 0)
+        batch = ex.rollout_batch(
+            [{"i": i} for i in range(4)], wf, should_accept=lambda t: int(t["input_ids"][0, 0]) % 2 == 0
+        )
         assert batch["input_ids"][:, 0].tolist() == [0, 2]
     finally:
         ex.destroy()
@@ -277,8 +283,7 @@ def test_prepare_batch_keeps_the_next_batch_generating_while_the_trainer_trains(
         # "training", with no prepare_batch call: async, the next batch starts meanwhile; sync, the
         # loop looks at it and holds it for the new version
         if offpolicyness:
-            wait_for(lambda: wf.started == 8, lambda: f"the next batch started: {wf.started}",
-                     timeout=HANG_GUARD_S)
+            wait_for(lambda: wf.started == 8, lambda: f"the next batch started: {wf.started}", timeout=HANG_GUARD_S)
         else:
             passes()
         assert wf.started == (8 if offpolicyness else 4)
@@ -319,16 +324,19 @@ class StartVersion(RolloutWorkflow):
     async def arun_episode(self, engine, data):
         version = engine.get_version()
         await asyncio.sleep(0.15 if self.rng.random() < 0.2 else 0.01)
-        return {"input_ids": torch.zeros(1, 1, dtype=torch.long), "rewards": torch.tensor([1.0]),
-                "versions": torch.tensor([[version]]), "order": torch.tensor([data["i"]])}
+        return {
+            "input_ids": torch.zeros(1, 1, dtype=torch.long),
+            "rewards": torch.tensor([1.0]),
+            "versions": torch.tensor([[version]]),
+            "order": torch.tensor([data["i"]]),
+        }
 
 
 @pytest.mark.parametrize("offpolicyness, seed", [(0, 0), (1, 1), (1, 2), (2, 3)])
 def test_every_trained_sample_is_within_the_staleness_bound(offpolicyness, seed):
     """Per sample, not on average: the trainer at version v gets no episode started before
     v - max_head_offpolicyness, even when long episodes finish after younger ones."""
-    cfg = RolloutConfig(consumer_batch_size=4, max_concurrent_rollouts=12,
-                        max_head_offpolicyness=offpolicyness)
+    cfg = RolloutConfig(consumer_batch_size=4, max_concurrent_rollouts=12, max_head_offpolicyness=offpolicyness)
     engine, ex = make(cfg)
     wf = StartVersion(seed)
     loader = [[{"i": 4 * b + j} for j in range(4)] for b in range(100)]
@@ -356,8 +364,11 @@ class Ordered(RolloutWorkflow):
         await asyncio.sleep(self.rng.uniform(0.0, 0.03))
         if data["i"] % 5 == 4:
             return None
-        return {"input_ids": torch.zeros(1, 1, dtype=torch.long), "rewards": torch.tensor([1.0]),
-                "order": torch.tensor([data["i"]])}
+        return {
+            "input_ids": torch.zeros(1, 1, dtype=torch.long),
+            "rewards": torch.tensor([1.0]),
+            "order": torch.tensor([data["i"]]),
+        }
 
 
 def test_resume_state_restarts_at_the_first_record_not_trained_on():

@@ -32,12 +32,13 @@ class RandomLengthGeneration(RolloutWorkflow):
             self.violations.append(s)
         with self.lock:
             n = self.rng.randint(1, 24)
-        resp = await engine.agenerate(ModelRequest(input_ids=[1] + data["ids"], max_new_tokens=n,
-                                                   ignore_eos=True))
+        resp = await engine.agenerate(ModelRequest(input_ids=[1] + data["ids"], max_new_tokens=n, ignore_eos=True))
         assert resp.output_len == n
-        return {"input_ids": torch.tensor([resp.input_tokens + resp.output_tokens]),
-                "versions": torch.tensor([[-1] * resp.input_len + resp.output_versions]),
-                "rewards": torch.tensor([float(n)])}
+        return {
+            "input_ids": torch.tensor([resp.input_tokens + resp.output_tokens]),
+            "versions": torch.tensor([[-1] * resp.input_len + resp.output_versions]),
+            "rewards": torch.tensor([float(n)]),
+        }
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +53,11 @@ def test_staleness_bound_with_real_generation(server, tiny_model_dir, seed):
     rng = random.Random(seed)
     bs, conc, ofp = rng.randint(2, 4), rng.randint(2, 6), rng.randint(0, 2)
     engine = RemoteSGLangEngine.from_pretrained(
-        tiny_model_dir, server_addrs=[server.url], max_concurrent_rollouts=conc,
-        rollout={"consumer_batch_size": bs, "max_head_offpolicyness": ofp})
+        tiny_model_dir,
+        server_addrs=[server.url],
+        max_concurrent_rollouts=conc,
+        rollout={"consumer_batch_size": bs, "max_head_offpolicyness": ofp},
+    )
     engine.update_weights(WeightUpdateMeta("disk", path=tiny_model_dir, version=0))  # a fresh run
     wf = RandomLengthGeneration(engine, seed)
     loader = [[{"ids": [rng.randint(3, 40) for _ in range(3)]} for _ in range(bs)] for _ in range(4)]

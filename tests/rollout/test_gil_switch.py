@@ -49,8 +49,11 @@ def test_entry_points_apply_the_config(switch_interval, monkeypatch, module, ms,
     cfg = type("Cfg", (), {"rollout": RolloutConfig(gil_switch_interval_ms=ms)})()
     seen = {}
     monkeypatch.setattr("areal.trainer.main.load_run_config", lambda path: cfg)  # the driver uses it too
-    monkeypatch.setattr(mod, "run" if module.endswith("main") else "drive",
-                        lambda c: seen.setdefault("interval", sys.getswitchinterval()))
+    monkeypatch.setattr(
+        mod,
+        "run" if module.endswith("main") else "drive",
+        lambda c: seen.setdefault("interval", sys.getswitchinterval()),
+    )
     monkeypatch.setattr("logging.basicConfig", lambda **kw: None)
     monkeypatch.setenv("RANK", rank)
     assert mod.main(["--config", "unused.yaml"]) == 0

@@ -26,16 +26,16 @@ GREEDY = GenerationConfig(n_samples=1, max_new_tokens=256, temperature=0.0)
 
 @pytest.fixture(scope="module")
 def server(scripted_chat_model_dir):
-    handle = start_server(scripted_chat_model_dir, extra_args=["--dtype", "float32"],
-                          env={"OMP_NUM_THREADS": "1"})
+    handle = start_server(scripted_chat_model_dir, extra_args=["--dtype", "float32"], env={"OMP_NUM_THREADS": "1"})
     yield handle
     handle.stop()
 
 
 @pytest.fixture(scope="module")
 def engine(server, scripted_chat_model_dir):
-    eng = RemoteSGLangEngine.from_pretrained(scripted_chat_model_dir, server_addrs=[server.url],
-                                             rollout={"consumer_batch_size": 2})
+    eng = RemoteSGLangEngine.from_pretrained(
+        scripted_chat_model_dir, server_addrs=[server.url], rollout={"consumer_batch_size": 2}
+    )
     yield eng
     eng.destroy()
 
@@ -49,6 +49,7 @@ def tok(scripted_chat_model_dir):
 
 def run_agent(engine, tok, agent, **proxy_kw):
     """Run `agent(client)` as one episode on a fresh proxy; (its result, the recorded calls)."""
+
     async def main():
         proxy = OpenAIProxy(engine, tok, proxy_kw.pop("gconfig", GREEDY), **proxy_kw)
         await proxy.start()
@@ -78,36 +79,46 @@ async def tool_agent(client, between=None, **kw):
 
 
 def test_recorded_tokens_and_logprobs_are_the_servers(engine, server, tok):
-    (first, second), calls = run_agent(engine, tok, lambda c: tool_agent(
-        c, logprobs=True, extra_body={"return_token_ids": True}))
+    (first, second), calls = run_agent(
+        engine, tok, lambda c: tool_agent(c, logprobs=True, extra_body={"return_token_ids": True})
+    )
     assert first.choices[0].finish_reason == "tool_calls" and second.choices[0].message.content == ANSWER_TEXT
     assert len(calls) == 2
     a, b = calls
     assert a.prompt_ids == encode_text(tok, render_chat(tok, ADD, tools=TOOLS)) and a.parent is None
     assert a.output_ids == encode_text(tok, CALL_TEXT + END) and a.tool_calls == 1
     # the follow-up is built on the first call's exact tokens
-    assert b.parent == 0 and b.prompt_ids[:len(a.sequence)] == a.sequence
+    assert b.parent == 0 and b.prompt_ids[: len(a.sequence)] == a.sequence
     for call, resp in ((a, first), (b, second)):
         choice = resp.choices[0]
         assert (choice.prompt_token_ids, choice.response_token_ids) == (call.prompt_ids, call.output_ids)
         assert [t.logprob for t in choice.logprobs.content] == call.logprobs
-        direct = requests.post(server.url + "/generate", json={
-            "input_ids": call.prompt_ids, "return_logprob": True,
-            "sampling_params": {"max_new_tokens": 256, "temperature": 0}}, timeout=60).json()
+        direct = requests.post(
+            server.url + "/generate",
+            json={
+                "input_ids": call.prompt_ids,
+                "return_logprob": True,
+                "sampling_params": {"max_new_tokens": 256, "temperature": 0},
+            },
+            timeout=60,
+        ).json()
         assert direct["output_ids"] == call.output_ids
-        assert call.logprobs == pytest.approx([lp for lp, _, _ in direct["meta_info"]["output_token_logprobs"]],
-                                              abs=1e-5)
+        assert call.logprobs == pytest.approx(
+            [lp for lp, _, _ in direct["meta_info"]["output_token_logprobs"]], abs=1e-5
+        )
 
 
 def test_versions_follow_a_weight_update_between_calls(engine, tok, scripted_chat_model_dir):
     version = engine.get_version()
 
     async def update():
-        await asyncio.to_thread(engine.update_weights, WeightUpdateMeta(
-            "disk", path=scripted_chat_model_dir, version=version + 1))
+        await asyncio.to_thread(
+            engine.update_weights, WeightUpdateMeta("disk", path=scripted_chat_model_dir, version=version + 1)
+        )
 
-    (first, second), (a, b) = run_agent(engine, tok, lambda c: tool_agent(
-        c, between=update, extra_body={"return_meta_info": True}))
+    (first, second), (a, b) = run_agent(
+        engine, tok, lambda c: tool_agent(c, between=update, extra_body={"return_meta_info": True})
+    )
     assert set(a.versions) == {version} and set(b.versions) == {version + 1}
     assert first.choices[0].meta_info["output_version_spans"] == [[0, str(version)]]
     assert second.choices[0].meta_info["weight_version"] == str(version + 1)
@@ -123,8 +134,7 @@ def test_versions_follow_a_weight_update_during_a_call(engine, server, tok, scri
     and the output is still the script's (the same weights were reloaded)."""
     pool = concurrent.futures.ThreadPoolExecutor(1)
     agent = lambda c: c.chat.completions.create(model="m", messages=ADD, tools=TOOLS)  # noqa: E731
-    futures, _ = pause_mid_generation(server.url, lambda: [pool.submit(run_agent, engine, tok, agent)],
-                                      mode="retract")
+    futures, _ = pause_mid_generation(server.url, lambda: [pool.submit(run_agent, engine, tok, agent)], mode="retract")
     version = engine.get_version()
     engine.update_weights(WeightUpdateMeta("disk", path=scripted_chat_model_dir, version=version + 1))
     requests.post(server.url + "/continue_generation", json={}, timeout=60)
@@ -178,10 +188,10 @@ def test_proxy_errors(engine, tok):
         errors = {}
         await client.chat.completions.create(model="m", messages=HELLO)
         for name, call in (
-                ("limit", client.chat.completions.create(model="m", messages=HELLO)),
-                ("field", client.chat.completions.create(model="m", messages=HELLO, extra_body={"n_best": 2})),
-                ("key", client.with_options(api_key="not-an-episode").chat.completions.create(
-                    model="m", messages=HELLO))):
+            ("limit", client.chat.completions.create(model="m", messages=HELLO)),
+            ("field", client.chat.completions.create(model="m", messages=HELLO, extra_body={"n_best": 2})),
+            ("key", client.with_options(api_key="not-an-episode").chat.completions.create(model="m", messages=HELLO)),
+        ):
             try:
                 await call
             except openai.APIStatusError as exc:

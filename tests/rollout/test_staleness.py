@@ -4,8 +4,7 @@ from areal.rollout.staleness import capacity, staleness_limit
 
 
 def cap(**kw):
-    base = dict(version=0, max_head_offpolicyness=0, consumer_batch_size=4, max_concurrent=100,
-                running=0, accepted=0)
+    base = dict(version=0, max_head_offpolicyness=0, consumer_batch_size=4, max_concurrent=100, running=0, accepted=0)
     return capacity(**{**base, **kw})
 
 

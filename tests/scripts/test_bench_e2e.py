@@ -34,8 +34,13 @@ def gsm8k_file(tmp_path):
     if GSM8K.exists():
         path.write_text("".join(GSM8K.read_text().splitlines(keepends=True)[:16]))
     else:
-        rows = [{"question": f"Tom has {i} apples and buys 2 more. How many apples does he have?",
-                 "answer": f"{i} + 2 = {i + 2}\n#### {i + 2}"} for i in range(16)]
+        rows = [
+            {
+                "question": f"Tom has {i} apples and buys 2 more. How many apples does he have?",
+                "answer": f"{i} + 2 = {i + 2}\n#### {i + 2}",
+            }
+            for i in range(16)
+        ]
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 
@@ -43,12 +48,43 @@ def gsm8k_file(tmp_path):
 @pytest.mark.slow
 def test_cpu_smoke_sync_and_async_two_servers_two_ranks(tmp_path, gsm8k_file):
     out = tmp_path / "e2e.json"
-    rc = _script().main([
-        "--device", "cpu", "--shape", "tiny", "--batch-size", "2", "--n-samples", "2", "--max-new-tokens", "4",
-        "--steps", "1", "--warmup", "1", "--ppo-minibatches", "1", "--offpolicyness", "0", "2",
-        "--servers", "2", "--trainer-backend", "fsdp:d2",  # the 4-GPU layout, weight updates to both servers
-        "--data", str(gsm8k_file), "--workdir", str(tmp_path / "work"), "--out", str(out),
-        "--port-base", "31450", "--master-port-base", "29450"])
+    rc = _script().main(
+        [
+            "--device",
+            "cpu",
+            "--shape",
+            "tiny",
+            "--batch-size",
+            "2",
+            "--n-samples",
+            "2",
+            "--max-new-tokens",
+            "4",
+            "--steps",
+            "1",
+            "--warmup",
+            "1",
+            "--ppo-minibatches",
+            "1",
+            "--offpolicyness",
+            "0",
+            "2",
+            "--servers",
+            "2",
+            "--trainer-backend",
+            "fsdp:d2",  # the 4-GPU layout, weight updates to both servers
+            "--data",
+            str(gsm8k_file),
+            "--workdir",
+            str(tmp_path / "work"),
+            "--out",
+            str(out),
+            "--port-base",
+            "31450",
+            "--master-port-base",
+            "29450",
+        ]
+    )
     result = json.loads(out.read_text())
     layout = result["layouts"]["fsdp:d2"]
     assert layout["gpus"] == {"server-0": 0, "server-1": 1, "trainer-0": 2, "trainer-1": 3}
@@ -105,10 +141,33 @@ def test_gpu_sampler_and_measured_window(tmp_path, monkeypatch):
     assert sampler.summary(0, None, None)["busy_fraction"] is None
 
     # summarise: the window runs from the last warm-up step's arrival to the last step's
-    args = mod.parse_args(["--out", "x", "--steps", "2", "--warmup", "1", "--batch-size", "2",
-                           "--n-samples", "2", "--max-new-tokens", "4"])
-    rows = [{"step": s, "timing/step_s": 1.0, "rollout/n_samples": 4, "rollout/gen_tokens": 16,
-             "timing/rollout_s": 0.5, "timing/train_s": 0.4} for s in (1, 2, 3)]
+    args = mod.parse_args(
+        [
+            "--out",
+            "x",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--batch-size",
+            "2",
+            "--n-samples",
+            "2",
+            "--max-new-tokens",
+            "4",
+        ]
+    )
+    rows = [
+        {
+            "step": s,
+            "timing/step_s": 1.0,
+            "rollout/n_samples": 4,
+            "rollout/gen_tokens": 16,
+            "timing/rollout_s": 0.5,
+            "timing/train_s": 0.4,
+        }
+        for s in (1, 2, 3)
+    ]
     got = mod.summarise(args, 2, rows, [start, start + 0.2, end], sampler, start - 5)
     assert got["measured_steps"] == 2 and got["samples_per_s"] == pytest.approx(4.0)
     assert got["fixed_lengths_ok"] and got["startup_s"] == pytest.approx(4.0)
@@ -120,8 +179,12 @@ def test_gpu_sampler_and_measured_window(tmp_path, monkeypatch):
 
 def test_gpu_summary_line_skips_the_source_entry():
     mod = _script()
-    gpu = {"server-0": {"busy_fraction": 0.5}, "server-1": {"busy_fraction": 0.7},
-           "trainer-0": {"busy_fraction": 0.25}, "source": "pynvml"}
+    gpu = {
+        "server-0": {"busy_fraction": 0.5},
+        "server-1": {"busy_fraction": 0.7},
+        "trainer-0": {"busy_fraction": 0.25},
+        "source": "pynvml",
+    }
     assert mod._gpu_text(gpu) == "; server-0 busy 50%, server-1 busy 70%, trainer-0 busy 25%"
     assert mod.busy(gpu, "server") == pytest.approx(0.6) and mod.busy(gpu, "trainer") == 0.25
     assert mod.busy(None, "trainer") is None
@@ -136,12 +199,22 @@ def test_gpu_roles_follow_the_plan_rule():
     assert mod.gpu_roles(1, "fsdp:d1") == {"server-0": 0, "trainer-0": 1}  # the default, as before
     for backend in X4_LAYOUTS:
         assert mod.gpu_roles(2, backend) == {"server-0": 0, "server-1": 1, "trainer-0": 2, "trainer-1": 3}
-    assert mod.gpu_roles(3, "fsdp:d2t2") == {"server-0": 0, "server-1": 1, "server-2": 2, "trainer-0": 3,
-                                             "trainer-1": 4, "trainer-2": 5, "trainer-3": 6}
+    assert mod.gpu_roles(3, "fsdp:d2t2") == {
+        "server-0": 0,
+        "server-1": 1,
+        "server-2": 2,
+        "trainer-0": 3,
+        "trainer-1": 4,
+        "trainer-2": 5,
+        "trainer-3": 6,
+    }
     args = mod.parse_args(["--out", "x", "--servers", "2", "--trainer-backend", *X4_LAYOUTS])
     assert mod.gpus_needed(args) == 4
-    assert [mod.trial_name(b, 2, args) for b in X4_LAYOUTS] == \
-        ["fsdp_d2_s2_async2", "fsdp_d2r2_s2_async2", "fsdp_d1t2_s2_async2"]
+    assert [mod.trial_name(b, 2, args) for b in X4_LAYOUTS] == [
+        "fsdp_d2_s2_async2",
+        "fsdp_d2r2_s2_async2",
+        "fsdp_d1t2_s2_async2",
+    ]
     default = mod.parse_args(["--out", "x"])
     assert default.servers == 1 and default.trainer_backend == ["fsdp:d1"] and mod.gpus_needed(default) == 2
     assert mod.trial_name("fsdp:d1", 0, default) == "sync"
@@ -157,8 +230,12 @@ def test_gpu_count_check_and_bad_backends(monkeypatch, capsys):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3,0,1")
     with pytest.raises(SystemExit, match="start with 0,1,2,3"):
         mod.check_cuda_layout(args, n=8)
-    for bad in (["--trainer-backend", "sglang:d2"], ["--trainer-backend", "fsdp:r2d1"], ["--servers", "0"],
-                ["--trainer-backend", "fsdp:d2", "fsdp:d2"]):
+    for bad in (
+        ["--trainer-backend", "sglang:d2"],
+        ["--trainer-backend", "fsdp:r2d1"],
+        ["--servers", "0"],
+        ["--trainer-backend", "fsdp:d2", "fsdp:d2"],
+    ):
         with pytest.raises(SystemExit):
             mod.parse_args(["--out", "x", *bad])
     assert "HSDP replicate r2 must divide" in capsys.readouterr().err
@@ -193,11 +270,33 @@ def test_gpu_benchmarks_script_parses_and_has_its_stages(tmp_path):
     path = REPO / "scripts" / "run_gpu_benchmarks.sh"
     assert subprocess.run(["bash", "-n", str(path)]).returncode == 0
     text = path.read_text()
-    stages = ("kernels", "server", "e2e", "learning", "x1_colocated", "x1_learning", "x1_modes", "x1_agent",
-              "x4_train", "x4_e2e_fsdp|x4_e2e_hsdp|x4_e2e_tp", "x4")
+    stages = (
+        "kernels",
+        "server",
+        "e2e",
+        "learning",
+        "x1_colocated",
+        "x1_learning",
+        "x1_modes",
+        "x1_agent",
+        "x4_train",
+        "x4_e2e_fsdp|x4_e2e_hsdp|x4_e2e_tp",
+        "x4",
+    )
     assert re.findall(r"^([a-z0-9_|]+)\)$", text, re.M) == list(stages)  # these stages and no others
-    for stage in ("kernels", "server", "e2e", "learning", "x1_colocated", "x1_learning", "x1_modes", "x1_agent",
-                  "x4_train", "x4_e2e_fsdp", "x4"):
+    for stage in (
+        "kernels",
+        "server",
+        "e2e",
+        "learning",
+        "x1_colocated",
+        "x1_learning",
+        "x1_modes",
+        "x1_agent",
+        "x4_train",
+        "x4_e2e_fsdp",
+        "x4",
+    ):
         assert f"run_gpu_benchmarks.sh {stage} RESULTS_DIR" in text  # each one in the usage lines
     unknown = subprocess.run(["bash", str(path), "recipe", str(tmp_path)], capture_output=True, text=True)
     assert unknown.returncode == 2 and "unknown stage recipe" in unknown.stderr
@@ -220,6 +319,7 @@ def test_async_losses_split_the_gap_to_the_ceiling():
 
     def mode(step, **phases):
         return {"measured_steps": 3, "step_s_mean": step, "phase_s_mean": phases}
+
     sync = mode(10.1, rollout=5.0, advantages=0.0, recompute_logprob=1.0, train=4.0, weight_update=0.1)
     slow = mode(6.5, rollout=0.3, advantages=0.0, recompute_logprob=1.0, train=4.5, weight_update=0.4)
     losses = mod.async_losses({"sync": sync, "async2": slow, "async4": {"measured_steps": 0}})

@@ -14,8 +14,9 @@ _spec.loader.exec_module(bench_gil_switch)
 def test_rows_per_interval_and_interval_restored(tmp_path):
     before = sys.getswitchinterval()
     out = tmp_path / "g.json"
-    assert bench_gil_switch.main(["--out", str(out), "--intervals-ms", "5", "0.2", "--ops", "200",
-                                  "--repeats", "1"]) == 0
+    assert (
+        bench_gil_switch.main(["--out", str(out), "--intervals-ms", "5", "0.2", "--ops", "200", "--repeats", "1"]) == 0
+    )
     assert sys.getswitchinterval() == before
     rows = json.loads(out.read_text())["rows"]
     assert [r["interval_ms"] for r in rows] == [5.0, 0.2]

@@ -20,8 +20,18 @@ def test_thousand_concurrent_clients_are_answered_or_told_why(tmp_path):
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     out = tmp_path / "load.json"
-    r = bench.main(["--concurrency", "1000", "--duration", "15", "--out", str(out),
-                    "--server-args", "--max-running-requests 64 --max-queued-requests 256"])
+    r = bench.main(
+        [
+            "--concurrency",
+            "1000",
+            "--duration",
+            "15",
+            "--out",
+            str(out),
+            "--server-args",
+            "--max-running-requests 64 --max-queued-requests 256",
+        ]
+    )
     assert json.loads(out.read_text()) == r
     assert r["errors"] == {}, r["examples"]
     assert r["answered_200"] > 0 and r["requests_sent"] == r["answered_200"] + sum(r["rejected"].values())

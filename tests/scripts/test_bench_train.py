@@ -12,14 +12,45 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SMALL = ["--shape", "tiny", "--device", "cpu", "--steps", "1", "--warmup", "1", "--seqs", "8", "--min-len", "8",
-         "--max-len", "32", "--max-tokens-per-mb", "64", "--skip-bare"]
+SMALL = [
+    "--shape",
+    "tiny",
+    "--device",
+    "cpu",
+    "--steps",
+    "1",
+    "--warmup",
+    "1",
+    "--seqs",
+    "8",
+    "--min-len",
+    "8",
+    "--max-len",
+    "32",
+    "--max-tokens-per-mb",
+    "64",
+    "--skip-bare",
+]
 
 
 def test_backend_must_match_the_process_count(tmp_path):
-    r = subprocess.run([sys.executable, str(REPO / "scripts" / "bench_train.py"), *SMALL, "--backend", "fsdp:d2r2",
-                        "--workdir", str(tmp_path / "w"), "--out", str(tmp_path / "x.json")],
-                       capture_output=True, text=True, timeout=120, cwd=REPO)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "scripts" / "bench_train.py"),
+            *SMALL,
+            "--backend",
+            "fsdp:d2r2",
+            "--workdir",
+            str(tmp_path / "w"),
+            "--out",
+            str(tmp_path / "x.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
     assert r.returncode == 2 and "uses 2 processes (d x t) but 1 were started" in r.stderr
 
 
@@ -27,11 +58,30 @@ def test_backend_must_match_the_process_count(tmp_path):
 @pytest.mark.parametrize("backend,dp,tp", [("fsdp:d1t2", 1, 2)])
 def test_two_process_layout_on_cpu(tmp_path, backend, dp, tp):
     out = tmp_path / "train.json"
-    r = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
-                        "29783", str(REPO / "scripts" / "bench_train.py"), *SMALL, "--backend", backend,
-                        "--workdir", str(tmp_path / "w"), "--out", str(out)],
-                       capture_output=True, text=True, timeout=240, cwd=REPO,
-                       env={**os.environ, "OMP_NUM_THREADS": "1"})
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            "2",
+            "--master-port",
+            "29783",
+            str(REPO / "scripts" / "bench_train.py"),
+            *SMALL,
+            "--backend",
+            backend,
+            "--workdir",
+            str(tmp_path / "w"),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=REPO,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads(out.read_text())
     assert (result["backend"], result["dp"], result["tp"], result["world_size"]) == (backend, dp, tp, 2)

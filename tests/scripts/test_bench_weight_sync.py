@@ -17,9 +17,28 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_weight_sync.py
 def test_tiny_cpu_disk_and_gloo(tmp_path):
     out = tmp_path / "ws.json"
     main = runpy.run_path(str(SCRIPT), run_name="bench_weight_sync")["main"]
-    rc = main(["--shape", "tiny", "--device", "cpu", "--modes", "disk", "gloo",
-                         "--repeats", "1", "--warmup", "1", "--bucket-mb", "1", "64",
-                         "--workdir", str(tmp_path / "models"), "--out", str(out)])
+    rc = main(
+        [
+            "--shape",
+            "tiny",
+            "--device",
+            "cpu",
+            "--modes",
+            "disk",
+            "gloo",
+            "--repeats",
+            "1",
+            "--warmup",
+            "1",
+            "--bucket-mb",
+            "1",
+            "64",
+            "--workdir",
+            str(tmp_path / "models"),
+            "--out",
+            str(out),
+        ]
+    )
     result = json.loads(out.read_text())
     assert rc == 0 and result["checks_passed"] is True and result["errors"] == {}
     tiny = result["shapes"]["tiny"]
@@ -35,8 +54,7 @@ def test_tiny_cpu_disk_and_gloo(tmp_path):
         for run in m["runs"]:
             assert run["seconds"] > 0 and run["gb_per_s"] > 0 and len(run["samples"]) == 1
             assert set(run["split_s"]) == {"gather", "transfer", "load", "other", "server_load"}
-            assert abs(sum(run["split_s"][k] for k in ("gather", "transfer", "load", "other"))
-                       - run["seconds"]) < 1e-6
+            assert abs(sum(run["split_s"][k] for k in ("gather", "transfer", "load", "other")) - run["seconds"]) < 1e-6
             raw = run["samples"][0]["raw"]
             assert raw["weight_update/gather_s"] > 0 and raw["weight_update/transfer_s"] > 0
             assert raw["weight_update/server_load_s"] > 0  # the server reported its load time

@@ -24,7 +24,9 @@ def test_shares_by_thread_and_top_stacks(tmp_path):
     assert out["samples"] == 10
     assert out["share_by_thread"] == {"MainThread": 0.8, "rollout-executor": 0.2}
     assert out["top_stacks"][0] == [
-        0.6, "MainThread | forward (model.py:10) <- train (grpo.py:40) <- thread (10): MainThread"]
+        0.6,
+        "MainThread | forward (model.py:10) <- train (grpo.py:40) <- thread (10): MainThread",
+    ]
     assert len(out["top_stacks"]) == 2
 
 

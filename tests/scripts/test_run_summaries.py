@@ -26,17 +26,27 @@ def write_metrics(path, rows):
 
 
 def step_row(step, step_s, **extra):
-    return {"step": step, "rollout/n_samples": 8, "timing/step_s": step_s, "timing/train_s": step_s / 2,
-            "rollout/reward_mean": 0.1 * step, "rollout/staleness_max": 1, **extra}
+    return {
+        "step": step,
+        "rollout/n_samples": 8,
+        "timing/step_s": step_s,
+        "timing/train_s": step_s / 2,
+        "rollout/reward_mean": 0.1 * step,
+        "rollout/staleness_max": 1,
+        **extra,
+    }
 
 
 def test_summarise_run_leaves_out_warmup_and_compares_to_the_first(tmp_path):
-    sync = write_metrics(tmp_path / "sync.jsonl", [
-        {"step": 0, "eval/accuracy": 0.1},
-        step_row(1, 100.0),  # warmup: left out
-        step_row(2, 2.0, **{"handoff/release_s": 0.2, "memory/server_train_peak_gb": 1.0}),
-        step_row(3, 2.0, **{"handoff/release_s": 0.4, "memory/server_train_peak_gb": 3.0, "eval/accuracy": 0.5}),
-    ])
+    sync = write_metrics(
+        tmp_path / "sync.jsonl",
+        [
+            {"step": 0, "eval/accuracy": 0.1},
+            step_row(1, 100.0),  # warmup: left out
+            step_row(2, 2.0, **{"handoff/release_s": 0.2, "memory/server_train_peak_gb": 1.0}),
+            step_row(3, 2.0, **{"handoff/release_s": 0.4, "memory/server_train_peak_gb": 3.0, "eval/accuracy": 0.5}),
+        ],
+    )
     fast = write_metrics(tmp_path / "async.jsonl", [step_row(1, 100.0), step_row(2, 1.0), step_row(3, 1.0)])
     out = tmp_path / "s.json"
     summarise_run.main([str(sync), str(fast), "--warmup", "1", "--out", str(out)])
@@ -67,8 +77,10 @@ def test_demo_seeds_summary_and_report(tmp_path):
 
     args = demo_seeds.parse_args(["--seeds", "3", "--goal", "0.9", "--", "algo=dapo"])
     assert args.seed_list == [1, 2, 3] and args.overrides == ["algo=dapo"]
-    runs = [{"seed": s, "returncode": 0, "wall_s": w, "accuracy": a, "train_s": w - 20}
-            for s, w, a in [(1, 200.0, 0.95), (2, 250.0, 0.85), (3, 220.0, None)]]
+    runs = [
+        {"seed": s, "returncode": 0, "wall_s": w, "accuracy": a, "train_s": w - 20}
+        for s, w, a in [(1, 200.0, 0.95), (2, 250.0, 0.85), (3, 220.0, None)]
+    ]
     report = demo_seeds.report(runs, args)
     assert report["accuracy"] == {"min": 0.85, "median": pytest.approx(0.9), "max": 0.95}
     assert report["wall_s"]["median"] == 220.0 and report["train_s"] == {"min": 180.0, "median": 200.0, "max": 230.0}

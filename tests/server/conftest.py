@@ -30,7 +30,6 @@ def server(varied_model_dir, allowed_dir):
     server defines its own `server` fixture, which overrides this one."""
     from areal.server.testing import start_server
 
-    handle = start_server(varied_model_dir, extra_args=["--dtype", "float32",
-                                                        "--weight-dirs", allowed_dir])
+    handle = start_server(varied_model_dir, extra_args=["--dtype", "float32", "--weight-dirs", allowed_dir])
     yield handle
     assert handle.stop() == 0, handle.log()

@@ -8,9 +8,10 @@ def hf_greedy(model, prompt, max_new_tokens):
     import torch
 
     ids = torch.tensor([prompt])
-    out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                         max_new_tokens=max_new_tokens, pad_token_id=0)
-    return out[0, len(prompt):].tolist()
+    out = model.generate(
+        ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=0
+    )
+    return out[0, len(prompt) :].tolist()
 
 
 def prompt_ids(seed, length):

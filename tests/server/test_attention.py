@@ -27,13 +27,13 @@ def test_decode_step_matches_repeated_heads_with_left_padding(groups):
     k, v = torch.randn(b, kv_heads, length, dim), torch.randn(b, kv_heads, length, dim)
     pad = torch.tensor([0, 4, 9])  # left padding per row; the last row sees 2 keys
     mask = (torch.arange(length)[None] >= pad[:, None])[:, None, None, :]
-    out, _ = server_attention(module, q, k, v, mask, scaling=dim ** -0.5)
+    out, _ = server_attention(module, q, k, v, mask, scaling=dim**-0.5)
     assert out.shape == (b, 1, kv_heads * groups, dim)
     torch.testing.assert_close(out, _reference(module, q, k, v, mask), atol=1e-5, rtol=1e-5)
     # padded keys do not matter: changing them leaves the output as it is
     k2, v2 = k.clone(), v.clone()
     k2[2, :, :9], v2[2, :, :9] = 100.0, -100.0
-    out2, _ = server_attention(module, q, k2, v2, mask, scaling=dim ** -0.5)
+    out2, _ = server_attention(module, q, k2, v2, mask, scaling=dim**-0.5)
     torch.testing.assert_close(out2, out)
 
 
@@ -41,9 +41,10 @@ def test_prefill_goes_through_transformers_sdpa():
     torch.manual_seed(1)
     module = types.SimpleNamespace(num_key_value_groups=2, is_causal=True, training=False)
     q, k, v = torch.randn(2, 4, 5, 8), torch.randn(2, 2, 5, 8), torch.randn(2, 2, 5, 8)
-    out, _ = server_attention(module, q, k, v, None, scaling=8 ** -0.5)
+    out, _ = server_attention(module, q, k, v, None, scaling=8**-0.5)
     ref = torch.nn.functional.scaled_dot_product_attention(
-        q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), is_causal=True).transpose(1, 2)
+        q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), is_causal=True
+    ).transpose(1, 2)
     torch.testing.assert_close(out, ref, atol=1e-5, rtol=1e-5)
 
 

@@ -9,17 +9,21 @@ import requests
 KEY = "s3cret"
 
 
-@pytest.mark.parametrize("flags, needle", [
-    (["--tp-size", "2"], "--tp-size 2 is not supported"),
-    (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
-    (["--dtype", "int8"], "--dtype"),
-    (["--max-running-requests", "0"], "--max-running-requests 0"),
-    (["--max-queued-requests", "-1"], "--max-queued-requests -1"),
-    (["--weight-dirs"], "--weight-dirs: expected at least one argument"),
-])
+@pytest.mark.parametrize(
+    "flags, needle",
+    [
+        (["--tp-size", "2"], "--tp-size 2 is not supported"),
+        (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+        (["--dtype", "int8"], "--dtype"),
+        (["--max-running-requests", "0"], "--max-running-requests 0"),
+        (["--max-queued-requests", "-1"], "--max-queued-requests -1"),
+        (["--weight-dirs"], "--weight-dirs: expected at least one argument"),
+    ],
+)
 def test_flag_errors_exit_2(flags, needle):
-    proc = subprocess.run([sys.executable, "-m", "areal.server", "--model-path", "x", *flags],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "areal.server", "--model-path", "x", *flags], capture_output=True, text=True, timeout=60
+    )
     assert proc.returncode == 2 and needle in proc.stderr, proc.stderr
 
 
@@ -27,10 +31,24 @@ def test_flag_errors_exit_2(flags, needle):
 def server(tiny_model_dir):
     from areal.server.testing import start_server
 
-    handle = start_server(tiny_model_dir, extra_args=[
-        "--api-key", KEY, "--skip-tokenizer-init", "--mem-fraction-static", "0.8",
-        "--random-seed", "3", "--log-level", "warning",
-        "--max-running-requests", "1", "--max-queued-requests", "1"])
+    handle = start_server(
+        tiny_model_dir,
+        extra_args=[
+            "--api-key",
+            KEY,
+            "--skip-tokenizer-init",
+            "--mem-fraction-static",
+            "0.8",
+            "--random-seed",
+            "3",
+            "--log-level",
+            "warning",
+            "--max-running-requests",
+            "1",
+            "--max-queued-requests",
+            "1",
+        ],
+    )
     yield handle
     assert handle.stop() == 0, handle.log()  # SIGTERM: clean exit
 
@@ -69,8 +87,7 @@ def test_full_server_answers_503_with_a_message(server):
     def load():
         return requests.get(server.url + "/get_server_info", headers=AUTH).json()["load"]
 
-    assert requests.post(server.url + "/pause_generation", json={"mode": "in_place"},
-                         headers=AUTH).status_code == 200
+    assert requests.post(server.url + "/pause_generation", json={"mode": "in_place"}, headers=AUTH).status_code == 200
     with ThreadPoolExecutor(2) as pool:
         held = [pool.submit(gen) for _ in range(2)]
         deadline = time.monotonic() + 30
@@ -82,21 +99,20 @@ def test_full_server_answers_503_with_a_message(server):
         assert r.status_code == 503, r.text
         message = r.json()["error"]["message"]
         assert "full" in message and "--max-queued-requests 1" in message
-        assert requests.post(server.url + "/continue_generation", json={},
-                             headers=AUTH).status_code == 200
+        assert requests.post(server.url + "/continue_generation", json={}, headers=AUTH).status_code == 200
         assert [f.result().status_code for f in held] == [200, 200]
     assert gen().status_code == 200 and load()["accepted"] == 0
 
 
-def test_without_weight_dirs_the_model_folder_and_default_run_root_are_allowed(
-        server, tiny_model_dir, tmp_path):
+def test_without_weight_dirs_the_model_folder_and_default_run_root_are_allowed(server, tiny_model_dir, tmp_path):
     import shutil
 
     from areal.server.args import default_run_root
 
     def load(path):
-        return requests.post(server.url + "/update_weights_from_disk", json={"model_path": path},
-                             headers=AUTH, timeout=60)
+        return requests.post(
+            server.url + "/update_weights_from_disk", json={"model_path": path}, headers=AUTH, timeout=60
+        )
 
     r = load(tiny_model_dir)
     assert r.status_code == 200 and r.json()["success"], r.text
@@ -111,8 +127,9 @@ def test_damaged_model_folder_exits_1_naming_it(tiny_model_dir, tmp_path):
 
     model = shutil.copytree(tiny_model_dir, tmp_path / "model")
     (model / "config.json").write_text("{garbage")
-    proc = subprocess.run([sys.executable, "-m", "areal.server", "--model-path", str(model)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "areal.server", "--model-path", str(model)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 1, proc.stderr
     assert f"--model-path={model}: the model cannot be loaded" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr

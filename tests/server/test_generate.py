@@ -14,8 +14,7 @@ from tests.server.helpers import hf_greedy, prompt_ids
 def server(varied_model_dir):
     from areal.server.testing import start_server
 
-    handle = start_server(varied_model_dir, extra_args=["--dtype", "float32",
-                                                        "--max-running-requests", "16"])
+    handle = start_server(varied_model_dir, extra_args=["--dtype", "float32", "--max-running-requests", "16"])
     yield handle
     assert handle.stop() == 0, handle.log()
 
@@ -33,11 +32,15 @@ def test_greedy_batched_matches_transformers(server, ref_model):
     # however the client threads happen to be scheduled
     assert requests.post(server.url + "/pause_generation", json={"mode": "in_place"}).ok
     with ThreadPoolExecutor(8) as pool:
-        futures = [pool.submit(generate, server, input_ids=p, sampling_params={
-            "max_new_tokens": n, "temperature": 0.0}) for p, n in zip(prompts, lengths)]
+        futures = [
+            pool.submit(generate, server, input_ids=p, sampling_params={"max_new_tokens": n, "temperature": 0.0})
+            for p, n in zip(prompts, lengths)
+        ]
         try:
-            wait_for(lambda: server_load(server.url)["accepted"] == len(prompts),
-                     lambda: f"all requests in the server: {server_load(server.url)}")
+            wait_for(
+                lambda: server_load(server.url)["accepted"] == len(prompts),
+                lambda: f"all requests in the server: {server_load(server.url)}",
+            )
         finally:
             assert requests.post(server.url + "/continue_generation", json={}).ok
         outs = [f.result() for f in futures]
@@ -50,8 +53,7 @@ def test_greedy_batched_matches_transformers(server, ref_model):
 
 def test_top_k_one_is_greedy(server, ref_model):
     prompt = prompt_ids(42, 6)
-    out = generate(server, input_ids=prompt,
-                   sampling_params={"max_new_tokens": 16, "top_k": 1, "temperature": 0.8})
+    out = generate(server, input_ids=prompt, sampling_params={"max_new_tokens": 16, "top_k": 1, "temperature": 0.8})
     assert out["output_ids"] == hf_greedy(ref_model, prompt, 16)
 
 
@@ -60,20 +62,21 @@ def test_logprobs_are_the_models(server, ref_model, temperature):
     import torch
 
     prompt = prompt_ids(7, 5)
-    out = generate(server, input_ids=prompt, return_logprob=True,
-                   sampling_params={"max_new_tokens": 12, "temperature": temperature,
-                                    "ignore_eos": True})
+    out = generate(
+        server,
+        input_ids=prompt,
+        return_logprob=True,
+        sampling_params={"max_new_tokens": 12, "temperature": temperature, "ignore_eos": True},
+    )
     triples = out["meta_info"]["output_token_logprobs"]
     assert [t[1] for t in triples] == out["output_ids"]
     assert all(t[2] is None for t in triples)
     full = torch.tensor([prompt + out["output_ids"]])
     with torch.no_grad():
-        logits = ref_model(full).logits[0, len(prompt) - 1:-1].float()
+        logits = ref_model(full).logits[0, len(prompt) - 1 : -1].float()
     scale = temperature if temperature > 0 else 1.0  # greedy reports the raw distribution
-    expected = torch.log_softmax(logits / scale, -1).gather(
-        1, torch.tensor(out["output_ids"]).unsqueeze(1)).squeeze(1)
-    torch.testing.assert_close(torch.tensor([t[0] for t in triples]), expected,
-                               atol=1e-4, rtol=1e-4)
+    expected = torch.log_softmax(logits / scale, -1).gather(1, torch.tensor(out["output_ids"]).unsqueeze(1)).squeeze(1)
+    torch.testing.assert_close(torch.tensor([t[0] for t in triples]), expected, atol=1e-4, rtol=1e-4)
 
 
 def test_text_input_meta_info_and_stops(server, ref_model):
@@ -81,10 +84,8 @@ def test_text_input_meta_info_and_stops(server, ref_model):
 
     tok = AutoTokenizer.from_pretrained(server_model_path(server))
     ids = tok("abc", add_special_tokens=False).input_ids
-    by_text = generate(server, text="abc", sampling_params={"max_new_tokens": 10,
-                                                            "temperature": 0})
-    by_ids = generate(server, input_ids=ids, sampling_params={"max_new_tokens": 10,
-                                                              "temperature": 0})
+    by_text = generate(server, text="abc", sampling_params={"max_new_tokens": 10, "temperature": 0})
+    by_ids = generate(server, input_ids=ids, sampling_params={"max_new_tokens": 10, "temperature": 0})
     assert by_text["output_ids"] == by_ids["output_ids"]
     meta = by_text["meta_info"]
     assert meta["finish_reason"] == {"type": "length", "length": 10}
@@ -94,19 +95,21 @@ def test_text_input_meta_info_and_stops(server, ref_model):
     # stop token: kept in output_ids, dropped from text (unless no_stop_trim)
     stop_tok = full[4]
     first = full.index(stop_tok)
-    out = generate(server, input_ids=ids, sampling_params={
-        "max_new_tokens": 10, "temperature": 0, "stop_token_ids": [stop_tok]})
-    assert out["output_ids"] == full[:first + 1]
+    out = generate(
+        server, input_ids=ids, sampling_params={"max_new_tokens": 10, "temperature": 0, "stop_token_ids": [stop_tok]}
+    )
+    assert out["output_ids"] == full[: first + 1]
     assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop_tok}
     assert out["text"] == tok.decode(full[:first])
-    kept = generate(server, input_ids=ids, sampling_params={
-        "max_new_tokens": 10, "temperature": 0, "stop_token_ids": [stop_tok],
-        "no_stop_trim": True})
-    assert kept["text"] == tok.decode(full[:first + 1])
+    kept = generate(
+        server,
+        input_ids=ids,
+        sampling_params={"max_new_tokens": 10, "temperature": 0, "stop_token_ids": [stop_tok], "no_stop_trim": True},
+    )
+    assert kept["text"] == tok.decode(full[: first + 1])
     # stop string: trimmed from text
     stop_str = tok.decode(full[5:7])
-    out = generate(server, input_ids=ids, sampling_params={
-        "max_new_tokens": 10, "temperature": 0, "stop": stop_str})
+    out = generate(server, input_ids=ids, sampling_params={"max_new_tokens": 10, "temperature": 0, "stop": stop_str})
     assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": stop_str}
     assert stop_str not in out["text"] and tok.decode(full).startswith(out["text"])
 
@@ -114,9 +117,11 @@ def test_text_input_meta_info_and_stops(server, ref_model):
 def test_min_new_tokens_and_ignore_eos(server):
     eos = 2
     for params in ({"min_new_tokens": 20}, {"ignore_eos": True}):
-        out = generate(server, input_ids=prompt_ids(3, 4), sampling_params={
-            "max_new_tokens": 20, "temperature": 1.0, "stop_token_ids": list(range(3, 20)),
-            **params})
+        out = generate(
+            server,
+            input_ids=prompt_ids(3, 4),
+            sampling_params={"max_new_tokens": 20, "temperature": 1.0, "stop_token_ids": list(range(3, 20)), **params},
+        )
         body = out["output_ids"]
         if "min_new_tokens" in params:  # stop tokens are masked until 20 tokens exist
             assert len(body) == 20 and not set(body) & ({eos} | set(range(3, 20)))
@@ -128,23 +133,26 @@ def server_model_path(server):
     return requests.get(server.url + "/get_model_info").json()["model_path"]
 
 
-@pytest.mark.parametrize("body, needle", [
-    ({"input_ids": [1, 5], "sampling_params": {"max_tokens": 5}}, "max_tokens"),
-    ({"input_ids": [1, 5], "max_new_tokens": 5}, "max_new_tokens"),
-    ({"input_ids": [1, 5], "sampling_params": {"max_new_tokens": "5"}}, "max_new_tokens"),
-    ({"input_ids": [1, 5], "sampling_params": {"temperature": -1}}, "temperature"),
-    ({"input_ids": [1, 5], "sampling_params": {"top_p": 0}}, "top_p"),
-    ({"input_ids": [1, 5], "sampling_params": {"frequency_penalty": 0.5}}, "frequency_penalty"),
-    ({"input_ids": "1 5"}, "input_ids"),
-    ({"input_ids": [1, 10**6]}, "input_ids"),
-    ({"input_ids": []}, "empty"),
-    ({"text": "ab", "input_ids": [1]}, "exactly one"),
-    ({"input_ids": [1, 5], "return_logprob": "yes"}, "return_logprob"),
-    ({"input_ids": [1, 5], "stream": True}, "stream"),
-    ({"input_ids": [1] * 600}, "context length"),
-    ({"input_ids": [1] * 100, "sampling_params": {"max_new_tokens": 500}}, "context length"),
-    ([1, 2, 3], "JSON object"),
-])
+@pytest.mark.parametrize(
+    "body, needle",
+    [
+        ({"input_ids": [1, 5], "sampling_params": {"max_tokens": 5}}, "max_tokens"),
+        ({"input_ids": [1, 5], "max_new_tokens": 5}, "max_new_tokens"),
+        ({"input_ids": [1, 5], "sampling_params": {"max_new_tokens": "5"}}, "max_new_tokens"),
+        ({"input_ids": [1, 5], "sampling_params": {"temperature": -1}}, "temperature"),
+        ({"input_ids": [1, 5], "sampling_params": {"top_p": 0}}, "top_p"),
+        ({"input_ids": [1, 5], "sampling_params": {"frequency_penalty": 0.5}}, "frequency_penalty"),
+        ({"input_ids": "1 5"}, "input_ids"),
+        ({"input_ids": [1, 10**6]}, "input_ids"),
+        ({"input_ids": []}, "empty"),
+        ({"text": "ab", "input_ids": [1]}, "exactly one"),
+        ({"input_ids": [1, 5], "return_logprob": "yes"}, "return_logprob"),
+        ({"input_ids": [1, 5], "stream": True}, "stream"),
+        ({"input_ids": [1] * 600}, "context length"),
+        ({"input_ids": [1] * 100, "sampling_params": {"max_new_tokens": 500}}, "context length"),
+        ([1, 2, 3], "JSON object"),
+    ],
+)
 def test_bad_generate_requests_get_400(server, body, needle):
     r = requests.post(server.url + "/generate", json=body, timeout=30)
     assert r.status_code == 400, r.text
@@ -166,9 +174,18 @@ def test_invalid_json_unknown_route_and_method_then_still_serving(server):
 def test_abort_request_by_rid_returns_tokens_so_far(server):
     with ThreadPoolExecutor(1) as pool:
         # paused in place, the request is certainly mid-generation when the abort arrives
-        (fut,), _ = pause_mid_generation(server.url, lambda: [pool.submit(
-            generate, server, input_ids=[1, 5, 6], rid="to-abort",
-            sampling_params={"max_new_tokens": 400, "ignore_eos": True})])
+        (fut,), _ = pause_mid_generation(
+            server.url,
+            lambda: [
+                pool.submit(
+                    generate,
+                    server,
+                    input_ids=[1, 5, 6],
+                    rid="to-abort",
+                    sampling_params={"max_new_tokens": 400, "ignore_eos": True},
+                )
+            ],
+        )
         try:
             r = requests.post(server.url + "/abort_request", json={"rid": "to-abort"})
             assert r.status_code == 200
@@ -183,8 +200,7 @@ def test_abort_request_by_rid_returns_tokens_so_far(server):
 def test_info_routes(server):
     info = requests.get(server.url + "/get_model_info").json()
     assert info["is_generation"] is True and info["weight_version"] == "default"
-    assert requests.get(server.url + "/get_weight_version").json() == {
-        "weight_version": "default"}
+    assert requests.get(server.url + "/get_weight_version").json() == {"weight_version": "default"}
     assert requests.get(server.url + "/health_generate", timeout=30).status_code == 200
     assert requests.post(server.url + "/flush_cache").status_code == 200
     assert requests.get(server.url + "/v1/models").json()["data"][0]["id"]
@@ -199,28 +215,35 @@ MALFORMED = [
     ("POST", "/generate", b"[" * 100_000, JSON, 400, "invalid JSON"),  # nesting too deep
     ("POST", "/generate", b'{"input_ids": [' + b"9" * 5000 + b"]}", JSON, 400, "invalid JSON"),
     ("POST", "/generate", b'{"text": "\xff\xfe"}', JSON, 400, "invalid JSON"),  # not UTF-8
-    ("POST", "/generate", b'{"input_ids": [1], "sampling_params": {"temperature": NaN}}', JSON,
-     400, "temperature"),
+    ("POST", "/generate", b'{"input_ids": [1], "sampling_params": {"temperature": NaN}}', JSON, 400, "temperature"),
     ("POST", "/generate", None, JSON, 400, "JSON object"),
     ("POST", "/generate", "a prompt", JSON, 400, "JSON object"),
     ("POST", "/generate", 42, JSON, 400, "JSON object"),
     ("POST", "/generate", {"input_ids": {"0": 1}}, JSON, 400, "input_ids"),
     ("POST", "/generate", {"input_ids": [[1, 5]]}, JSON, 400, "input_ids"),
-    ("POST", "/generate", {"input_ids": [1, 5], "sampling_params": [2]}, JSON, 400,
-     "sampling_params"),
-    ("POST", "/generate", {"input_ids": [1, 5], "sampling_params": {"temperature": "hot"}}, JSON,
-     400, "temperature"),
+    ("POST", "/generate", {"input_ids": [1, 5], "sampling_params": [2]}, JSON, 400, "sampling_params"),
+    ("POST", "/generate", {"input_ids": [1, 5], "sampling_params": {"temperature": "hot"}}, JSON, 400, "temperature"),
     ("POST", "/generate", {"input_ids": [1, 5], "rid": 7}, JSON, 400, "rid"),
-    ("POST", "/generate", {"input_ids": [1, 5], "sampling_params": {"n": 10**9}}, JSON, 400,
-     "'n'"),
-    ("POST", "/generate", {"input_ids": [1, 5], "sampling_params": {"max_new_tokens": 10**12}},
-     JSON, 400, "context length"),
+    ("POST", "/generate", {"input_ids": [1, 5], "sampling_params": {"n": 10**9}}, JSON, 400, "'n'"),
+    (
+        "POST",
+        "/generate",
+        {"input_ids": [1, 5], "sampling_params": {"max_new_tokens": 10**12}},
+        JSON,
+        400,
+        "context length",
+    ),
     ("POST", "/generate", {"input_ids": [1] * 100_000}, JSON, 400, "context length"),
     ("POST", "/generate", {"input_ids": [1, 10**30]}, JSON, 400, "input_ids"),
-    ("POST", "/generate", b'{"input_ids": [1, 5]}', {"Content-Type": "text/plain"}, 415,
-     "Content-Type"),
-    ("POST", "/generate", b'{"input_ids": [1, 5]}',
-     {"Content-Type": "application/x-www-form-urlencoded"}, 415, "application/json"),
+    ("POST", "/generate", b'{"input_ids": [1, 5]}', {"Content-Type": "text/plain"}, 415, "Content-Type"),
+    (
+        "POST",
+        "/generate",
+        b'{"input_ids": [1, 5]}',
+        {"Content-Type": "application/x-www-form-urlencoded"},
+        415,
+        "application/json",
+    ),
     ("POST", "/generate", b" " * (5 * 2**20), JSON, 413, "size limit"),
     ("POST", "/abort_request", b"", JSON, 400, "needs a JSON body"),
     ("POST", "/update_weights_from_disk", {"model_path": ["a"]}, JSON, 400, "model_path"),
@@ -237,8 +260,7 @@ def test_malformed_requests_get_4xx_with_a_message_and_the_server_keeps_serving(
     import json
 
     for method, path, body, headers, status, needle in MALFORMED:
-        data = body if isinstance(body, bytes) or (body is None and method != "POST") \
-            else json.dumps(body).encode()
+        data = body if isinstance(body, bytes) or (body is None and method != "POST") else json.dumps(body).encode()
         r = requests.request(method, server.url + path, data=data, headers=headers, timeout=30)
         what = f"{method} {path} {str(body)[:60]!r}"
         assert r.status_code == status, f"{what}: {r.status_code} {r.text[:300]}"
@@ -247,7 +269,6 @@ def test_malformed_requests_get_4xx_with_a_message_and_the_server_keeps_serving(
         assert needle in message, f"{what}: {message}"
     # extreme but valid: a top_k beyond the vocabulary means "no top-k" (it used to overflow
     # torch and fail the whole running batch)
-    assert generate(server, input_ids=[1, 5], sampling_params={"max_new_tokens": 2,
-                                                               "top_k": 10**20})
+    assert generate(server, input_ids=[1, 5], sampling_params={"max_new_tokens": 2, "top_k": 10**20})
     assert requests.get(server.url + "/health", timeout=10).status_code == 200
     assert generate(server, **OK_BODY)["meta_info"]["completion_tokens"] == 2

@@ -28,8 +28,9 @@ def make_adapter(folder, ref_model, seed, r=2, alpha=4):
         deltas[name + ".weight"] = (alpha / r) * b @ a
     folder.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(folder / "adapter_model.safetensors"), metadata={"format": "pt"})
-    (folder / "adapter_config.json").write_text(json.dumps({
-        "peft_type": "LORA", "r": r, "lora_alpha": alpha, "target_modules": ["q_proj", "down_proj"]}))
+    (folder / "adapter_config.json").write_text(
+        json.dumps({"peft_type": "LORA", "r": r, "lora_alpha": alpha, "target_modules": ["q_proj", "down_proj"]})
+    )
     return str(folder), deltas
 
 
@@ -43,8 +44,7 @@ def merged(ref_model, deltas):
 
 
 def generate(server, lora_path=None, n=8):
-    body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": n, "temperature": 0.0},
-            "return_logprob": True}
+    body = {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": n, "temperature": 0.0}, "return_logprob": True}
     if lora_path is not None:
         body["lora_path"] = lora_path
     return requests.post(server.url + "/generate", json=body, timeout=60)
@@ -55,7 +55,7 @@ def max_diff(model, reply):
     ids = [tid for _, tid, _ in out]
     full = torch.tensor([PROMPT + ids])
     with torch.no_grad():
-        logits = model(full).logits[0, len(PROMPT) - 1:-1].float()
+        logits = model(full).logits[0, len(PROMPT) - 1 : -1].float()
     ref = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids)[:, None])[:, 0]
     return float((ref - torch.tensor([lp for lp, _, _ in out])).abs().max())
 

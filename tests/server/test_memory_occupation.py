@@ -26,8 +26,9 @@ RELEASE, RESUME = "/release_memory_occupation", "/resume_memory_occupation"
 def server(varied_model_dir):
     from areal.server.testing import start_server
 
-    handle = start_server(varied_model_dir, extra_args=[
-        "--dtype", "float32", "--max-total-tokens", BUDGET, "--enable-memory-saver"])
+    handle = start_server(
+        varied_model_dir, extra_args=["--dtype", "float32", "--max-total-tokens", BUDGET, "--enable-memory-saver"]
+    )
     yield handle
     assert handle.stop() == 0, handle.log()
 
@@ -42,10 +43,16 @@ def ok(r) -> dict:
 
 
 def generate(server, prompt=PROMPT, max_new=N_NEW):
-    return post(server, "/generate", {"input_ids": prompt, "return_logprob": True,
-                                      "sampling_params": {"max_new_tokens": max_new,
-                                                          "temperature": 0, "ignore_eos": True}},
-                timeout=300)
+    return post(
+        server,
+        "/generate",
+        {
+            "input_ids": prompt,
+            "return_logprob": True,
+            "sampling_params": {"max_new_tokens": max_new, "temperature": 0, "ignore_eos": True},
+        },
+        timeout=300,
+    )
 
 
 def greedy(server):
@@ -62,7 +69,7 @@ def model_picks(model, prompt, output_ids):
     `output_ids` exactly when they are its greedy continuation of `prompt`."""
     ids = torch.tensor([prompt + output_ids])
     with torch.no_grad():
-        return model(ids).logits[0, len(prompt) - 1:-1].argmax(-1).tolist()
+        return model(ids).logits[0, len(prompt) - 1 : -1].argmax(-1).tolist()
 
 
 def test_greedy_output_is_unchanged_by_release_and_resume(server):
@@ -100,12 +107,14 @@ def test_tags_release_and_resume_exactly_what_they_name(server):
     assert greedy(server) == before
 
 
-@pytest.mark.parametrize("body, needle", [
-    ({"tags": ["cuda_graph"]}, ("unknown tag(s) ['cuda_graph']; valid tags are "
-                                "['kv_cache', 'weights']")),
-    ({"tags": "weights"}, "'tags' must be null or a list of strings"),
-    ({"tag": ["weights"]}, "unknown key(s) ['tag']"),
-])
+@pytest.mark.parametrize(
+    "body, needle",
+    [
+        ({"tags": ["cuda_graph"]}, ("unknown tag(s) ['cuda_graph']; valid tags are ['kv_cache', 'weights']")),
+        ({"tags": "weights"}, "'tags' must be null or a list of strings"),
+        ({"tag": ["weights"]}, "unknown key(s) ['tag']"),
+    ],
+)
 def test_bad_tags_are_400_naming_the_valid_ones(server, body, needle):
     for route in (RELEASE, RESUME):
         r = post(server, route, body)
@@ -125,8 +134,7 @@ def pause_while_generating(server, start, mode="in_place", attempts=5):
     A request that finished before the pause landed is not an error: it is sent again."""
     for _ in range(attempts):
         future = start()
-        wait_for(lambda f=future: info(server)["load"]["running"] == 1 or f.done(),
-                 "the request to start")
+        wait_for(lambda f=future: info(server)["load"]["running"] == 1 or f.done(), "the request to start")
         if ok(post(server, "/pause_generation", {"mode": mode}))["requests_held"] == 1:
             return future
         ok(post(server, "/continue_generation", {}))
@@ -141,8 +149,7 @@ def test_release_needs_requests_paused_without_their_cache(server):
     long_prompt = prompt_ids(22, 5)
     reference = ok(generate(server, long_prompt, 490))["output_ids"]
     with ThreadPoolExecutor(1) as pool:
-        future = pause_while_generating(
-            server, lambda: pool.submit(generate, server, long_prompt, 490))
+        future = pause_while_generating(server, lambda: pool.submit(generate, server, long_prompt, 490))
         r = post(server, RELEASE)
         message = r.json()["error"]["message"]
         assert r.status_code == 400 and "1 request(s) are running" in message
@@ -173,8 +180,11 @@ def test_weight_update_while_released_is_served_after_resume(server, varied_mode
     ok(post(server, RELEASE, {"tags": ["weights"]}))
     try:
         payload = serialize_named_tensors(list(other.state_dict().items()))
-        reply = ok(post(server, "/update_weights_from_tensor",
-                        {"serialized_named_tensors": [payload], "weight_version": "neg"}))
+        reply = ok(
+            post(
+                server, "/update_weights_from_tensor", {"serialized_named_tensors": [payload], "weight_version": "neg"}
+            )
+        )
         assert reply["success"]
         r = post(server, "/load_lora_adapter", {"lora_name": "a", "lora_path": varied_model_dir})
         assert r.status_code == 400 and "/resume_memory_occupation" in r.json()["message"]
@@ -184,8 +194,11 @@ def test_weight_update_while_released_is_served_after_resume(server, varied_mode
     assert out["meta_info"]["weight_version"] == "neg"
     assert out["output_ids"] == model_picks(other, PROMPT, out["output_ids"]) != before
     payload = serialize_named_tensors(list(original.state_dict().items()))
-    ok(post(server, "/update_weights_from_tensor",
-            {"serialized_named_tensors": [payload], "weight_version": "default"}))
+    ok(
+        post(
+            server, "/update_weights_from_tensor", {"serialized_named_tensors": [payload], "weight_version": "default"}
+        )
+    )
     assert ok(generate(server))["output_ids"] == before
 
 
@@ -219,12 +232,20 @@ def test_kv_budget_admits_what_fits_and_refuses_what_never_can(server, ref_model
     assert "--max-total-tokens" in message and "--mem-fraction-static" in message
 
 
-@pytest.mark.parametrize("flags, code, needle", [
-    (["--mem-fraction-static", "1.5"], 2, "--mem-fraction-static 1.5 is invalid"),
-    (["--max-total-tokens", "0"], 2, "--max-total-tokens 0 is invalid"),
-    (["--mem-fraction-static", "1e-9"], 1, "--mem-fraction-static 1e-09: "),
-])
+@pytest.mark.parametrize(
+    "flags, code, needle",
+    [
+        (["--mem-fraction-static", "1.5"], 2, "--mem-fraction-static 1.5 is invalid"),
+        (["--max-total-tokens", "0"], 2, "--max-total-tokens 0 is invalid"),
+        (["--mem-fraction-static", "1e-9"], 1, "--mem-fraction-static 1e-09: "),
+    ],
+)
 def test_memory_flag_errors(varied_model_dir, flags, code, needle):
-    proc = subprocess.run([sys.executable, "-m", "areal.server", "--model-path", varied_model_dir,
-                           *flags], capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "areal.server", "--model-path", varied_model_dir, *flags],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == code and needle in proc.stderr, proc.stderr

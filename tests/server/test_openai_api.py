@@ -26,8 +26,7 @@ from tests.scripted_chat import (
 
 @pytest.fixture(scope="module")
 def server(scripted_chat_model_dir):
-    handle = start_server(scripted_chat_model_dir, extra_args=["--dtype", "float32"],
-                          env={"OMP_NUM_THREADS": "1"})
+    handle = start_server(scripted_chat_model_dir, extra_args=["--dtype", "float32"], env={"OMP_NUM_THREADS": "1"})
     yield handle
     handle.stop()
 
@@ -79,12 +78,19 @@ def test_without_tools_nothing_is_parsed(client):
 
 
 def test_logprobs_and_meta_info_equal_generate(client, server, tok):
-    resp = chat(client, ADD, tools=TOOLS, logprobs=True,
-                extra_body={"return_token_ids": True, "return_meta_info": True})
+    resp = chat(
+        client, ADD, tools=TOOLS, logprobs=True, extra_body={"return_token_ids": True, "return_meta_info": True}
+    )
     choice = resp.choices[0]
-    direct = requests.post(server.url + "/generate", json={
-        "input_ids": choice.prompt_token_ids, "return_logprob": True,
-        "sampling_params": {"max_new_tokens": 256, "temperature": 0}}, timeout=60).json()
+    direct = requests.post(
+        server.url + "/generate",
+        json={
+            "input_ids": choice.prompt_token_ids,
+            "return_logprob": True,
+            "sampling_params": {"max_new_tokens": 256, "temperature": 0},
+        },
+        timeout=60,
+    ).json()
     assert direct["output_ids"] == choice.response_token_ids
     lps = [t.logprob for t in choice.logprobs.content]
     assert lps == pytest.approx([lp for lp, _, _ in direct["meta_info"]["output_token_logprobs"]], abs=1e-5)
@@ -108,13 +114,17 @@ def test_stream_sends_openai_chunks_then_done(client, server):
     assert all(c.object == "chat.completion.chunk" for c in chunks)
     assert chunks[0].choices[0].delta.role == "assistant"
     calls = [tc for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or []]
-    assert [(tc.index, tc.function.name, json.loads(tc.function.arguments)) for tc in calls] == \
-        [(0, "calculator", {"expression": "3+4"})]
+    assert [(tc.index, tc.function.name, json.loads(tc.function.arguments)) for tc in calls] == [
+        (0, "calculator", {"expression": "3+4"})
+    ]
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
     assert finishes == ["tool_calls"]
     assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens > 0
-    raw = requests.post(server.url + "/v1/chat/completions", json={
-        "model": "m", "messages": HELLO, "stream": True, "temperature": 0}, timeout=60)
+    raw = requests.post(
+        server.url + "/v1/chat/completions",
+        json={"model": "m", "messages": HELLO, "stream": True, "temperature": 0},
+        timeout=60,
+    )
     assert raw.headers["Content-Type"].startswith("text/event-stream")
     events = [line for line in raw.text.split("\n\n") if line]
     assert all(e.startswith("data: ") for e in events) and events[-1] == "data: [DONE]"
@@ -128,20 +138,28 @@ def test_completions(client, tok):
     choice = resp.choices[0]
     assert choice.text == HELLO_TEXT and choice.finish_reason == "stop"
     assert len(choice.logprobs.token_logprobs) == len(HELLO_TEXT) + 1  # the end-of-turn token too
-    by_ids = client.completions.create(model="policy", prompt=encode_text(tok, prompt), max_tokens=32,
-                                       temperature=0, extra_body={"return_token_ids": True})
+    by_ids = client.completions.create(
+        model="policy",
+        prompt=encode_text(tok, prompt),
+        max_tokens=32,
+        temperature=0,
+        extra_body={"return_token_ids": True},
+    )
     assert by_ids.choices[0].text == HELLO_TEXT and by_ids.choices[0].token_ids == encode_text(tok, HELLO_TEXT + END)
     assert resp.usage.prompt_tokens == len(encode_text(tok, prompt))
 
 
-@pytest.mark.parametrize("extra, named", [
-    ({"extra_body": {"bogus_field": 1}}, "bogus_field"),
-    ({"top_logprobs": 2, "logprobs": True}, "top_logprobs"),
-    ({"tool_choice": "required", "tools": TOOLS}, "tool_choice"),
-    ({"seed": 7}, "seed"),
-    ({"stream": True, "extra_body": {"return_token_ids": True}}, "return_token_ids"),
-    ({"max_tokens": 10, "max_completion_tokens": 11}, "max_completion_tokens"),
-])
+@pytest.mark.parametrize(
+    "extra, named",
+    [
+        ({"extra_body": {"bogus_field": 1}}, "bogus_field"),
+        ({"top_logprobs": 2, "logprobs": True}, "top_logprobs"),
+        ({"tool_choice": "required", "tools": TOOLS}, "tool_choice"),
+        ({"seed": 7}, "seed"),
+        ({"stream": True, "extra_body": {"return_token_ids": True}}, "return_token_ids"),
+        ({"max_tokens": 10, "max_completion_tokens": 11}, "max_completion_tokens"),
+    ],
+)
 def test_bad_requests_are_400s_naming_the_field(client, extra, named):
     with pytest.raises(openai.BadRequestError) as err:
         chat(client, HELLO, **extra)

@@ -26,8 +26,11 @@ def post(server, path, body, timeout=120):
 
 
 def generate(server, prompt, n=N_NEW):
-    r = post(server, "/generate", {"input_ids": prompt, "sampling_params": {
-        "max_new_tokens": n, "temperature": 0, "ignore_eos": True}})
+    r = post(
+        server,
+        "/generate",
+        {"input_ids": prompt, "sampling_params": {"max_new_tokens": n, "temperature": 0, "ignore_eos": True}},
+    )
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -46,8 +49,10 @@ def stats(server):
 def held_at_the_gate(server, n):
     """Until n requests are inside the server (held, queued or running): a request sent while
     paused has arrived, rather than being assumed to after a delay."""
-    wait_for(lambda: server_load(server.url)["accepted"] == n,
-             lambda: f"{n} requests in the server: {server_load(server.url)}")
+    wait_for(
+        lambda: server_load(server.url)["accepted"] == n,
+        lambda: f"{n} requests in the server: {server_load(server.url)}",
+    )
 
 
 @pytest.mark.parametrize("mode", ["in_place", "retract"])
@@ -64,8 +69,7 @@ def test_pause_holds_requests_and_continue_resumes(server, reference, mode):
         before = stats(server)[0]["generated_tokens"]
         old_version = requests.get(server.url + "/get_weight_version").json()["weight_version"]
         new_version = f"{mode}-1"  # as a weight update sets it, while the requests wait
-        assert post(server, "/update_weight_version", {"new_version": new_version,
-                                                       "abort_all_requests": False}).ok
+        assert post(server, "/update_weight_version", {"new_version": new_version, "abort_all_requests": False}).ok
         late = pool.submit(generate, server, PROMPTS[0], 5)  # arrives while paused
         held_at_the_gate(server, len(PROMPTS) + 1)
         assert stats(server)[0]["generated_tokens"] == before  # no new tokens while paused
@@ -87,8 +91,8 @@ def test_pause_holds_requests_and_continue_resumes(server, reference, mode):
 def test_pause_abort_returns_partial_outputs_and_gates_new_requests(server, reference):
     with ThreadPoolExecutor(5) as pool:
         futures, r = pause_mid_generation(
-            server.url, lambda: [pool.submit(generate, server, p) for p in PROMPTS], len(PROMPTS),
-            mode=None)  # the default mode: abort
+            server.url, lambda: [pool.submit(generate, server, p) for p in PROMPTS], len(PROMPTS), mode=None
+        )  # the default mode: abort
         assert r["requests_aborted"] == len(PROMPTS)
         # returned while still paused (the hang guard is generous: continue comes only later)
         outs = [f.result(timeout=120) for f in futures]
@@ -101,4 +105,4 @@ def test_pause_abort_returns_partial_outputs_and_gates_new_requests(server, refe
         meta = out["meta_info"]
         assert meta["finish_reason"]["type"] == "abort"
         assert 0 < meta["completion_tokens"] == len(out["output_ids"]) < N_NEW
-        assert out["output_ids"] == ref[:len(out["output_ids"])]  # the prefix is kept
+        assert out["output_ids"] == ref[: len(out["output_ids"])]  # the prefix is kept

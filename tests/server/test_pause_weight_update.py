@@ -33,8 +33,7 @@ def new_model_dir(weight_dir):
 def models(varied_model_dir, new_model_dir):
     from transformers import AutoModelForCausalLM
 
-    return [AutoModelForCausalLM.from_pretrained(d, dtype="float32").eval()
-            for d in (varied_model_dir, new_model_dir)]
+    return [AutoModelForCausalLM.from_pretrained(d, dtype="float32").eval() for d in (varied_model_dir, new_model_dir)]
 
 
 @pytest.fixture
@@ -53,8 +52,16 @@ def post(server, path, body, timeout=120):
 
 
 def generate(server, prompt):
-    return post(server, "/generate", {"input_ids": prompt, "return_logprob": True, "sampling_params": {
-        "max_new_tokens": N_NEW, "temperature": 0, "ignore_eos": True}}, timeout=300)
+    return post(
+        server,
+        "/generate",
+        {
+            "input_ids": prompt,
+            "return_logprob": True,
+            "sampling_params": {"max_new_tokens": N_NEW, "temperature": 0, "ignore_eos": True},
+        },
+        timeout=300,
+    )
 
 
 def generated_tokens(server):
@@ -77,7 +84,7 @@ def reference_logprobs(models, prompt, output, switch, mode):
         else:
             cache = DynamicCache()
             old(torch.tensor([(prompt + output)[:start]]), past_key_values=cache, use_cache=True)
-            rest = torch.tensor([output[switch - 1:-1]])
+            rest = torch.tensor([output[switch - 1 : -1]])
             positions = torch.arange(start, start + rest.shape[1]).unsqueeze(0)
             logits = new(rest, past_key_values=cache, position_ids=positions, use_cache=True).logits[0]
     logprobs = torch.log_softmax(logits.float(), -1)
@@ -95,6 +102,7 @@ def test_tokens_after_a_held_update_follow_the_modes_definition(server, models, 
         return generated_tokens(server) - at_start[-1] - (len(PROMPTS) - 1) < N_NEW - MIN_AFTER
 
     with ThreadPoolExecutor(len(PROMPTS)) as pool:
+
         def start():
             at_start.append(generated_tokens(server))
             return [pool.submit(generate, server, p) for p in PROMPTS]
@@ -115,6 +123,7 @@ def test_tokens_after_a_held_update_follow_the_modes_definition(server, models, 
         assert greedy.tolist() == out["output_ids"][switch:]  # the server's greedy picks
         torch.testing.assert_close(served, expected, atol=1e-4, rtol=0)
         # the other mode's reference must differ, or the test could not tell the two apart
-        other, _ = reference_logprobs(models, prompt, out["output_ids"], switch,
-                                      "retract" if mode == "in_place" else "in_place")
+        other, _ = reference_logprobs(
+            models, prompt, out["output_ids"], switch, "retract" if mode == "in_place" else "in_place"
+        )
         assert (other - expected).abs().max() > 0.1

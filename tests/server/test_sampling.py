@@ -22,13 +22,16 @@ def expected(probs: list[float]) -> torch.Tensor:
     return p / p.sum()
 
 
-@pytest.mark.parametrize("params, probs", [
-    (SamplingParams(), [0.5, 0.25, 0.15, 0.1]),                      # full distribution
-    (SamplingParams(top_k=10 ** 6), [0.5, 0.25, 0.15, 0.1]),         # top-k beyond the vocab
-    (SamplingParams(top_k=2), [0.5, 0.25, 0, 0]),
-    (SamplingParams(top_p=0.7), [0.5, 0.25, 0, 0]),                  # mass before token 2 is 0.75
-    (SamplingParams(temperature=2.0), [0.5 ** .5, 0.25 ** .5, 0.15 ** .5, 0.1 ** .5]),
-])
+@pytest.mark.parametrize(
+    "params, probs",
+    [
+        (SamplingParams(), [0.5, 0.25, 0.15, 0.1]),  # full distribution
+        (SamplingParams(top_k=10**6), [0.5, 0.25, 0.15, 0.1]),  # top-k beyond the vocab
+        (SamplingParams(top_k=2), [0.5, 0.25, 0, 0]),
+        (SamplingParams(top_p=0.7), [0.5, 0.25, 0, 0]),  # mass before token 2 is 0.75
+        (SamplingParams(temperature=2.0), [0.5**0.5, 0.25**0.5, 0.15**0.5, 0.1**0.5]),
+    ],
+)
 def test_token_frequencies_follow_the_truncated_distribution(params, probs):
     freq, _, _ = frequencies(params)
     torch.testing.assert_close(freq, expected(probs), atol=0.015, rtol=0)

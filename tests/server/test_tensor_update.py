@@ -47,15 +47,21 @@ def post(server, path, body):
 
 
 def generate(server):
-    r = post(server, "/generate", {"input_ids": PROMPT, "return_logprob": True, "sampling_params": {
-        "max_new_tokens": N_NEW, "temperature": 0, "ignore_eos": True}})
+    r = post(
+        server,
+        "/generate",
+        {
+            "input_ids": PROMPT,
+            "return_logprob": True,
+            "sampling_params": {"max_new_tokens": N_NEW, "temperature": 0, "ignore_eos": True},
+        },
+    )
     assert r.status_code == 200, r.text
     return r.json()
 
 
 def logprobs(out):
-    return torch.tensor([lp for lp, _, _ in out["meta_info"]["output_token_logprobs"]],
-                        dtype=torch.float64)
+    return torch.tensor([lp for lp, _, _ in out["meta_info"]["output_token_logprobs"]], dtype=torch.float64)
 
 
 def reference(model, output_ids):
@@ -63,7 +69,7 @@ def reference(model, output_ids):
     transformers forward over the whole sequence)."""
     ids = torch.tensor([PROMPT + output_ids])
     with torch.no_grad():
-        logits = model(ids).logits[0, len(PROMPT) - 1:-1].double()
+        logits = model(ids).logits[0, len(PROMPT) - 1 : -1].double()
     lp = torch.log_softmax(logits, -1)
     return lp.argmax(-1).tolist(), lp.gather(1, torch.tensor(output_ids)[:, None])[:, 0]
 
@@ -94,9 +100,15 @@ def test_served_outputs_are_the_sent_weights(server, perturbed, ref_model, varie
         # two buckets, as a trainer sends a large model; the version comes with the last
         r = send(server, pairs[:half], flush_cache=False, load_format=None)
         assert r.status_code == 200 and r.json()["success"], r.text
-        last = {"serialized_named_tensors": [serialize_named_tensors(pairs[half:])],
-                "weight_version": "t1", "load_format": "direct", "abort_all_requests": False,
-                "torch_empty_cache": True, "selector": "all", "rid": "u1"}
+        last = {
+            "serialized_named_tensors": [serialize_named_tensors(pairs[half:])],
+            "weight_version": "t1",
+            "load_format": "direct",
+            "abort_all_requests": False,
+            "torch_empty_cache": True,
+            "selector": "all",
+            "rid": "u1",
+        }
         for _ in range(2):  # the same text twice, as a retry sends it: both read the tensors
             r = post(server, ROUTE, last)
             reply = r.json()
@@ -144,8 +156,10 @@ def test_bad_names_or_shapes_load_nothing(server, perturbed):
     leaves even its good entries unloaded."""
     before = generate(server)
     good = ("model.norm.weight", perturbed.model.norm.weight.detach())
-    for bad, needle in ((("no.such.weight", torch.zeros(2)), "no.such.weight"),
-                        (("lm_head.weight", torch.zeros(3, 3)), "shape [3, 3]")):
+    for bad, needle in (
+        (("no.such.weight", torch.zeros(2)), "no.such.weight"),
+        (("lm_head.weight", torch.zeros(3, 3)), "shape [3, 3]"),
+    ):
         r = send(server, [good, bad], weight_version="bad")
         assert r.status_code == 400 and r.json()["success"] is False, r.text
         assert needle in r.json()["message"]
@@ -155,17 +169,22 @@ def test_bad_names_or_shapes_load_nothing(server, perturbed):
     torch.testing.assert_close(logprobs(after), logprobs(before), atol=0, rtol=0)
 
 
-@pytest.mark.parametrize("body, needle", [
-    ({"serialized_named_tensors": ["x"], "names": []}, "unknown key(s) ['names']"),
-    ({}, "'serialized_named_tensors' (a list of base64 strings"),
-    ({"serialized_named_tensors": "abc"}, "'serialized_named_tensors' (a list of base64 strings"),
-    ({"serialized_named_tensors": ["a", "b"]}, "has 2 entries; this server runs one"),
-    ({"serialized_named_tensors": []}, "has 0 entries"),
-    ({"serialized_named_tensors": ["x"], "load_format": "flattened_bucket"},
-     "load_format 'flattened_bucket' is not supported"),
-    ({"serialized_named_tensors": ["x"], "selector": "draft"}, "no draft model"),
-    ({"serialized_named_tensors": ["x"], "flush_cache": "yes"}, "'flush_cache' must be bool"),
-])
+@pytest.mark.parametrize(
+    "body, needle",
+    [
+        ({"serialized_named_tensors": ["x"], "names": []}, "unknown key(s) ['names']"),
+        ({}, "'serialized_named_tensors' (a list of base64 strings"),
+        ({"serialized_named_tensors": "abc"}, "'serialized_named_tensors' (a list of base64 strings"),
+        ({"serialized_named_tensors": ["a", "b"]}, "has 2 entries; this server runs one"),
+        ({"serialized_named_tensors": []}, "has 0 entries"),
+        (
+            {"serialized_named_tensors": ["x"], "load_format": "flattened_bucket"},
+            "load_format 'flattened_bucket' is not supported",
+        ),
+        ({"serialized_named_tensors": ["x"], "selector": "draft"}, "no draft model"),
+        ({"serialized_named_tensors": ["x"], "flush_cache": "yes"}, "'flush_cache' must be bool"),
+    ],
+)
 def test_malformed_requests_are_400_naming_the_key(server, body, needle):
     r = post(server, ROUTE, body)
     assert r.status_code == 400

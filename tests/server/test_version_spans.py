@@ -7,8 +7,14 @@ from areal.server.scheduler import Sequence
 
 
 def seq(n_out, changes):
-    s = Sequence(rid="r", input_ids=[1], params=SamplingParams(), return_logprob=True,
-                 on_finish=lambda _: None, version_spans=list(changes))
+    s = Sequence(
+        rid="r",
+        input_ids=[1],
+        params=SamplingParams(),
+        return_logprob=True,
+        on_finish=lambda _: None,
+        version_spans=list(changes),
+    )
     s.output_ids = list(range(n_out))
     return s
 

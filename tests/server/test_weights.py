@@ -31,8 +31,7 @@ def post(server, path, body):
 
 
 def greedy(server):
-    r = post(server, "/generate", {"input_ids": PROMPT, "sampling_params": {
-        "max_new_tokens": N_NEW, "temperature": 0}})
+    r = post(server, "/generate", {"input_ids": PROMPT, "sampling_params": {"max_new_tokens": N_NEW, "temperature": 0}})
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -41,27 +40,29 @@ def version(server):
     return requests.get(server.url + "/get_weight_version").json()["weight_version"]
 
 
-def test_update_from_disk_changes_outputs_and_version(server, ref_model, other_model,
-                                                      other_model_dir, varied_model_dir):
+def test_update_from_disk_changes_outputs_and_version(
+    server, ref_model, other_model, other_model_dir, varied_model_dir
+):
     before = greedy(server)
     assert before["output_ids"] == hf_greedy(ref_model, PROMPT, N_NEW)
-    r = post(server, "/update_weights_from_disk", {"model_path": other_model_dir,
-                                                   "weight_version": "v1", "load_format": None})
+    r = post(
+        server,
+        "/update_weights_from_disk",
+        {"model_path": other_model_dir, "weight_version": "v1", "load_format": None},
+    )
     assert r.status_code == 200 and r.json()["success"], r.text
     after = greedy(server)
     assert after["output_ids"] == hf_greedy(other_model, PROMPT, N_NEW) != before["output_ids"]
     assert after["meta_info"]["weight_version"] == "v1" == version(server)
     # without weight_version the version stays; a bad path fails with success false
-    assert post(server, "/update_weights_from_disk",
-                {"model_path": varied_model_dir}).json()["success"]
+    assert post(server, "/update_weights_from_disk", {"model_path": varied_model_dir}).json()["success"]
     assert version(server) == "v1" and greedy(server)["output_ids"] == before["output_ids"]
     r = post(server, "/update_weights_from_disk", {"model_path": other_model_dir + "/no/such"})
     assert r.status_code == 400 and r.json()["success"] is False
     assert greedy(server)["output_ids"] == before["output_ids"]
 
 
-def test_disk_loads_outside_the_weight_dirs_are_refused(server, allowed_dir, other_model_dir,
-                                                        tmp_path):
+def test_disk_loads_outside_the_weight_dirs_are_refused(server, allowed_dir, other_model_dir, tmp_path):
     """--weight-dirs limits disk loads, checked on the resolved path: '..' and a symlink inside
     an allowed folder that points outside are refused too; the message names the path and the
     option."""
@@ -72,8 +73,7 @@ def test_disk_loads_outside_the_weight_dirs_are_refused(server, allowed_dir, oth
     link = allowed_dir / "link"
     link.symlink_to(outside, target_is_directory=True)
     before = version(server)
-    for path in (str(outside), f"{allowed_dir}/../{outside.parent.name}/outside", str(link),
-                 "/no/such/dir"):
+    for path in (str(outside), f"{allowed_dir}/../{outside.parent.name}/outside", str(link), "/no/such/dir"):
         r = post(server, "/update_weights_from_disk", {"model_path": path, "weight_version": "x"})
         assert r.status_code == 403 and r.json()["success"] is False, r.text
         message = r.json()["message"]
@@ -83,8 +83,7 @@ def test_disk_loads_outside_the_weight_dirs_are_refused(server, allowed_dir, oth
 
 def test_update_weight_version(server):
     r = post(server, "/update_weight_version", {"new_version": "manual-7"})
-    assert r.json() == {"success": True, "new_version": "manual-7",
-                        "message": "Weight version updated to manual-7"}
+    assert r.json() == {"success": True, "new_version": "manual-7", "message": "Weight version updated to manual-7"}
     assert version(server) == "manual-7"
 
 
@@ -97,18 +96,38 @@ def test_distributed_update_over_gloo(server, ref_model, other_model):
 
     port, group = free_port(), "test_group"
     with ThreadPoolExecutor(1) as pool:
-        reply = pool.submit(post, server, "/init_weights_update_group", {
-            "master_address": "127.0.0.1", "master_port": port, "rank_offset": 1,
-            "world_size": 2, "group_name": group, "backend": "gloo"})
-        pg = init_custom_process_group(backend="gloo", master_address="127.0.0.1", master_port=port,
-                                       world_size=2, rank=0, group_name=group)
+        reply = pool.submit(
+            post,
+            server,
+            "/init_weights_update_group",
+            {
+                "master_address": "127.0.0.1",
+                "master_port": port,
+                "rank_offset": 1,
+                "world_size": 2,
+                "group_name": group,
+                "backend": "gloo",
+            },
+        )
+        pg = init_custom_process_group(
+            backend="gloo", master_address="127.0.0.1", master_port=port, world_size=2, rank=0, group_name=group
+        )
         assert reply.result().json()["success"], reply.result().text
         try:
             state = other_model.state_dict()
-            reply = pool.submit(post, server, "/update_weights_from_distributed", {
-                "names": list(state), "dtypes": ["float32"] * len(state),
-                "shapes": [list(t.shape) for t in state.values()], "group_name": group,
-                "flush_cache": True, "weight_version": "v2"})
+            reply = pool.submit(
+                post,
+                server,
+                "/update_weights_from_distributed",
+                {
+                    "names": list(state),
+                    "dtypes": ["float32"] * len(state),
+                    "shapes": [list(t.shape) for t in state.values()],
+                    "group_name": group,
+                    "flush_cache": True,
+                    "weight_version": "v2",
+                },
+            )
             for tensor in state.values():
                 dist.broadcast(tensor.contiguous(), src=0, group=pg)
             assert reply.result().json()["success"], reply.result().text
@@ -116,9 +135,12 @@ def test_distributed_update_over_gloo(server, ref_model, other_model):
             assert out["output_ids"] == hf_greedy(other_model, PROMPT, N_NEW)
             assert out["meta_info"]["weight_version"] == "v2"
             # an unknown name: all tensors are still received, then the update is refused
-            reply = pool.submit(post, server, "/update_weights_from_distributed", {
-                "names": ["no.such.weight"], "dtypes": ["float32"], "shapes": [[2]],
-                "group_name": group})
+            reply = pool.submit(
+                post,
+                server,
+                "/update_weights_from_distributed",
+                {"names": ["no.such.weight"], "dtypes": ["float32"], "shapes": [[2]], "group_name": group},
+            )
             dist.broadcast(torch.zeros(2), src=0, group=pg)
             assert reply.result().status_code == 400
             assert "no.such.weight" in reply.result().json()["message"]

@@ -33,22 +33,37 @@ def arith_model(tmp_path_factory):
 def server(arith_model, tmp_path_factory):
     from areal.server.testing import start_server
 
-    handle = start_server(arith_model, extra_args=["--dtype", "float32",
-                                                   "--weight-dirs", tmp_path_factory.getbasetemp()])
+    handle = start_server(
+        arith_model, extra_args=["--dtype", "float32", "--weight-dirs", tmp_path_factory.getbasetemp()]
+    )
     yield handle
     handle.stop()
 
 
 def train(tmp_path, server, model, overrides):
     addr = server.url.removeprefix("http://")
-    cfg = validate_config(compose("tiny_arith_cpu", [
-        f"actor.path={model}", f"cluster.fileroot={tmp_path}", "train_dataset.kwargs.size=128",
-        "launcher.rollout_n_nodes=0", f"rollout.server_addrs=[{addr}]", f"total_train_steps={STEPS}",
-        "evaluator.freq_steps=null", "stats_logger.plot=false", "saver.save_at_end=false", *overrides]))
+    cfg = validate_config(
+        compose(
+            "tiny_arith_cpu",
+            [
+                f"actor.path={model}",
+                f"cluster.fileroot={tmp_path}",
+                "train_dataset.kwargs.size=128",
+                "launcher.rollout_n_nodes=0",
+                f"rollout.server_addrs=[{addr}]",
+                f"total_train_steps={STEPS}",
+                "evaluator.freq_steps=null",
+                "stats_logger.plot=false",
+                "saver.save_at_end=false",
+                *overrides,
+            ],
+        )
+    )
     path = tmp_path / "cfg.yaml"
     path.write_text(yaml.safe_dump(cfg.model_dump()))
-    r = subprocess.run([sys.executable, "-m", "areal.trainer.main", "--config", str(path)], capture_output=True,
-                       text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "areal.trainer.main", "--config", str(path)], capture_output=True, text=True, timeout=600
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     rows = [json.loads(line) for line in Path(cfg.run_dir, "metrics.jsonl").read_text().splitlines()]
     assert [row["step"] for row in rows] == list(range(1, STEPS + 1))
@@ -62,9 +77,18 @@ def check_mismatch(row):
 
 
 def test_grpo_with_rollout_correction_and_entropy_bonus(tmp_path, server, arith_model):
-    cfg, rows = train(tmp_path, server, arith_model, [
-        "algo=grpo", "actor.rollout_is=tis", "actor.rollout_is_level=sequence", "actor.behav_imp_weight_cap=null",
-        "actor.entropy_coeff=0.01"])
+    cfg, rows = train(
+        tmp_path,
+        server,
+        arith_model,
+        [
+            "algo=grpo",
+            "actor.rollout_is=tis",
+            "actor.rollout_is_level=sequence",
+            "actor.behav_imp_weight_cap=null",
+            "actor.entropy_coeff=0.01",
+        ],
+    )
     assert (cfg.actor.eps_clip_low, cfg.actor.eps_clip_high) == (0.2, 0.2)
     for row in rows:
         check_mismatch(row)

@@ -17,10 +17,23 @@ import pytest
 def test_tiny_arith_demo_reward_rises(tmp_path):
     steps = 150
     r = subprocess.run(
-        [sys.executable, "-m", "launcher.cli", "--config", "tiny_arith_cpu.yaml", f"cluster.fileroot={tmp_path}",
-         f"total_train_steps={steps}", "evaluator.freq_steps=150", "launcher.server_base_port=31700",
-         "launcher.trainer_master_port=29700"],
-        capture_output=True, text=True, timeout=1200, env={**__import__("os").environ, "AREAL_CACHE": str(tmp_path)})
+        [
+            sys.executable,
+            "-m",
+            "launcher.cli",
+            "--config",
+            "tiny_arith_cpu.yaml",
+            f"cluster.fileroot={tmp_path}",
+            f"total_train_steps={steps}",
+            "evaluator.freq_steps=150",
+            "launcher.server_base_port=31700",
+            "launcher.trainer_master_port=29700",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env={**__import__("os").environ, "AREAL_CACHE": str(tmp_path)},
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     run_dir = Path(tmp_path) / "tiny_arith_cpu" / "demo"
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

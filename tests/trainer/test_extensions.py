@@ -19,17 +19,32 @@ def test_custom_dataset_workflow_and_reward_by_import_path(tmp_path, tiny_model_
 
     server = start_server(tiny_model_dir, extra_args=["--dtype", "float32"])
     try:
-        cfg = validate_config(compose("tiny_arith_cpu", [
-            f"actor.path={tiny_model_dir}", f"cluster.fileroot={tmp_path}", "launcher.trainer_n_nodes=0",
-            f"rollout.server_addrs=[{server.url.removeprefix('http://')}]", "launcher.inference_only_batches=1",
-            "train_dataset.type=examples.custom_task:load_doubling", "train_dataset.kwargs={size: 8}",
-            "train_dataset.kwargs.uniform_answers=null",  # the demo's kwarg, merged in: left out
-            "train_dataset.batch_size=4", "workflow.type=examples.custom_task:AnswerTwiceWorkflow",
-            "workflow.reward_fn=examples.custom_task:doubling_reward"]))
+        cfg = validate_config(
+            compose(
+                "tiny_arith_cpu",
+                [
+                    f"actor.path={tiny_model_dir}",
+                    f"cluster.fileroot={tmp_path}",
+                    "launcher.trainer_n_nodes=0",
+                    f"rollout.server_addrs=[{server.url.removeprefix('http://')}]",
+                    "launcher.inference_only_batches=1",
+                    "train_dataset.type=examples.custom_task:load_doubling",
+                    "train_dataset.kwargs={size: 8}",
+                    "train_dataset.kwargs.uniform_answers=null",  # the demo's kwarg, merged in: left out
+                    "train_dataset.batch_size=4",
+                    "workflow.type=examples.custom_task:AnswerTwiceWorkflow",
+                    "workflow.reward_fn=examples.custom_task:doubling_reward",
+                ],
+            )
+        )
         path = tmp_path / "config.yaml"
         path.write_text(yaml.safe_dump(cfg.model_dump()))
-        r = subprocess.run([sys.executable, "-m", "areal.trainer.driver", "--config", str(path)],
-                           capture_output=True, text=True, timeout=300)
+        r = subprocess.run(
+            [sys.executable, "-m", "areal.trainer.driver", "--config", str(path)],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert r.returncode == 0, r.stderr[-3000:]
         report = json.loads(next(line for line in r.stdout.splitlines() if line.startswith("{")))
         assert report["samples"] == 4 * cfg.gconfig.n_samples

@@ -31,23 +31,29 @@ def server(arith_model, tmp_path_factory):
     from areal.server.testing import start_server
 
     # the trainer-only runs write disk weight updates under their tmp_path fileroots
-    handle = start_server(arith_model, extra_args=["--dtype", "float32",
-                                                   "--weight-dirs", tmp_path_factory.getbasetemp()])
+    handle = start_server(
+        arith_model, extra_args=["--dtype", "float32", "--weight-dirs", tmp_path_factory.getbasetemp()]
+    )
     yield handle
     handle.stop()
 
 
 def write_config(tmp_path, model, overrides, name="cfg"):
-    cfg = validate_config(compose("tiny_arith_cpu", [f"actor.path={model}", f"cluster.fileroot={tmp_path}",
-                                                      "train_dataset.kwargs.size=128", *overrides]))
+    cfg = validate_config(
+        compose(
+            "tiny_arith_cpu",
+            [f"actor.path={model}", f"cluster.fileroot={tmp_path}", "train_dataset.kwargs.size=128", *overrides],
+        )
+    )
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(cfg.model_dump()))
     return cfg, path
 
 
 def run_module(module, config, timeout=300):
-    r = subprocess.run([sys.executable, "-m", module, "--config", str(config)], capture_output=True,
-                       text=True, timeout=timeout)
+    r = subprocess.run(
+        [sys.executable, "-m", module, "--config", str(config)], capture_output=True, text=True, timeout=timeout
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     return r
 
@@ -58,9 +64,18 @@ def metrics(cfg):
 
 def test_trainer_only_run_against_external_server(tmp_path, server, arith_model):
     addr = server.url.removeprefix("http://")
-    cfg, path = write_config(tmp_path, arith_model, [
-        "launcher.rollout_n_nodes=0", f"rollout.server_addrs=[{addr}]", "total_train_steps=4",
-        "evaluator.freq_steps=2", "recover.freq_steps=2", "saver.freq_steps=2"])
+    cfg, path = write_config(
+        tmp_path,
+        arith_model,
+        [
+            "launcher.rollout_n_nodes=0",
+            f"rollout.server_addrs=[{addr}]",
+            "total_train_steps=4",
+            "evaluator.freq_steps=2",
+            "recover.freq_steps=2",
+            "saver.freq_steps=2",
+        ],
+    )
     run_module("areal.trainer.main", path)
     rows = metrics(cfg)
     steps = [r for r in rows if r["step"] > 0]
@@ -78,14 +93,20 @@ def test_trainer_only_run_against_external_server(tmp_path, server, arith_model)
     assert "eval/accuracy" in rows[0] and "eval/accuracy" in steps[1]  # before training, then every 2
     assert requests.get(server.url + "/get_weight_version", timeout=10).json()["weight_version"] == "4"
     assert all("weight_update/seconds" in r and r["rollout/staleness_max"] >= 0 for r in steps)
-    assert all(0 <= r["rollout/staleness_mean"] <= r["rollout/staleness_max"]
-               and 0 <= r["rollout/mixed_version_frac"] <= 1 for r in steps)
+    assert all(
+        0 <= r["rollout/staleness_mean"] <= r["rollout/staleness_max"] and 0 <= r["rollout/mixed_version_frac"] <= 1
+        for r in steps
+    )
     # around each update: pausing (the built-in server reports its own share) and resuming
-    assert all(0 <= r["weight_update/server_pause_s"] <= r["weight_update/pause_s"] and r["weight_update/resume_s"] >= 0
-               for r in steps)
+    assert all(
+        0 <= r["weight_update/server_pause_s"] <= r["weight_update/pause_s"] and r["weight_update/resume_s"] >= 0
+        for r in steps
+    )
     # what the server did per step: every batch (and the evaluations) went through its counters
-    assert all(r["server/decode_steps"] > 0 and r["server/mean_decode_batch"] >= 1
-               and 0 < r["server/forward_frac"] <= 1.05 for r in steps)
+    assert all(
+        r["server/decode_steps"] > 0 and r["server/mean_decode_batch"] >= 1 and 0 < r["server/forward_frac"] <= 1.05
+        for r in steps
+    )
     assert sum(r["server/generated_tokens"] for r in steps) >= sum(r["rollout/gen_tokens"] for r in steps)
     run_dir = Path(cfg.run_dir)
     assert (run_dir / "models" / "final" / "config.json").exists()
@@ -93,9 +114,18 @@ def test_trainer_only_run_against_external_server(tmp_path, server, arith_model)
     assert (run_dir / "metrics.png").read_bytes()[:4] == b"\x89PNG"
 
     # recovery: the same trial with a longer horizon resumes after the step-4 checkpoint
-    cfg2, path2 = write_config(tmp_path, arith_model, [
-        "launcher.rollout_n_nodes=0", f"rollout.server_addrs=[{addr}]", "total_train_steps=6",
-        "recover.mode=auto", "recover.freq_steps=2"], name="resume")
+    cfg2, path2 = write_config(
+        tmp_path,
+        arith_model,
+        [
+            "launcher.rollout_n_nodes=0",
+            f"rollout.server_addrs=[{addr}]",
+            "total_train_steps=6",
+            "recover.mode=auto",
+            "recover.freq_steps=2",
+        ],
+        name="resume",
+    )
     run_module("areal.trainer.main", path2)
     resumed = [r["step"] for r in metrics(cfg2) if r["step"] > 0]
     assert resumed == [1, 2, 3, 4, 5, 6]  # 5 and 6 appended by the resumed run, nothing retrained
@@ -104,9 +134,16 @@ def test_trainer_only_run_against_external_server(tmp_path, server, arith_model)
 
 def test_inference_only_driver_then_trainer_only_replay(tmp_path, server, arith_model):
     addr = server.url.removeprefix("http://")
-    cfg, path = write_config(tmp_path, arith_model, [
-        "launcher.trainer_n_nodes=0", f"rollout.server_addrs=[{addr}]", "launcher.inference_only_batches=2",
-        "train_dataset.batch_size=8"])
+    cfg, path = write_config(
+        tmp_path,
+        arith_model,
+        [
+            "launcher.trainer_n_nodes=0",
+            f"rollout.server_addrs=[{addr}]",
+            "launcher.inference_only_batches=2",
+            "train_dataset.batch_size=8",
+        ],
+    )
     out = run_module("areal.trainer.driver", path).stdout
     reports = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert [r["batch"] for r in reports] == [0, 1] and all(r["samples"] == 64 for r in reports)
@@ -114,9 +151,18 @@ def test_inference_only_driver_then_trainer_only_replay(tmp_path, server, arith_
     index = json.loads((rollouts / "index.json").read_text())
     assert len(index["batches"]) == 2 and index["n_samples"] == 8
 
-    cfg2, path2 = write_config(tmp_path, arith_model, [
-        "launcher.rollout_n_nodes=0", f"rollout.replay_path={rollouts}", "total_train_steps=3",
-        "experiment_name=replay", "train_dataset.batch_size=8"], name="replay")
+    cfg2, path2 = write_config(
+        tmp_path,
+        arith_model,
+        [
+            "launcher.rollout_n_nodes=0",
+            f"rollout.replay_path={rollouts}",
+            "total_train_steps=3",
+            "experiment_name=replay",
+            "train_dataset.batch_size=8",
+        ],
+        name="replay",
+    )
     r = run_module("areal.trainer.main", path2)
     assert "weight updates are skipped" in r.stderr
     rows = [m for m in metrics(cfg2) if m["step"] > 0]
@@ -129,8 +175,10 @@ def test_corrupt_replay_is_rejected_with_the_path(tmp_path, arith_model):
     folder.mkdir()
     (folder / "index.json").write_text('{"format": "areal-rollouts/1", "batches": [{"file": "batch_00000.pt"}]}')
     (folder / "batch_00000.pt").write_bytes(b"not a torch file")
-    cfg, path = write_config(tmp_path, arith_model, ["launcher.rollout_n_nodes=0", f"rollout.replay_path={folder}",
-                                                     "total_train_steps=1"])
-    r = subprocess.run([sys.executable, "-m", "areal.trainer.main", "--config", str(path)], capture_output=True,
-                       text=True, timeout=300)
+    cfg, path = write_config(
+        tmp_path, arith_model, ["launcher.rollout_n_nodes=0", f"rollout.replay_path={folder}", "total_train_steps=1"]
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "areal.trainer.main", "--config", str(path)], capture_output=True, text=True, timeout=300
+    )
     assert r.returncode != 0 and f"{folder}/batch_00000.pt cannot be read" in r.stderr

@@ -11,9 +11,14 @@ from areal.trainer.rollouts import RolloutWriter, load_batch, read_index
 
 
 def batch(n=4, length=6):
-    return {"input_ids": torch.randint(0, 15, (n, length)), "attention_mask": torch.ones(n, length, dtype=torch.long),
-            "loss_mask": torch.ones(n, length, dtype=torch.long), "logprobs": torch.randn(n, length),
-            "versions": torch.zeros(n, length, dtype=torch.long), "rewards": torch.rand(n)}
+    return {
+        "input_ids": torch.randint(0, 15, (n, length)),
+        "attention_mask": torch.ones(n, length, dtype=torch.long),
+        "loss_mask": torch.ones(n, length, dtype=torch.long),
+        "logprobs": torch.randn(n, length),
+        "versions": torch.zeros(n, length, dtype=torch.long),
+        "rewards": torch.rand(n),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +41,7 @@ def truncate(path):
 def flip(path, at=0.5):
     data = bytearray(path.read_bytes())
     i = int(len(data) * at)
-    data[i:i + 16] = bytes(b ^ 0xFF for b in data[i:i + 16])
+    data[i : i + 16] = bytes(b ^ 0xFF for b in data[i : i + 16])
     path.write_bytes(bytes(data))
 
 
@@ -58,17 +63,26 @@ CASES = {
     "garbage index": (lambda f: (f / "index.json").write_text('{"format": "areal-rol'), "index.json is corrupt"),
     "index not UTF-8": (lambda f: (f / "index.json").write_bytes(b"\xff\xfe\x00{"), "index.json is corrupt"),
     "index of another kind": (lambda f: (f / "index.json").write_text("[1, 2]"), "is not an areal-rollouts/1 index"),
-    "entry without a file": (lambda f: edit_index(f, lambda i: i["batches"][1].pop("file")),
-                             "lists batches that are not"),
+    "entry without a file": (
+        lambda f: edit_index(f, lambda i: i["batches"][1].pop("file")),
+        "lists batches that are not",
+    ),
     "truncated batch, old index without checksums": (
-        lambda f: (without_checksums(f), truncate(f / "batch_00000.pt")), "batch_00000.pt cannot be read"),
-    "foreign file, old index": (lambda f: (without_checksums(f), (f / "batch_00000.pt").write_bytes(b"not torch")),
-                                "batch_00000.pt cannot be read"),
+        lambda f: (without_checksums(f), truncate(f / "batch_00000.pt")),
+        "batch_00000.pt cannot be read",
+    ),
+    "foreign file, old index": (
+        lambda f: (without_checksums(f), (f / "batch_00000.pt").write_bytes(b"not torch")),
+        "batch_00000.pt cannot be read",
+    ),
     "sample count differs from the index": (
         lambda f: (without_checksums(f), torch.save({**batch(), "rewards": torch.rand(3)}, f / "batch_00000.pt")),
-        "sample counts"),
-    "a key missing": (lambda f: (without_checksums(f), torch.save({"input_ids": torch.zeros(4, 2)},
-                                                                  f / "batch_00001.pt")), "lack tensors"),
+        "sample counts",
+    ),
+    "a key missing": (
+        lambda f: (without_checksums(f), torch.save({"input_ids": torch.zeros(4, 2)}, f / "batch_00001.pt")),
+        "lack tensors",
+    ),
 }
 
 

@@ -7,9 +7,13 @@ from areal.trainer.grpo import _staleness
 
 def test_lag_and_samples_that_lived_through_an_update():
     # prompt tokens are -1 and not generated; padding too. The trainer has just trained version 3.
-    versions = torch.tensor([[-1, -1, 3, 3, 3, -1],    # fresh
-                             [-1, 1, 1, 2, 2, -1],     # started at 1, the update to 2 came mid-answer
-                             [-1, -1, 2, 2, -1, -1]])  # one version behind
+    versions = torch.tensor(
+        [
+            [-1, -1, 3, 3, 3, -1],  # fresh
+            [-1, 1, 1, 2, 2, -1],  # started at 1, the update to 2 came mid-answer
+            [-1, -1, 2, 2, -1, -1],
+        ]
+    )  # one version behind
     generated = versions >= 0
     out = _staleness(versions, generated, trained_version=3)
     assert out["rollout/staleness_max"] == 2

@@ -15,8 +15,12 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 def step_metrics(step: int) -> dict:
     return {
-        "epoch": 0, "weight_version": step, "rollout/reward_mean": step / 10, "train/loss": 1.0 / step,
-        "timing/step_s": 0.5, "rollout/n_samples": 256,
+        "epoch": 0,
+        "weight_version": step,
+        "rollout/reward_mean": step / 10,
+        "train/loss": 1.0 / step,
+        "timing/step_s": 0.5,
+        "rollout/n_samples": 256,
     }
 
 
@@ -27,8 +31,7 @@ class TTY(io.StringIO):
 
 def run_logger(run_dir, n_steps=5, stream=None, **kwargs):
     stream = stream if stream is not None else io.StringIO()
-    with StatsLogger(run_dir, total_steps=n_steps, progress_stream=stream, progress_every_s=0,
-                     **kwargs) as stats:
+    with StatsLogger(run_dir, total_steps=n_steps, progress_stream=stream, progress_every_s=0, **kwargs) as stats:
         for step in range(1, n_steps + 1):
             stats.log(step, step_metrics(step))
     return stream.getvalue()
@@ -49,8 +52,10 @@ def test_one_json_line_per_step_with_the_callers_keys_and_throughput(tmp_path):
 def test_values_become_strict_json(tmp_path):
     torch = pytest.importorskip("torch")
     with StatsLogger(tmp_path, progress=False, plot=False, tensorboard=False) as stats:
-        rec = stats.log(1, {"train/loss": torch.tensor(0.25), "bad": math.nan, "hist": [1, math.inf],
-                            "throughput/samples_per_s": 9.0})
+        rec = stats.log(
+            1,
+            {"train/loss": torch.tensor(0.25), "bad": math.nan, "hist": [1, math.inf], "throughput/samples_per_s": 9.0},
+        )
     assert rec["train/loss"] == 0.25 and rec["bad"] is None and rec["hist"] == [1, None]
     line = (tmp_path / "metrics.jsonl").read_text()
     assert "NaN" not in line and "Infinity" not in line
@@ -90,14 +95,16 @@ def test_progress_rewrites_one_line_on_a_terminal(tmp_path):
 
 def test_format_progress():
     assert format_progress(5, None, {}) == "step 5"
-    line = format_progress(10, 100, {"rollout/reward_mean": 0.5, "eval/accuracy": 0.75,
-                                     "throughput/samples_per_s": 12.34}, elapsed_s=20.0)
+    line = format_progress(
+        10, 100, {"rollout/reward_mean": 0.5, "eval/accuracy": 0.75, "throughput/samples_per_s": 12.34}, elapsed_s=20.0
+    )
     assert line == "step 10/100 | reward 0.500 | acc 0.750 | 12.3 samples/s | ETA 3m00s"
 
 
 def test_missing_required_keys_warn_once_and_tensorboard_absence_is_said(tmp_path, caplog):
     try:
         from torch.utils.tensorboard import SummaryWriter  # noqa: F401
+
         has_tb = True
     except ImportError:
         has_tb = False
@@ -157,11 +164,11 @@ def _wandb_records(run_file):
         if left < 7:  # the rest of a block too short for a header is padding
             pos += left
             continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
         if length == 0 and kind == 0:
             pos += left
             continue
-        pieces += data[pos + 7:pos + 7 + length]
+        pieces += data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind in (1, 4):  # FULL or LAST
             record = pb.Record()
@@ -176,8 +183,14 @@ def test_wandb_offline_gets_the_same_metric_names_and_values(tmp_path, monkeypat
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb_dir"))
     monkeypatch.setenv("WANDB_SILENT", "true")
     settings = {"mode": "offline", "project": "areal-test", "name": "trial7", "tags": ["ci"]}
-    with StatsLogger(tmp_path / "run", progress=False, plot=False, tensorboard=False, wandb=settings,
-                     run_config={"actor": {"eps_clip": 0.2}}) as stats:
+    with StatsLogger(
+        tmp_path / "run",
+        progress=False,
+        plot=False,
+        tensorboard=False,
+        wandb=settings,
+        run_config={"actor": {"eps_clip": 0.2}},
+    ) as stats:
         stats.log(0, {"rollout/reward_mean": None, "eval/accuracy": 0.25, "note": "text"})
         for step in (1, 2):
             stats.log(step, step_metrics(step))

@@ -40,13 +40,15 @@ gc.collect()
 def sample_tensors():
     gen = torch.Generator().manual_seed(0)
     base = torch.randn(4, 6, generator=gen)
-    return [("w.float32", base),
-            ("w.transposed", base.t()),  # not contiguous: sent as a contiguous copy
-            ("w.bfloat16", torch.randn(3, 5, generator=gen).to(torch.bfloat16)),
-            ("w.int64", torch.arange(7)),
-            ("w.scalar", torch.tensor(2.5)),
-            ("w.empty", torch.empty(0, 3)),
-            ("w.param", torch.nn.Parameter(torch.randn(2, 2, generator=gen)))]
+    return [
+        ("w.float32", base),
+        ("w.transposed", base.t()),  # not contiguous: sent as a contiguous copy
+        ("w.bfloat16", torch.randn(3, 5, generator=gen).to(torch.bfloat16)),
+        ("w.int64", torch.arange(7)),
+        ("w.scalar", torch.tensor(2.5)),
+        ("w.empty", torch.empty(0, 3)),
+        ("w.param", torch.nn.Parameter(torch.randn(2, 2, generator=gen))),
+    ]
 
 
 def shm_names(payload: str) -> list[str]:
@@ -74,9 +76,15 @@ def test_round_trip_in_process():
 
 
 def receive_elsewhere(payload: str) -> list:
-    proc = subprocess.run([sys.executable, "-c", RECEIVER], input=payload, text=True,
-                          capture_output=True, timeout=120, check=False,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.run(
+        [sys.executable, "-c", RECEIVER],
+        input=payload,
+        text=True,
+        capture_output=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -87,8 +95,7 @@ def test_round_trip_across_unrelated_processes():
     the sender's tensors keep their values; once it drops them their segments are gone, and a
     late read is a clear error."""
     sent = sample_tensors()
-    expected = [[n, str(t.dtype), list(t.shape), t.detach().double().flatten().tolist()]
-                for n, t in sent]
+    expected = [[n, str(t.dtype), list(t.shape), t.detach().double().flatten().tolist()] for n, t in sent]
     payload = serialize_named_tensors(sent)
     segments = shm_names(payload)
     assert len(segments) == 5  # one per non-empty storage: "w.transposed" shares "w.float32"'s
@@ -96,8 +103,7 @@ def test_round_trip_across_unrelated_processes():
         assert receive_elsewhere(payload) == expected
         assert all(os.path.exists(f"/dev/shm/{s}") for s in segments)
     assert receive_elsewhere(serialize_named_tensors(sent)) == expected  # the next update
-    assert [[n, str(t.dtype), list(t.shape), t.detach().double().flatten().tolist()]
-            for n, t in sent] == expected
+    assert [[n, str(t.dtype), list(t.shape), t.detach().double().flatten().tolist()] for n, t in sent] == expected
     del sent
     assert not [s for s in segments if os.path.exists(f"/dev/shm/{s}")]
     with pytest.raises(TensorPayloadError, match="Keep the tensors alive"):
@@ -145,14 +151,15 @@ def hostile_payloads(marker: str) -> dict:
         "builtins.eval": (Reduce(eval, f"open({marker!r}, 'w')"), "builtins.eval"),
         "subprocess": (Reduce(subprocess.call, ["touch", marker]), "subprocess.call"),
         # a well-formed list whose tensor hides the gadget inside an allowed rebuild call
-        "nested": ([("w", Reduce(reductions.rebuild_tensor, torch.Tensor,
-                                 Reduce(os.system, f"touch {marker}"), meta))], "posix.system"),
+        "nested": (
+            [("w", Reduce(reductions.rebuild_tensor, torch.Tensor, Reduce(os.system, f"touch {marker}"), meta))],
+            "posix.system",
+        ),
         "getattr chain": (Reduce(getattr, Reduce(__import__, "os"), "system"), "builtins.getattr"),
     }
 
 
-@pytest.mark.parametrize("kind", ["os.system", "builtins.eval", "subprocess", "nested",
-                                  "getattr chain"])
+@pytest.mark.parametrize("kind", ["os.system", "builtins.eval", "subprocess", "nested", "getattr chain"])
 def test_hostile_payloads_are_refused_before_anything_runs(kind, tmp_path):
     marker = str(tmp_path / "pwned")
     obj, refused = hostile_payloads(marker)[kind]
@@ -182,19 +189,21 @@ def test_a_forged_segment_size_is_refused():
     manager, handle, _ = shared._share_filename_cpu_()
     path = "/dev/shm" + handle.decode()
     before = os.stat(path).st_size
-    forged = Reduce(reductions.rebuild_storage_filename, torch.UntypedStorage, manager, handle,
-                    2**30)
+    forged = Reduce(reductions.rebuild_storage_filename, torch.UntypedStorage, manager, handle, 2**30)
     with pytest.raises(TensorPayloadError, match="malformed shared-memory size"):
         deserialize_named_tensors(pickle.dumps([("w", forged)]))
     assert os.stat(path).st_size == before
 
 
-@pytest.mark.parametrize("obj, needle", [
-    ({"w": 1}, "must be a list of (name, tensor) pairs, got dict"),
-    ([(1, "x")], "item 0 is a tuple of (int, str)"),
-    ([("w",)], "item 0 is a tuple of (str)"),
-    (["w"], "item 0 is a str"),
-])
+@pytest.mark.parametrize(
+    "obj, needle",
+    [
+        ({"w": 1}, "must be a list of (name, tensor) pairs, got dict"),
+        ([(1, "x")], "item 0 is a tuple of (int, str)"),
+        ([("w",)], "item 0 is a tuple of (str)"),
+        (["w"], "item 0 is a str"),
+    ],
+)
 def test_payload_structure_is_checked(obj, needle):
     with pytest.raises(TensorPayloadError) as info:
         deserialize_named_tensors(pickle.dumps(obj))

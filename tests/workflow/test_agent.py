@@ -20,18 +20,17 @@ RECORD = {"question": "add 3 and 4", "bonus": 0.25}
 
 @pytest.fixture(scope="module")
 def engine(scripted_chat_model_dir):
-    server = start_server(scripted_chat_model_dir, extra_args=["--dtype", "float32"],
-                          env={"OMP_NUM_THREADS": "1"})
-    eng = RemoteSGLangEngine.from_pretrained(scripted_chat_model_dir, server_addrs=[server.url],
-                                             rollout={"consumer_batch_size": 2})
+    server = start_server(scripted_chat_model_dir, extra_args=["--dtype", "float32"], env={"OMP_NUM_THREADS": "1"})
+    eng = RemoteSGLangEngine.from_pretrained(
+        scripted_chat_model_dir, server_addrs=[server.url], rollout={"consumer_batch_size": 2}
+    )
     yield eng
     eng.destroy()
     server.stop()
 
 
 def workflow(model_dir, run, **kw):
-    return AgentWorkflow(A + run, GenerationConfig(n_samples=2, max_new_tokens=128, temperature=0.0),
-                         model_dir, **kw)
+    return AgentWorkflow(A + run, GenerationConfig(n_samples=2, max_new_tokens=128, temperature=0.0), model_dir, **kw)
 
 
 def test_conversation_rows(engine, scripted_chat_model_dir):
@@ -52,9 +51,14 @@ def test_conversation_rows(engine, scripted_chat_model_dir):
         assert batch["logprobs"][i, :n][mask].lt(0).all() and batch["logprobs"][i, :n][~mask].eq(0).all()
         assert batch["versions"][i, :n][mask].ge(0).all() and batch["versions"][i, :n][~mask].eq(-1).all()
     stats = sample_stats(batch)
-    assert stats == {"rollout/agent/calls": 2.0, "rollout/agent/tool_calls": 1.0,
-                     "rollout/agent/tool_call_rate": 1.0, "rollout/agent/malformed_tool_calls": 0.0,
-                     "rollout/agent/untrained_calls": 0.0, "rollout/agent/accuracy": 1.0}
+    assert stats == {
+        "rollout/agent/calls": 2.0,
+        "rollout/agent/tool_calls": 1.0,
+        "rollout/agent/tool_call_rate": 1.0,
+        "rollout/agent/malformed_tool_calls": 0.0,
+        "rollout/agent/untrained_calls": 0.0,
+        "rollout/agent/accuracy": 1.0,
+    }
 
 
 def test_call_rows_go_call_by_call_across_the_group(engine, scripted_chat_model_dir):
@@ -101,8 +105,9 @@ def test_misbehaving_agents_fail_the_episode_with_a_message(engine, scripted_cha
 def test_config_builds_the_agent_workflow(scripted_chat_model_dir, tmp_path):
     from launcher.compose import compose
 
-    cfg = validate_config(compose("calculator_agent_cpu", [f"actor.path={scripted_chat_model_dir}",
-                                                           "workflow.agent.samples=call"]))
+    cfg = validate_config(
+        compose("calculator_agent_cpu", [f"actor.path={scripted_chat_model_dir}", "workflow.agent.samples=call"])
+    )
     wf = build_workflow(cfg, scripted_chat_model_dir)
     assert isinstance(wf, AgentWorkflow) and wf.samples == "call" and wf.max_calls == 3
     assert wf.run.__module__ == "examples.calculator_agent"

@@ -9,16 +9,31 @@ from openai.types.chat import ChatCompletion
 
 from examples.calculator_agent import TOOL_BONUS, call_calculator, evaluate, run
 
-RECORD = {"question": "Mia has 7 apples. She buys 5 more. How many apples does Mia have now?",
-          "answer": "7 + 5 = 12\n#### 12", "solution": "12"}
+RECORD = {
+    "question": "Mia has 7 apples. She buys 5 more. How many apples does Mia have now?",
+    "answer": "7 + 5 = 12\n#### 12",
+    "solution": "12",
+}
 
 
 def completion(content, tool_calls=None):
     finish = "tool_calls" if tool_calls else "stop"
-    return ChatCompletion.model_validate({
-        "id": "c", "object": "chat.completion", "created": 0, "model": "m",
-        "choices": [{"index": 0, "finish_reason": finish, "logprobs": None,
-                     "message": {"role": "assistant", "content": content, "tool_calls": tool_calls}}]})
+    return ChatCompletion.model_validate(
+        {
+            "id": "c",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": finish,
+                    "logprobs": None,
+                    "message": {"role": "assistant", "content": content, "tool_calls": tool_calls},
+                }
+            ],
+        }
+    )
 
 
 class ScriptedClient:
@@ -34,8 +49,13 @@ class ScriptedClient:
 
 
 def call(expression, call_id="call_1"):
-    return [{"id": call_id, "type": "function",
-             "function": {"name": "calculator", "arguments": json.dumps({"expression": expression})}}]
+    return [
+        {
+            "id": call_id,
+            "type": "function",
+            "function": {"name": "calculator", "arguments": json.dumps({"expression": expression})},
+        }
+    ]
 
 
 def test_the_tool_loop_and_the_score():

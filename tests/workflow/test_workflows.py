@@ -19,8 +19,9 @@ RECORD = {"question": "1+2=", "answer": "1+2=3\n#### 3", "solution": "3", "promp
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir):
     server = start_server(tiny_model_dir, extra_args=["--dtype", "float32"], env={"OMP_NUM_THREADS": "1"})
-    eng = RemoteSGLangEngine.from_pretrained(tiny_model_dir, server_addrs=[server.url],
-                                             rollout={"consumer_batch_size": 2})
+    eng = RemoteSGLangEngine.from_pretrained(
+        tiny_model_dir, server_addrs=[server.url], rollout={"consumer_batch_size": 2}
+    )
     yield eng
     eng.destroy()
     server.stop()
@@ -75,8 +76,15 @@ def test_reward_gets_prompt_text_and_record_fields(engine, tokenizer):
 
 def test_multi_turn_retries_with_feedback_and_discount(engine, tokenizer):
     feedback = "wrong try again"
-    wf = MultiTurnWorkflow(R + "always_minus_one", gconfig(n_samples=2, max_new_tokens=4), tokenizer,
-                           max_turns=3, turn_discount=0.5, feedback=feedback, reward_workers=1)
+    wf = MultiTurnWorkflow(
+        R + "always_minus_one",
+        gconfig(n_samples=2, max_new_tokens=4),
+        tokenizer,
+        max_turns=3,
+        turn_discount=0.5,
+        feedback=feedback,
+        reward_workers=1,
+    )
     try:
         batch = engine.rollout_batch([RECORD], wf)
     finally:
@@ -87,20 +95,26 @@ def test_multi_turn_retries_with_feedback_and_discount(engine, tokenizer):
     fb = encode(tokenizer, feedback)
     for i in range(2):
         mask = batch["loss_mask"][i].tolist()
-        runs = _runs(mask[len(prompt_ids):int(batch["attention_mask"][i].sum())])
+        runs = _runs(mask[len(prompt_ids) : int(batch["attention_mask"][i].sum())])
         assert [v for v, _ in runs] == [1, 0, 1, 0, 1]  # three answers, two feedback messages
         assert [n for v, n in runs if v == 0] == [len(fb), len(fb)]
         ids = batch["input_ids"][i].tolist()
         start = len(prompt_ids) + runs[0][1]
-        assert ids[start:start + len(fb)] == fb
+        assert ids[start : start + len(fb)] == fb
         gen = batch["loss_mask"][i].bool()
         assert batch["versions"][i][gen].eq(0).all() and batch["versions"][i][~gen].eq(-1).all()
         assert batch["logprobs"][i][~gen].eq(0).all()
 
 
 def test_multi_turn_first_turn_success_gets_full_reward(engine, tokenizer):
-    wf = MultiTurnWorkflow(R + "always_one", gconfig(n_samples=2, max_new_tokens=4), tokenizer,
-                           max_turns=3, turn_discount=0.5, reward_workers=1)
+    wf = MultiTurnWorkflow(
+        R + "always_one",
+        gconfig(n_samples=2, max_new_tokens=4),
+        tokenizer,
+        max_turns=3,
+        turn_discount=0.5,
+        reward_workers=1,
+    )
     try:
         batch = engine.rollout_batch([RECORD], wf)
     finally:
@@ -142,9 +156,11 @@ def test_registry(tiny_model_dir):
         resolve_workflow_class("rlvx")
     with pytest.raises(TypeError, match="not a subclass"):
         resolve_workflow_class("areal.workflow.common:load_tokenizer")
-    cfg = pretrained_config(tiny_model_dir, server_addrs=["h:1"],
-                            workflow={"type": "multi_turn", "max_turns": 4, "reward_fn": "arith_exact",
-                                      "kwargs": {"feedback": "again"}})
+    cfg = pretrained_config(
+        tiny_model_dir,
+        server_addrs=["h:1"],
+        workflow={"type": "multi_turn", "max_turns": 4, "reward_fn": "arith_exact", "kwargs": {"feedback": "again"}},
+    )
     wf = build_workflow(cfg, tiny_model_dir)
     assert isinstance(wf, MultiTurnWorkflow) and wf.max_turns == 4 and wf.feedback == "again"
     wf.close()

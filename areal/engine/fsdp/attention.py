@@ -26,14 +26,24 @@ _VARLEN = {"enabled": True}
 ATTN_IMPLEMENTATION = "areal_packed_sdpa"
 
 
-def packed_sdpa_attention(module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                          attention_mask, dropout: float = 0.0, scaling: float | None = None,
-                          is_causal: bool | None = None, **kwargs):
+def packed_sdpa_attention(
+    module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs,
+):
     """query [1, H, T, D], key/value [1, H_kv, T, D] -> ([1, T, H, D], None); causal per sequence."""
     cu = kwargs.get("cu_seq_lens_q")
     if cu is None:
-        raise RuntimeError(f"attn_implementation={ATTN_IMPLEMENTATION!r} needs cu_seq_lens_q (packed "
-                           "sequence boundaries); call the model through FSDPEngine")
+        raise RuntimeError(
+            f"attn_implementation={ATTN_IMPLEMENTATION!r} needs cu_seq_lens_q (packed "
+            "sequence boundaries); call the model through FSDPEngine"
+        )
     p = dropout if module.training else 0.0
     if p == 0.0 and _varlen_usable(query):
         try:
@@ -43,8 +53,10 @@ def packed_sdpa_attention(module, query: torch.Tensor, key: torch.Tensor, value:
     lengths = (cu[1:] - cu[:-1]).tolist()
     if len(set(lengths)) < len(lengths):
         return _sdpa_by_length(query, key, value, cu[:-1].tolist(), lengths, p, scaling), None
-    outs = [F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True, scale=scaling, enable_gqa=True)
-            for q, k, v in zip(query.split(lengths, 2), key.split(lengths, 2), value.split(lengths, 2))]
+    outs = [
+        F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True, scale=scaling, enable_gqa=True)
+        for q, k, v in zip(query.split(lengths, 2), key.split(lengths, 2), value.split(lengths, 2))
+    ]
     return torch.cat(outs, 2).transpose(1, 2).contiguous(), None
 
 
@@ -59,7 +71,7 @@ def _sdpa_by_length(query, key, value, starts: list[int], lengths: list[int], p:
     outs = []
     offset = 0
     for length, positions in buckets.items():
-        idx = order[offset:offset + len(positions)]
+        idx = order[offset : offset + len(positions)]
         offset += len(positions)
         q, k, v = (_stack_sequences(t, idx, length) for t in (query, key, value))
         out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True, scale=scaling, enable_gqa=True)
@@ -75,8 +87,12 @@ def _stack_sequences(t: torch.Tensor, idx: torch.Tensor, length: int) -> torch.T
 
 
 def _varlen_usable(query: torch.Tensor) -> bool:
-    return (_VARLEN["enabled"] and query.is_cuda and query.dtype in (torch.bfloat16, torch.float16)
-            and _varlen_fn() is not None)
+    return (
+        _VARLEN["enabled"]
+        and query.is_cuda
+        and query.dtype in (torch.bfloat16, torch.float16)
+        and _varlen_fn() is not None
+    )
 
 
 def _varlen_fn():

@@ -130,13 +130,17 @@ def _write_failure(folder: Path, run_dir: str | Path, error: BaseException) -> s
         previous = f"unknown ({e})"
     if cause is not None and cause.errno in (errno.ENOSPC, errno.EDQUOT):
         reason = f"{cause.strerror or cause} ({cause.filename or folder})"
-        fix = (f"free disk space where {root} lives (or point cluster.fileroot at a larger disk, or "
-               "lower recover.keep_last)")
+        fix = (
+            f"free disk space where {root} lives (or point cluster.fileroot at a larger disk, or "
+            "lower recover.keep_last)"
+        )
     else:
         reason = str(cause) if cause is not None else f"{type(error).__name__}: {str(error)[:2000]}"
         fix = f"make sure {root} is writable"
-    return (f"cannot write recovery checkpoint {folder}: {reason}. The previous checkpoint is intact: "
-            f"{previous}. To go on, {fix}, then run again with recover.mode=auto to resume from it")
+    return (
+        f"cannot write recovery checkpoint {folder}: {reason}. The previous checkpoint is intact: "
+        f"{previous}. To go on, {fix}, then run again with recover.mode=auto to resume from it"
+    )
 
 
 def _os_error_in(error: BaseException) -> OSError | None:
@@ -179,9 +183,11 @@ def _read_state(folder: Path) -> TrainerState:
 
 
 def _read_failure(folder: Path, problem: str) -> str:
-    return (f"cannot restore recovery checkpoint {folder}: {problem}. To go on, delete {folder} to resume "
-            "from an older checkpoint (if recover.keep_last kept one), or start afresh with "
-            "recover.mode=disabled or another trial_name")
+    return (
+        f"cannot restore recovery checkpoint {folder}: {problem}. To go on, delete {folder} to resume "
+        "from an older checkpoint (if recover.keep_last kept one), or start afresh with "
+        "recover.mode=disabled or another trial_name"
+    )
 
 
 def restore_checkpoint(engine, folder: str | Path) -> TrainerState:
@@ -193,8 +199,9 @@ def restore_checkpoint(engine, folder: str | Path) -> TrainerState:
     state = _read_state(folder)
     rng_file = folder / "rng" / f"rank{dist.get_rank()}.pt"
     if not rng_file.exists():
-        raise FileNotFoundError(f"{rng_file} is missing: the checkpoint was written by "
-                                "fewer ranks; resume with the same actor.backend")
+        raise FileNotFoundError(
+            f"{rng_file} is missing: the checkpoint was written by fewer ranks; resume with the same actor.backend"
+        )
     try:
         engine.load_train_state(str(folder / "train_state"))
     except (Exception, CheckpointException) as e:  # DCP's CheckpointException is a BaseException

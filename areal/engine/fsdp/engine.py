@@ -47,9 +47,17 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 class FSDPEngine(TrainEngine):
     """See the module docstring. `config` is an ActorConfig (areal.config.actor)."""
 
-    def __init__(self, config, *, experiment_name: str | None = None, trial_name: str | None = None,
-                 fileroot: str | None = None, trainable: bool = True, device: str | None = None,
-                 attn_implementation: str | None = None):
+    def __init__(
+        self,
+        config,
+        *,
+        experiment_name: str | None = None,
+        trial_name: str | None = None,
+        fileroot: str | None = None,
+        trainable: bool = True,
+        device: str | None = None,
+        attn_implementation: str | None = None,
+    ):
         from areal.config.cluster import ClusterConfig
         from areal.config.experiment import ExperimentConfig
 
@@ -90,8 +98,10 @@ class FSDPEngine(TrainEngine):
         cfg = self.config
         self.strategy = parse_parallel(cfg.backend, allowed_backends=("fsdp",))
         if cfg.use_lora and self.strategy.tp > 1:
-            raise ValueError(f"actor.use_lora with tensor parallelism ({cfg.backend}) is not supported; "
-                             "use a backend without t (e.g. fsdp:d2) for LoRA")
+            raise ValueError(
+                f"actor.use_lora with tensor parallelism ({cfg.backend}) is not supported; "
+                "use a backend without t (e.g. fsdp:d2) for LoRA"
+            )
         self._init_process_group()
         try:
             self._build(total_train_steps)
@@ -108,8 +118,7 @@ class FSDPEngine(TrainEngine):
         if self.strategy.tp > 1:
             check_tp_divisible(model.config, self.strategy.tp)
             apply_tp(model, self.mesh["tp"])
-        apply_fsdp(model, dp_mesh(self.mesh), param_dtype=self.param_dtype,
-                   reduce_dtype=DTYPES[cfg.grad_reduce_dtype])
+        apply_fsdp(model, dp_mesh(self.mesh), param_dtype=self.param_dtype, reduce_dtype=DTYPES[cfg.grad_reduce_dtype])
         if cfg.compile:
             compile_decoder_layers(model)
         self.model = model
@@ -177,9 +186,16 @@ class FSDPEngine(TrainEngine):
         if cfg.use_lora:
             from peft import LoraConfig, get_peft_model
 
-            model = get_peft_model(model, LoraConfig(
-                r=cfg.lora_rank, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                target_modules=list(cfg.target_modules), task_type="CAUSAL_LM"))
+            model = get_peft_model(
+                model,
+                LoraConfig(
+                    r=cfg.lora_rank,
+                    lora_alpha=cfg.lora_alpha,
+                    lora_dropout=cfg.lora_dropout,
+                    target_modules=list(cfg.target_modules),
+                    task_type="CAUSAL_LM",
+                ),
+            )
             self.lora_scaling = cfg.lora_alpha / cfg.lora_rank
         return model.to(self.device)
 
@@ -194,8 +210,7 @@ class FSDPEngine(TrainEngine):
 
     @property
     def dp_rank(self) -> int:
-        return (self.mesh.get_local_rank("dp_replicate") * self.strategy.shard
-                + self.mesh.get_local_rank("dp_shard"))
+        return self.mesh.get_local_rank("dp_replicate") * self.strategy.shard + self.mesh.get_local_rank("dp_shard")
 
     @property
     def is_rank0(self) -> bool:
@@ -205,8 +220,10 @@ class FSDPEngine(TrainEngine):
         """This data-parallel rank's contiguous share of a full batch (TP peers get the same rows)."""
         n = batch["input_ids"].shape[0]
         if n % self.dp_size:
-            raise ValueError(f"{n} sequences do not split over {self.dp_size} data-parallel ranks "
-                             f"(actor.backend={self.config.backend})")
+            raise ValueError(
+                f"{n} sequences do not split over {self.dp_size} data-parallel ranks "
+                f"(actor.backend={self.config.backend})"
+            )
         size = n // self.dp_size
         lo, hi = self.dp_rank * size, (self.dp_rank + 1) * size
         return {k: v[lo:hi] if _per_sequence(v, n) else v for k, v in batch.items()}
@@ -235,12 +252,10 @@ class FSDPEngine(TrainEngine):
         if self.attn_implementation == "sdpa":  # dense block-diagonal mask: O(T^2), for checks
             kwargs["attention_mask"] = packing.block_causal_mask(seqlens, device=self.device)
         elif self.attn_implementation == "eager":
-            kwargs["attention_mask"] = packing.block_causal_mask(seqlens, device=self.device,
-                                                                 dtype=self.param_dtype)
+            kwargs["attention_mask"] = packing.block_causal_mask(seqlens, device=self.device, dtype=self.param_dtype)
         else:  # varlen: areal_packed_sdpa and flash-attention read the sequence boundaries
             cu = torch.tensor([0, *seqlens], device=self.device).cumsum(0).to(torch.int32)
-            kwargs.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=max(seqlens),
-                          max_length_k=max(seqlens))
+            kwargs.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=max(seqlens), max_length_k=max(seqlens))
         out = self.model(input_ids=ids, position_ids=pos, use_cache=False, **kwargs)
         return out.logits[0]
 
@@ -278,8 +293,9 @@ class FSDPEngine(TrainEngine):
             logits = self._logits(mb)
             if mb.is_dummy:
                 continue
-            lp, e = packing.token_logprobs(logits, mb.input_ids[0].to(self.device), mb.seqlens,
-                                           temperature=temperature, with_entropy=with_entropy)
+            lp, e = packing.token_logprobs(
+                logits, mb.input_ids[0].to(self.device), mb.seqlens, temperature=temperature, with_entropy=with_entropy
+            )
             width = max(mb.seqlens)
             rows = torch.tensor(mb.indices, device=self.device)
             logp[rows, :width] = packing.unpack(lp, mb, width)
@@ -288,8 +304,9 @@ class FSDPEngine(TrainEngine):
         logp = logp.to(home)
         return (logp, ent.to(home)) if with_entropy else logp
 
-    def train_batch(self, batch: Batch, loss_fn: LossFn, loss_weight_fn: Callable[[Batch], float], *,
-                    temperature: float = 1.0) -> dict[str, float]:
+    def train_batch(
+        self, batch: Batch, loss_fn: LossFn, loss_weight_fn: Callable[[Batch], float], *, temperature: float = 1.0
+    ) -> dict[str, float]:
         """One optimizer step over this rank's batch.
 
         loss_fn(logprobs [b, l], entropy [b, l], mb) -> (loss, stats) sees one micro-batch as a
@@ -312,8 +329,9 @@ class FSDPEngine(TrainEngine):
         total = float(total)
         self.optimizer.zero_grad(set_to_none=True)
         if total <= 0:
-            logger.warning("train_batch: the loss weights sum to 0 over all ranks (no loss tokens?); "
-                           "skipping the optimizer step")
+            logger.warning(
+                "train_batch: the loss weights sum to 0 over all ranks (no loss tokens?); skipping the optimizer step"
+            )
             return {"loss": 0.0, "grad_norm": 0.0, "lr": self.lr, "skipped": 1.0}
         loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         # Weighted sums stay on the device until the step ends: reading a statistic back per
@@ -326,8 +344,9 @@ class FSDPEngine(TrainEngine):
             if sub is None:
                 (logits.sum() * 0.0).backward()  # keeps FSDP's collectives in step
                 continue
-            lp, ent = packing.token_logprobs(logits, mb.input_ids[0].to(self.device), mb.seqlens,
-                                             temperature=temperature)
+            lp, ent = packing.token_logprobs(
+                logits, mb.input_ids[0].to(self.device), mb.seqlens, temperature=temperature
+            )
             width = max(mb.seqlens)
             loss, stats = loss_fn(packing.unpack(lp, mb, width), packing.unpack(ent, mb, width), sub)
             # FSDP averages gradients over the dp ranks; multiplying by dp_size turns that into a sum.
@@ -348,8 +367,14 @@ class FSDPEngine(TrainEngine):
         self.optimizer.zero_grad(set_to_none=True)
         self.scheduler.step()
         dist.all_reduce(loss_sum, group=self._dp_group)
-        out = {"loss": float(loss_sum), "grad_norm": grad_norm, "lr": lr, "skipped": skipped,
-               "n_microbatches": float(len(mbs)), "n_tokens": float(n_tokens)}
+        out = {
+            "loss": float(loss_sum),
+            "grad_norm": grad_norm,
+            "lr": lr,
+            "skipped": skipped,
+            "n_microbatches": float(len(mbs)),
+            "n_tokens": float(n_tokens),
+        }
         out.update({f"loss_fn/{k}": v for k, v in self._sum_over_dp(stat_sums).items()})
         out["step_s"] = time.perf_counter() - t0
         return out
@@ -374,8 +399,14 @@ class FSDPEngine(TrainEngine):
         return float(self.optimizer.param_groups[0]["lr"]) if self.optimizer else 0.0
 
     # ---- save / load -----------------------------------------------------------------------------
-    def save(self, path: str, *, with_optimizer: bool = False, dtype: str | None = None,
-             timer: weight_sync.PhaseTimer | None = None) -> int:
+    def save(
+        self,
+        path: str,
+        *,
+        with_optimizer: bool = False,
+        dtype: str | None = None,
+        timer: weight_sync.PhaseTimer | None = None,
+    ) -> int:
         """HF folder (model.safetensors in actor.dtype unless dtype is given, config, tokenizer).
 
         with_optimizer adds `train_state/` (fp32 weights, optimizer, scheduler) for exact
@@ -388,9 +419,16 @@ class FSDPEngine(TrainEngine):
         out = Path(path)
         timer = timer or weight_sync.PhaseTimer()
         tensors = {}
-        for name, tensor in timer.iterate("gather", state.iter_full_state(
-                self.model, keep=self.is_rank0, dtype=DTYPES[dtype or self.config.dtype],
-                lora_scaling=self.lora_scaling, tied_lm_head=self.tied_lm_head)):
+        for name, tensor in timer.iterate(
+            "gather",
+            state.iter_full_state(
+                self.model,
+                keep=self.is_rank0,
+                dtype=DTYPES[dtype or self.config.dtype],
+                lora_scaling=self.lora_scaling,
+                tied_lm_head=self.tied_lm_head,
+            ),
+        ):
             if tensor is not None:
                 tensors[name] = tensor
         nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
@@ -424,9 +462,11 @@ class FSDPEngine(TrainEngine):
             self.load_train_state(str(Path(path) / "train_state"))
             return
         if self.config.use_lora:
-            raise ValueError("a saved HF folder holds merged LoRA weights; loading it into a LoRA "
-                             "engine would apply the adapters twice. Use load(path, with_optimizer=True) "
-                             "or start a new engine with actor.path set to the folder")
+            raise ValueError(
+                "a saved HF folder holds merged LoRA weights; loading it into a LoRA "
+                "engine would apply the adapters twice. Use load(path, with_optimizer=True) "
+                "or start a new engine with actor.path set to the folder"
+            )
         from safetensors.torch import load_file
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
 
@@ -450,8 +490,7 @@ class FSDPEngine(TrainEngine):
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
         dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=path)
         if self.is_rank0:
-            torch.save({"scheduler": self.scheduler.state_dict(), "version": self._version},
-                       Path(path) / "engine.pt")
+            torch.save({"scheduler": self.scheduler.state_dict(), "version": self._version}, Path(path) / "engine.pt")
         dist.barrier()
 
     def load_train_state(self, path: str) -> None:
@@ -460,8 +499,10 @@ class FSDPEngine(TrainEngine):
 
         self._require_initialized(train=True)
         if not (Path(path) / "engine.pt").exists():
-            raise FileNotFoundError(f"{path} is not a train state (no engine.pt); save it with "
-                                    "save(..., with_optimizer=True) or save_train_state")
+            raise FileNotFoundError(
+                f"{path} is not a train state (no engine.pt); save it with "
+                "save(..., with_optimizer=True) or save_train_state"
+            )
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
         sd = {"model": model_sd, "optim": optim_sd}
         dcp.load(sd, checkpoint_id=path)
@@ -471,8 +512,7 @@ class FSDPEngine(TrainEngine):
         self._version = int(extra["version"])
 
     # ---- weight updates --------------------------------------------------------------------------
-    def connect_servers(self, urls: list[str], *, ranks_per_server: int = 1,
-                        api_key: str | None = None) -> None:
+    def connect_servers(self, urls: list[str], *, ranks_per_server: int = 1, api_key: str | None = None) -> None:
         """Inference servers (http://host:port) to push weights to when update_weights gets no
         InferenceEngine; a ServerControl (areal/engine/sglang/control.py) speaks to them.
 
@@ -505,8 +545,9 @@ class FSDPEngine(TrainEngine):
         version = meta.version if meta.version is not None else self._version + 1
         servers = inference if inference is not None else self._servers
         if servers is None and self.is_rank0:
-            raise ValueError("update_weights needs an InferenceEngine (inference=...) or servers "
-                             "from connect_servers(urls)")
+            raise ValueError(
+                "update_weights needs an InferenceEngine (inference=...) or servers from connect_servers(urls)"
+            )
         t0 = time.perf_counter()
         timer = weight_sync.PhaseTimer(sync=torch.cuda.synchronize if self.device_type == "cuda" else None)
         if meta.type == "disk":
@@ -514,18 +555,17 @@ class FSDPEngine(TrainEngine):
         elif meta.type in ("distributed", "tensor"):
             nbytes = self._update_in_buckets(meta, version, servers, timer)
         else:
-            raise ValueError(f"weight update type {meta.type!r} is not 'disk', 'distributed' or "
-                             "'tensor' (actor.weight_update)")
+            raise ValueError(
+                f"weight update type {meta.type!r} is not 'disk', 'distributed' or 'tensor' (actor.weight_update)"
+            )
         dist.barrier()
         self._version = version
         stats = weight_sync.UpdateStats(time.perf_counter() - t0, nbytes, version, meta.type, timer.seconds)
         if self.is_rank0:
-            logger.info("weight update v%d (%s): %.2f s, %.1f MB", version, meta.type, stats.seconds,
-                        nbytes / 2**20)
+            logger.info("weight update v%d (%s): %.2f s, %.1f MB", version, meta.type, stats.seconds, nbytes / 2**20)
         return stats.as_dict()
 
-    def _update_from_disk(self, meta: WeightUpdateMeta, version: int, servers,
-                          timer: weight_sync.PhaseTimer) -> int:
+    def _update_from_disk(self, meta: WeightUpdateMeta, version: int, servers, timer: weight_sync.PhaseTimer) -> int:
         if self.config.use_lora and self.config.lora_push == "adapter":
             return self._push_adapter(meta, version, servers, timer)
         path = meta.path or self.weight_update_path(version)
@@ -545,8 +585,7 @@ class FSDPEngine(TrainEngine):
         if path == self.weight_update_path(version):
             weight_sync.prune_disk_updates(Path(path).parent, version)
 
-    def _push_adapter(self, meta: WeightUpdateMeta, version: int, servers,
-                      timer: weight_sync.PhaseTimer) -> int:
+    def _push_adapter(self, meta: WeightUpdateMeta, version: int, servers, timer: weight_sync.PhaseTimer) -> int:
         """lora_push=adapter: write a peft adapter folder; servers load it as LoRA `v{version}`
         through SGLang's /load_lora_adapter route and report `version`; the previous adapter is
         unloaded, and later /generate requests name `v{version}` in lora_path."""
@@ -566,8 +605,7 @@ class FSDPEngine(TrainEngine):
         dist.barrier()
         return sum(t.numel() * t.element_size() for t in tensors.values())
 
-    def _update_in_buckets(self, meta: WeightUpdateMeta, version: int, servers,
-                           timer: weight_sync.PhaseTimer) -> int:
+    def _update_in_buckets(self, meta: WeightUpdateMeta, version: int, servers, timer: weight_sync.PhaseTimer) -> int:
         """Distributed (broadcast) and tensor (IPC handles) updates: full tensors, bucket by bucket,
         with generation paused once for all of them (unless the caller paused already: then it
         also decides when generation continues)."""
@@ -576,18 +614,27 @@ class FSDPEngine(TrainEngine):
         if self.is_rank0:
             if meta.type == "distributed" and self._sender is None:
                 self._sender = weight_sync.DistributedSender(
-                    servers, backend=meta.backend, group_name=meta.group_name,
-                    master_address=meta.master_address, master_port=meta.master_port,
-                    device=str(self.device) if on_device else "cpu")
+                    servers,
+                    backend=meta.backend,
+                    group_name=meta.group_name,
+                    master_address=meta.master_address,
+                    master_port=meta.master_port,
+                    device=str(self.device) if on_device else "cpu",
+                )
             if paused_here:
                 servers.pause()
         nbytes = 0
         try:
             bucket_bytes = self.config.weight_update_bucket_mb * 2**20
             # NCCL broadcasts and IPC handles leave full tensors on the GPU (no host round trip)
-            named = state.iter_full_state(self.model, keep=self.is_rank0, dtype=self.param_dtype,
-                                          lora_scaling=self.lora_scaling, tied_lm_head=self.tied_lm_head,
-                                          to_cpu=not on_device)
+            named = state.iter_full_state(
+                self.model,
+                keep=self.is_rank0,
+                dtype=self.param_dtype,
+                lora_scaling=self.lora_scaling,
+                tied_lm_head=self.tied_lm_head,
+                to_cpu=not on_device,
+            )
             pending = None
             for bucket in timer.iterate("gather", weight_sync.buckets(named, bucket_bytes)):
                 if pending is not None and self.is_rank0:
@@ -603,14 +650,16 @@ class FSDPEngine(TrainEngine):
                     servers.resume()
         return nbytes
 
-    def _send_bucket(self, meta: WeightUpdateMeta, servers, bucket, version: int,
-                     timer: weight_sync.PhaseTimer, *, last: bool) -> None:
+    def _send_bucket(
+        self, meta: WeightUpdateMeta, servers, bucket, version: int, timer: weight_sync.PhaseTimer, *, last: bool
+    ) -> None:
         with timer.phase("transfer"):
             if meta.type == "distributed":
                 replies = self._sender.send_bucket(bucket, version, last=last)
             else:
                 replies = servers.update_weights_from_tensor(
-                    WeightUpdateMeta(type="tensor", version=version, flush_cache=last), bucket)
+                    WeightUpdateMeta(type="tensor", version=version, flush_cache=last), bucket
+                )
         timer.add_server_seconds("server_load", replies)
 
     def get_version(self) -> int:
@@ -673,8 +722,7 @@ class FSDPEngine(TrainEngine):
         if self.model is None:
             raise RuntimeError("FSDPEngine is not initialized; call engine.initialize() first")
         if train and self.optimizer is None:
-            raise RuntimeError("this FSDPEngine was built with trainable=False (a reference model); "
-                               "it cannot train")
+            raise RuntimeError("this FSDPEngine was built with trainable=False (a reference model); it cannot train")
 
 
 def _per_sequence(value: Any, n: int) -> bool:

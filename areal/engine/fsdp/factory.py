@@ -14,16 +14,31 @@ from typing import Any
 from areal.config.errors import closest_key
 
 # Keyword spellings of this function -> their place in the ActorConfig.
-_NAMED = {"dtype": ("dtype",), "learning_rate": ("optimizer", "lr"), "use_lora": ("use_lora",),
-          "lora_rank": ("lora_rank",), "lora_alpha": ("lora_alpha",)}
+_NAMED = {
+    "dtype": ("dtype",),
+    "learning_rate": ("optimizer", "lr"),
+    "use_lora": ("use_lora",),
+    "lora_rank": ("lora_rank",),
+    "lora_alpha": ("lora_alpha",),
+}
 
 
-def build_configs(model: str, *, dp_size: int | None = None, tp_size: int | None = None,
-                  dtype: str | None = None, learning_rate: float | None = None,
-                  optimizer: dict | Any | None = None, use_lora: bool | None = None,
-                  lora_rank: int | None = None, lora_alpha: int | None = None,
-                  experiment_name: str | None = None, trial_name: str | None = None,
-                  fileroot: str | None = None, **config_overrides):
+def build_configs(
+    model: str,
+    *,
+    dp_size: int | None = None,
+    tp_size: int | None = None,
+    dtype: str | None = None,
+    learning_rate: float | None = None,
+    optimizer: dict | Any | None = None,
+    use_lora: bool | None = None,
+    lora_rank: int | None = None,
+    lora_alpha: int | None = None,
+    experiment_name: str | None = None,
+    trial_name: str | None = None,
+    fileroot: str | None = None,
+    **config_overrides,
+):
     """Return the validated ExperimentConfig whose actor section the engine will use.
 
     config_overrides: any ActorConfig field (e.g. max_tokens_per_mb=4096, backend="fsdp:d4r2")
@@ -36,8 +51,13 @@ def build_configs(model: str, *, dp_size: int | None = None, tp_size: int | None
     optim: dict[str, Any] = {}
     if optimizer is not None:
         optim.update(optimizer.model_dump() if hasattr(optimizer, "model_dump") else dict(optimizer))
-    given = {"dtype": dtype, "learning_rate": learning_rate, "use_lora": use_lora,
-             "lora_rank": lora_rank, "lora_alpha": lora_alpha}
+    given = {
+        "dtype": dtype,
+        "learning_rate": learning_rate,
+        "use_lora": use_lora,
+        "lora_rank": lora_rank,
+        "lora_alpha": lora_alpha,
+    }
     for kw, value in given.items():
         if value is None:
             continue
@@ -48,8 +68,7 @@ def build_configs(model: str, *, dp_size: int | None = None, tp_size: int | None
         if key in ActorConfig.model_fields and key != "optimizer":
             clash = next((kw for kw, w in _NAMED.items() if w == (key,) and given[kw] is not None), None)
             if clash or key == "path":
-                raise TypeError(f"{key!r} given twice: as {clash or 'model'}= and as a config override; "
-                                "pass it once")
+                raise TypeError(f"{key!r} given twice: as {clash or 'model'}= and as a config override; pass it once")
             actor[key] = value
         elif key in OptimizerConfig.model_fields:
             if key == "lr" and learning_rate is not None:
@@ -58,12 +77,13 @@ def build_configs(model: str, *, dp_size: int | None = None, tp_size: int | None
         else:
             guess = closest_key(key, list(ActorConfig.model_fields) + list(OptimizerConfig.model_fields))
             hint = f"; did you mean {guess!r}?" if guess else ""
-            raise TypeError(f"unknown config override {key!r}: not a field of ActorConfig or "
-                            f"OptimizerConfig{hint}")
+            raise TypeError(f"unknown config override {key!r}: not a field of ActorConfig or OptimizerConfig{hint}")
     if dp_size is not None or tp_size is not None:
         if "backend" in actor:
-            raise TypeError("parallelism given twice: dp_size/tp_size and backend=; use backend= alone "
-                            "for HSDP (e.g. 'fsdp:d4r2') or dp_size/tp_size alone")
+            raise TypeError(
+                "parallelism given twice: dp_size/tp_size and backend=; use backend= alone "
+                "for HSDP (e.g. 'fsdp:d4r2') or dp_size/tp_size alone"
+            )
         actor["backend"] = f"fsdp:d{dp_size or 1}t{tp_size or 1}"
     if optim:
         actor["optimizer"] = optim
@@ -93,8 +113,7 @@ def _validate(raw: dict[str, Any]):
         cfg = resolve_follow_defaults(ExperimentConfig.model_validate(raw))
     except ValidationError as e:
         raise ConfigError([_issue_from_pydantic(err) for err in e.errors()]) from None
-    issues = [i for i in check_rules(cfg)
-              if i.key.startswith("actor.") and i.key != "actor.ppo_n_minibatches"]
+    issues = [i for i in check_rules(cfg) if i.key.startswith("actor.") and i.key != "actor.ppo_n_minibatches"]
     if issues:
         raise ConfigError(issues)
     return cfg
@@ -106,17 +125,31 @@ def _put(target: dict, key: str, value: Any, spelling: str, other: str | None) -
     target[key] = value
 
 
-def build_engine(cls, model: str, *, total_train_steps: int | None = None, initialize: bool = True,
-                 trainable: bool = True, device: str | None = None,
-                 attn_implementation: str | None = None, **kwargs):
+def build_engine(
+    cls,
+    model: str,
+    *,
+    total_train_steps: int | None = None,
+    initialize: bool = True,
+    trainable: bool = True,
+    device: str | None = None,
+    attn_implementation: str | None = None,
+    **kwargs,
+):
     """FSDPEngine.from_pretrained(model, *, dp_size, tp_size, dtype, learning_rate, optimizer,
     use_lora, lora_rank, lora_alpha, experiment_name, trial_name, fileroot, total_train_steps,
     **config_overrides): see build_configs. The process count must equal dp_size x tp_size
     (torchrun); the mesh built is checked against it."""
     cfg = build_configs(model, **kwargs)
-    engine = cls(cfg.actor, experiment_name=cfg.experiment_name, trial_name=cfg.trial_name,
-                 fileroot=cfg.cluster.fileroot, trainable=trainable, device=device,
-                 attn_implementation=attn_implementation)
+    engine = cls(
+        cfg.actor,
+        experiment_name=cfg.experiment_name,
+        trial_name=cfg.trial_name,
+        fileroot=cfg.cluster.fileroot,
+        trainable=trainable,
+        device=device,
+        attn_implementation=attn_implementation,
+    )
     if initialize:
         engine.initialize(total_train_steps=total_train_steps)
     return engine

@@ -48,8 +48,14 @@ class _TokenLogprob(torch.autograd.Function):
         return grad, None, None, None, None
 
 
-def token_logprobs_and_entropy(logits: torch.Tensor, targets: torch.Tensor, *, temperature: float = 1.0,
-                               with_entropy: bool = True, chunk: int = CHUNK_ROWS):
+def token_logprobs_and_entropy(
+    logits: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = True,
+    chunk: int = CHUNK_ROWS,
+):
     """logits [N, V] (any float dtype), targets [N] -> (log p(targets) [N] fp32, entropy [N] fp32 or None).
 
     Differentiable in the log-probabilities; the entropy is a statistic (no gradient).

@@ -17,8 +17,9 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], cfg) -> torch.optim.Op
     # The fused kernel (CUDA and CPU) updates every parameter in one pass (DTensor shards
     # included); off it, DTensor parameters take the per-parameter loop, not the foreach path.
     fused = all(p.device.type in ("cuda", "cpu") for p in params)
-    return torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
-                             weight_decay=cfg.weight_decay, fused=fused or None)
+    return torch.optim.AdamW(
+        params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, weight_decay=cfg.weight_decay, fused=fused or None
+    )
 
 
 def lr_multiplier(cfg, total_steps: int | None) -> Callable[[int], float]:
@@ -35,7 +36,8 @@ def lr_multiplier(cfg, total_steps: int | None) -> Callable[[int], float]:
             f"actor.optimizer.lr_scheduler_type={cfg.lr_scheduler_type!r} with "
             f"warmup_steps_proportion={cfg.warmup_steps_proportion} needs the total number of "
             "training steps: pass total_train_steps to FSDPEngine.initialize (from "
-            "total_train_steps or epochs x steps per epoch)")
+            "total_train_steps or epochs x steps per epoch)"
+        )
     warmup = int(round(cfg.warmup_steps_proportion * total_steps)) if total_steps else 0
     floor = cfg.min_lr_ratio
 

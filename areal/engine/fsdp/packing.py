@@ -21,9 +21,9 @@ import torch
 class PackedMicroBatch:
     """One packed row and where its sequences came from."""
 
-    indices: list[int]        # rows of the padded batch, in packing order
-    seqlens: list[int]        # real tokens of each of those rows
-    input_ids: torch.Tensor   # [1, T]
+    indices: list[int]  # rows of the padded batch, in packing order
+    seqlens: list[int]  # real tokens of each of those rows
+    input_ids: torch.Tensor  # [1, T]
     position_ids: torch.Tensor  # [1, T], restarting at 0 per sequence
 
     @property
@@ -42,8 +42,10 @@ def sequence_lengths(attention_mask: torch.Tensor) -> list[int]:
     lengths = mask.sum(-1)
     expect = torch.arange(mask.shape[1], device=mask.device)[None, :] < lengths[:, None]
     if not torch.equal(mask, expect):
-        raise ValueError("attention_mask must be right-padded (ones, then zeros) in every row; "
-                         "left-padded or holed batches are not supported")
+        raise ValueError(
+            "attention_mask must be right-padded (ones, then zeros) in every row; "
+            "left-padded or holed batches are not supported"
+        )
     return lengths.tolist()
 
 
@@ -75,7 +77,7 @@ def allocate(lengths: list[int], max_tokens: int, min_count: int = 1) -> list[li
             continue
         big = max(splittable, key=len)
         bins.remove(big)
-        bins += [big[: len(big) // 2], big[len(big) // 2:]]
+        bins += [big[: len(big) // 2], big[len(big) // 2 :]]
     return [sorted(b) for b in bins]
 
 
@@ -104,8 +106,7 @@ def block_causal_mask(seqlens: list[int], *, device, dtype: torch.dtype | None =
     Boolean (True = attend) for SDPA; with a float dtype an additive mask (0 / dtype min), which
     the eager attention path needs.
     """
-    seg = torch.repeat_interleave(torch.arange(len(seqlens), device=device),
-                                  torch.tensor(seqlens, device=device))
+    seg = torch.repeat_interleave(torch.arange(len(seqlens), device=device), torch.tensor(seqlens, device=device))
     t = seg.numel()
     allowed = (seg[:, None] == seg[None, :]) & torch.ones(t, t, dtype=torch.bool, device=device).tril()
     if dtype is None or dtype == torch.bool:
@@ -114,8 +115,14 @@ def block_causal_mask(seqlens: list[int], *, device, dtype: torch.dtype | None =
     return mask[None, None]
 
 
-def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, seqlens: list[int], *,
-                   temperature: float = 1.0, with_entropy: bool = True):
+def token_logprobs(
+    logits: torch.Tensor,
+    input_ids: torch.Tensor,
+    seqlens: list[int],
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = True,
+):
     """Per-token log p(token_t | tokens_<t) of a packed row, and the entropy of that distribution.
 
     logits [T, V], input_ids [T]. Position t is predicted by logits[t - 1]; the first token of
@@ -125,8 +132,7 @@ def token_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, seqlens: list[
     """
     from .logprobs import token_logprobs_and_entropy
 
-    lp, e = token_logprobs_and_entropy(logits[:-1], input_ids[1:], temperature=temperature,
-                                       with_entropy=with_entropy)
+    lp, e = token_logprobs_and_entropy(logits[:-1], input_ids[1:], temperature=temperature, with_entropy=with_entropy)
     starts = _starts(seqlens, lp.device)
     lp = torch.cat([lp.new_zeros(1), lp]).masked_fill(starts, 0.0)
     ent = None if e is None else torch.cat([e.new_zeros(1), e]).masked_fill(starts, 0.0)

@@ -26,7 +26,8 @@ def build_mesh(strategy, device_type: str):
         raise ValueError(
             f"actor.backend={strategy} needs {strategy.world_size} trainer processes "
             f"(dp {strategy.dp} x tp {strategy.tp}) but torch.distributed has {world}; launch with "
-            f"`torchrun --nproc-per-node {strategy.world_size}` or change actor.backend (dp_size/tp_size)")
+            f"`torchrun --nproc-per-node {strategy.world_size}` or change actor.backend (dp_size/tp_size)"
+        )
     shape = (strategy.replicate, strategy.shard, strategy.tp)
     return init_device_mesh(device_type, shape, mesh_dim_names=MESH_DIMS)
 
@@ -48,19 +49,25 @@ def decoder_layers(model: nn.Module) -> nn.ModuleList:
     for name, module in model.named_modules():
         if name.endswith("layers") and isinstance(module, nn.ModuleList) and len(module) > 0:
             return module
-    raise ValueError(f"cannot find the decoder layers (a ModuleList named '*layers') in "
-                     f"{type(model).__name__}; only HF decoder-only models are supported")
+    raise ValueError(
+        f"cannot find the decoder layers (a ModuleList named '*layers') in "
+        f"{type(model).__name__}; only HF decoder-only models are supported"
+    )
 
 
 def check_tp_divisible(config, tp: int) -> None:
     """TP splits heads and the MLP width: each must divide by the TP size."""
-    sizes = {"num_attention_heads": config.num_attention_heads,
-             "num_key_value_heads": getattr(config, "num_key_value_heads", config.num_attention_heads),
-             "intermediate_size": config.intermediate_size}
+    sizes = {
+        "num_attention_heads": config.num_attention_heads,
+        "num_key_value_heads": getattr(config, "num_key_value_heads", config.num_attention_heads),
+        "intermediate_size": config.intermediate_size,
+    }
     bad = {k: v for k, v in sizes.items() if v % tp}
     if bad:
-        raise ValueError(f"actor.backend tensor-parallel size t{tp} does not divide the model's "
-                         f"{bad}; pick a TP size that divides them")
+        raise ValueError(
+            f"actor.backend tensor-parallel size t{tp} does not divide the model's "
+            f"{bad}; pick a TP size that divides them"
+        )
 
 
 def apply_tp(model: nn.Module, tp_mesh) -> None:
@@ -68,9 +75,12 @@ def apply_tp(model: nn.Module, tp_mesh) -> None:
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
     plan = {
-        "self_attn.q_proj": ColwiseParallel(), "self_attn.k_proj": ColwiseParallel(),
-        "self_attn.v_proj": ColwiseParallel(), "self_attn.o_proj": RowwiseParallel(),
-        "mlp.gate_proj": ColwiseParallel(), "mlp.up_proj": ColwiseParallel(),
+        "self_attn.q_proj": ColwiseParallel(),
+        "self_attn.k_proj": ColwiseParallel(),
+        "self_attn.v_proj": ColwiseParallel(),
+        "self_attn.o_proj": RowwiseParallel(),
+        "mlp.gate_proj": ColwiseParallel(),
+        "mlp.up_proj": ColwiseParallel(),
         "mlp.down_proj": RowwiseParallel(),
     }
     for layer in decoder_layers(model):
@@ -88,8 +98,9 @@ def _has_submodule(module: nn.Module, name: str) -> bool:
         return False
 
 
-def apply_fsdp(model: nn.Module, mesh, *, param_dtype: torch.dtype, reduce_dtype: torch.dtype,
-               reshard_after_forward: bool = True) -> None:
+def apply_fsdp(
+    model: nn.Module, mesh, *, param_dtype: torch.dtype, reduce_dtype: torch.dtype, reshard_after_forward: bool = True
+) -> None:
     """fully_shard every decoder layer, then the root (embeddings, final norm, lm_head).
 
     Parameters stay fp32 (the optimizer's master copy); MixedPrecisionPolicy casts them to

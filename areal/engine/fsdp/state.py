@@ -25,13 +25,19 @@ def _full(t: torch.Tensor) -> torch.Tensor:
 def hf_name(name: str) -> str:
     """peft's name of a parameter -> the base model's HF name."""
     if name.startswith(PEFT_PREFIX):
-        name = name[len(PEFT_PREFIX):]
+        name = name[len(PEFT_PREFIX) :]
     return name.replace(".base_layer.", ".")
 
 
-def iter_full_state(model: nn.Module, *, keep: bool, dtype: torch.dtype | None = None,
-                    lora_scaling: float | None = None, tied_lm_head: bool = False, to_cpu: bool = True
-                    ) -> Iterator[tuple[str, torch.Tensor | None]]:
+def iter_full_state(
+    model: nn.Module,
+    *,
+    keep: bool,
+    dtype: torch.dtype | None = None,
+    lora_scaling: float | None = None,
+    tied_lm_head: bool = False,
+    to_cpu: bool = True,
+) -> Iterator[tuple[str, torch.Tensor | None]]:
     """Yield (HF name, full tensor) in state-dict order; tensor is None where keep=False.
 
     Tensors are copied to CPU unless to_cpu=False (they then stay on the model's device).
@@ -83,6 +89,8 @@ def to_model_names(hf_state: dict[str, torch.Tensor], model: nn.Module) -> dict[
                 out[candidate] = tensor
                 break
         else:
-            raise KeyError(f"checkpoint tensor {name!r} has no parameter in the model; "
-                           "is the folder a checkpoint of the same architecture?")
+            raise KeyError(
+                f"checkpoint tensor {name!r} has no parameter in the model; "
+                "is the folder a checkpoint of the same architecture?"
+            )
     return out

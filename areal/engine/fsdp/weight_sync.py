@@ -91,8 +91,11 @@ class UpdateStats:
     phases: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, float]:
-        out = {"weight_update/seconds": self.seconds, "weight_update/bytes": float(self.bytes),
-               "weight_update/version": float(self.version)}
+        out = {
+            "weight_update/seconds": self.seconds,
+            "weight_update/bytes": float(self.bytes),
+            "weight_update/version": float(self.version),
+        }
         out.update({f"weight_update/{name}_s": s for name, s in self.phases.items()})
         return out
 
@@ -148,13 +151,19 @@ class DistributedSender:
     `servers` is the InferenceEngine (or ServerControl) that tells the servers what comes; this
     class only joins the group and broadcasts."""
 
-    def __init__(self, servers, *, backend: str, group_name: str, master_address: str,
-                 master_port: int, device: str = "cpu"):
+    def __init__(
+        self, servers, *, backend: str, group_name: str, master_address: str, master_port: int, device: str = "cpu"
+    ):
         self.servers, self.group_name, self.device = servers, group_name, device
         world_size = servers.group_world_size
         master_port = master_port or free_port(master_address)
-        meta = WeightUpdateMeta(type="distributed", master_address=master_address,
-                                master_port=master_port, group_name=group_name, backend=backend)
+        meta = WeightUpdateMeta(
+            type="distributed",
+            master_address=master_address,
+            master_port=master_port,
+            group_name=group_name,
+            backend=backend,
+        )
         # Servers block in the rendezvous until rank 0 joins, so their requests run meanwhile;
         # rank 0 joins in a thread so that a server refusing the request fails fast instead of
         # leaving us in the rendezvous until its timeout.
@@ -163,9 +172,16 @@ class DistributedSender:
 
         def join() -> None:
             try:
-                joined.set_result(init_custom_process_group(
-                    backend=backend, master_address=master_address, master_port=master_port,
-                    world_size=world_size, rank=0, group_name=group_name))
+                joined.set_result(
+                    init_custom_process_group(
+                        backend=backend,
+                        master_address=master_address,
+                        master_port=master_port,
+                        world_size=world_size,
+                        rank=0,
+                        group_name=group_name,
+                    )
+                )
             except BaseException as exc:  # handed to the waiting thread below
                 joined.set_exception(exc)
 
@@ -177,7 +193,8 @@ class DistributedSender:
             raise TimeoutError(
                 f"the servers did not join weight update group {group_name!r} at "
                 f"{master_address}:{master_port} within {JOIN_TIMEOUT_S:.0f} s; they must build the "
-                "group like SGLang (TCPStore wrapped in PrefixStore(group_name)) and reach that address")
+                "group like SGLang (TCPStore wrapped in PrefixStore(group_name)) and reach that address"
+            )
         self.group = joined.result()
         pending.result(timeout=JOIN_TIMEOUT_S)
         logger.info("weight update group %r ready: world %d", group_name, world_size)
@@ -187,10 +204,15 @@ class DistributedSender:
         returns the servers' replies (after they applied the bucket)."""
         import torch.distributed as dist
 
-        meta = WeightUpdateMeta(type="distributed", version=version, group_name=self.group_name,
-                                names=[n for n, _ in bucket],
-                                dtypes=[str(t.dtype).removeprefix("torch.") for _, t in bucket],
-                                shapes=[list(t.shape) for _, t in bucket], flush_cache=last)
+        meta = WeightUpdateMeta(
+            type="distributed",
+            version=version,
+            group_name=self.group_name,
+            names=[n for n, _ in bucket],
+            dtypes=[str(t.dtype).removeprefix("torch.") for _, t in bucket],
+            shapes=[list(t.shape) for _, t in bucket],
+            flush_cache=last,
+        )
         pending = self.servers.update_weights_from_distributed(meta)
         for _, tensor in bucket:
             dist.broadcast(tensor.to(self.device).contiguous(), src=0, group=self.group)
@@ -202,7 +224,8 @@ class DistributedSender:
         import torch.distributed as dist
 
         pending = self.servers.destroy_weights_update_group(
-            WeightUpdateMeta(type="distributed", group_name=self.group_name))
+            WeightUpdateMeta(type="distributed", group_name=self.group_name)
+        )
         dist.destroy_process_group(self.group)
         try:
             pending.result(timeout=timeout_s)
@@ -210,8 +233,9 @@ class DistributedSender:
             logger.warning("a server did not destroy weight update group %r: %s", self.group_name, exc)
 
 
-def buckets(named_tensors: Iterable[tuple[str, torch.Tensor | None]], bucket_bytes: int
-            ) -> Iterator[list[tuple[str, torch.Tensor | None]]]:
+def buckets(
+    named_tensors: Iterable[tuple[str, torch.Tensor | None]], bucket_bytes: int
+) -> Iterator[list[tuple[str, torch.Tensor | None]]]:
     """Group (name, tensor) pairs into lists of about bucket_bytes (a big tensor is its own bucket).
 
     Non-zero ranks pass tensor=None (they only take part in the gathers), so they count 0 bytes;

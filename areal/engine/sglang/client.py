@@ -51,8 +51,15 @@ _ABORT_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 
 
 # /get_server_info "batching" counters that add up over time (and over servers)
-BATCHING_COUNTERS = ("prefill_steps", "prefill_tokens", "prefill_s", "decode_steps", "decode_rows",
-                     "decode_s", "generated_tokens")
+BATCHING_COUNTERS = (
+    "prefill_steps",
+    "prefill_tokens",
+    "prefill_s",
+    "decode_steps",
+    "decode_rows",
+    "decode_s",
+    "generated_tokens",
+)
 
 
 BUILTIN_SERVER = "areal-builtin"  # the built-in server's /get_server_info "version"
@@ -99,16 +106,28 @@ class RemoteSGLangEngine(InferenceEngine):
         self._rr = 0
         self._lock = threading.Lock()
         # the servers are known after initialize(); versions may be set before
-        self.control = ServerControl([], api_key=config.sglang.api_key, retries=self._retries,
-                                     timeout_s=self._rcfg.request_timeout_s, ranks_per_server=self._tp_size())
+        self.control = ServerControl(
+            [],
+            api_key=config.sglang.api_key,
+            retries=self._retries,
+            timeout_s=self._rcfg.request_timeout_s,
+            ranks_per_server=self._tp_size(),
+        )
         self._executor = None
         self._initialized = False
 
     @classmethod
-    def from_pretrained(cls, model: str, *, tokenizer_path: str | None = None, dp_size: int | None = None,
-                        tp_size: int | None = None, server_addrs: list[str] | None = None,
-                        max_concurrent_rollouts: int | None = None,
-                        **config_overrides) -> "RemoteSGLangEngine":
+    def from_pretrained(
+        cls,
+        model: str,
+        *,
+        tokenizer_path: str | None = None,
+        dp_size: int | None = None,
+        tp_size: int | None = None,
+        server_addrs: list[str] | None = None,
+        max_concurrent_rollouts: int | None = None,
+        **config_overrides,
+    ) -> "RemoteSGLangEngine":
         """An initialized engine for `model`, configured exactly as the YAML path would be.
 
         dp_size servers (default 1, or len(server_addrs)) with tp_size devices each (default 1).
@@ -120,9 +139,15 @@ class RemoteSGLangEngine(InferenceEngine):
         from areal.engine.sglang.local_servers import LocalServers
         from areal.engine.sglang.pretrained import pretrained_config
 
-        cfg = pretrained_config(model, tokenizer_path=tokenizer_path, dp_size=dp_size, tp_size=tp_size,
-                                server_addrs=server_addrs,
-                                max_concurrent_rollouts=max_concurrent_rollouts, **config_overrides)
+        cfg = pretrained_config(
+            model,
+            tokenizer_path=tokenizer_path,
+            dp_size=dp_size,
+            tp_size=tp_size,
+            server_addrs=server_addrs,
+            max_concurrent_rollouts=max_concurrent_rollouts,
+            **config_overrides,
+        )
         engine = cls(cfg, _own_servers=None if cfg.rollout.server_addrs else LocalServers(cfg))
         try:
             engine.initialize()
@@ -154,8 +179,11 @@ class RemoteSGLangEngine(InferenceEngine):
         self._check_server_versions()
         self._server_programs = self.control.server_programs()
         self.control.pause_mode = self.pause_mode  # also for pauses the control client makes itself
-        logger.info("weight updates pause generation with mode %s (rollout.pause_mode=%s)",
-                    self.pause_mode, self._rcfg.pause_mode)
+        logger.info(
+            "weight updates pause generation with mode %s (rollout.pause_mode=%s)",
+            self.pause_mode,
+            self._rcfg.pause_mode,
+        )
 
     @property
     def pause_mode(self) -> str:
@@ -171,8 +199,13 @@ class RemoteSGLangEngine(InferenceEngine):
         except ParallelStrategyError:
             return
         if dp != len(self.addrs):
-            logger.warning("rollout.backend=%s says %d servers but %d were found (%s); using those found",
-                           self._rcfg.backend, dp, len(self.addrs), ", ".join(self.addrs))
+            logger.warning(
+                "rollout.backend=%s says %d servers but %d were found (%s); using those found",
+                self._rcfg.backend,
+                dp,
+                len(self.addrs),
+                ", ".join(self.addrs),
+            )
 
     def _check_server_versions(self) -> None:
         """Warn when servers hold weights of another version than this client assumes (e.g. a
@@ -184,9 +217,12 @@ class RemoteSGLangEngine(InferenceEngine):
             return
         known = {v for v in versions.values() if v is not None}
         if known and known != {self.get_version()}:
-            logger.warning("servers report weight versions %s but the client is at version %d; "
-                           "call set_version() after recovery or push weights with update_weights()",
-                           versions, self.get_version())
+            logger.warning(
+                "servers report weight versions %s but the client is at version %d; "
+                "call set_version() after recovery or push weights with update_weights()",
+                versions,
+                self.get_version(),
+            )
 
     def _discover(self, timeout: float) -> list[str]:
         """Poll until some source names servers (the launcher may still be starting them)."""
@@ -199,7 +235,8 @@ class RemoteSGLangEngine(InferenceEngine):
                 raise TimeoutError(
                     f"no inference servers found within {timeout:.0f}s (rollout.setup_timeout_s): "
                     f"rollout.server_addrs is empty, $AREAL_SERVER_ADDRS is unset and {source} does "
-                    "not exist; set rollout.server_addrs=[host:port,...] or start the run with areal-launch")
+                    "not exist; set rollout.server_addrs=[host:port,...] or start the run with areal-launch"
+                )
             time.sleep(0.5)
 
     def _wait_healthy(self, addrs: list[str], timeout: float) -> None:
@@ -208,8 +245,10 @@ class RemoteSGLangEngine(InferenceEngine):
         while pending:
             pending = [a for a in pending if not is_healthy(a, timeout=2.0, headers=self._headers)]
             if pending and time.monotonic() > deadline:
-                raise TimeoutError(f"inference servers not healthy after {timeout:.0f}s "
-                                   f"(rollout.setup_timeout_s): {', '.join(pending)}")
+                raise TimeoutError(
+                    f"inference servers not healthy after {timeout:.0f}s "
+                    f"(rollout.setup_timeout_s): {', '.join(pending)}"
+                )
             if pending:
                 time.sleep(0.25)
 
@@ -245,10 +284,13 @@ class RemoteSGLangEngine(InferenceEngine):
                 await self._wait_unpaused()
                 remaining = req.max_new_tokens - len(out_ids)
                 body = protocol.generate_payload(
-                    req, rid=req.rid if round_ == 0 else f"{req.rid}-r{round_}",
-                    input_ids=req.input_ids + out_ids, max_new_tokens=remaining,
+                    req,
+                    rid=req.rid if round_ == 0 else f"{req.rid}-r{round_}",
+                    input_ids=req.input_ids + out_ids,
+                    max_new_tokens=remaining,
                     min_new_tokens=max(0, req.min_new_tokens - len(out_ids)),
-                    lora_path=self.control.lora_name)
+                    lora_path=self.control.lora_name,
+                )
                 sent_version = self.get_version()
                 result = protocol.parse_generate(await self._apost(addr, protocol.GENERATE, body))
                 out_ids += result.output_ids
@@ -264,9 +306,15 @@ class RemoteSGLangEngine(InferenceEngine):
                     await self._abort_backoff(addr, result, start, round_)
         finally:
             self._release_server(addr)
-        return ModelResponse(input_tokens=list(req.input_ids), output_tokens=out_ids,
-                             output_logprobs=out_lps, output_versions=out_versions,
-                             stop_reason=stop, latency=time.monotonic() - start, rid=req.rid)
+        return ModelResponse(
+            input_tokens=list(req.input_ids),
+            output_tokens=out_ids,
+            output_logprobs=out_lps,
+            output_versions=out_versions,
+            stop_reason=stop,
+            latency=time.monotonic() - start,
+            rid=req.rid,
+        )
 
     async def _wait_unpaused(self) -> None:
         while self.control.paused:
@@ -276,14 +324,18 @@ class RemoteSGLangEngine(InferenceEngine):
         """An abort without progress: servers paused by someone else, or a server that keeps
         aborting. Back off; give up after request_timeout_s so nothing waits forever."""
         if time.monotonic() - start > self._rcfg.request_timeout_s:
-            raise ServerError(addr, protocol.GENERATE,
-                              f"request kept being aborted for {self._rcfg.request_timeout_s:.0f}s "
-                              f"(rollout.request_timeout_s); last message: {result.message!r}")
+            raise ServerError(
+                addr,
+                protocol.GENERATE,
+                f"request kept being aborted for {self._rcfg.request_timeout_s:.0f}s "
+                f"(rollout.request_timeout_s); last message: {result.message!r}",
+            )
         await asyncio.sleep(_ABORT_BACKOFF_S[min(round_, len(_ABORT_BACKOFF_S) - 1)])
 
     async def _apost(self, addr: str, route: str, body: dict) -> Any:
-        return await apost_json(addr, route, body, timeout=self._rcfg.request_timeout_s,
-                                retries=self._retries, headers=self._headers)
+        return await apost_json(
+            addr, route, body, timeout=self._rcfg.request_timeout_s, retries=self._retries, headers=self._headers
+        )
 
     def _acquire_server(self) -> str:
         """The server with the fewest requests in flight from this client; ties round-robin."""
@@ -338,10 +390,12 @@ class RemoteSGLangEngine(InferenceEngine):
         version, the previously pushed adapter is unloaded, and from then on every /generate
         request names the new adapter in lora_path. Returns the servers' answers."""
         if meta.type != "disk":
-            raise ValueError("update_weights handles disk updates; for distributed ones call "
-                             "update_weights_from_distributed(meta), which returns a future, and "
-                             "broadcast from the trainer while it runs; for tensor ones "
-                             "update_weights_from_tensor(meta, named_tensors)")
+            raise ValueError(
+                "update_weights handles disk updates; for distributed ones call "
+                "update_weights_from_distributed(meta), which returns a future, and "
+                "broadcast from the trainer while it runs; for tensor ones "
+                "update_weights_from_tensor(meta, named_tensors)"
+            )
         self._require_initialized()
         return self.control.update_weights(meta)
 
@@ -465,4 +519,3 @@ def request_retries(config) -> int:
     if launcher.restart_failed_servers and launcher.rollout_n_nodes > 0 and not config.rollout.server_addrs:
         retries = max(retries, retries_for(launcher.server_startup_timeout_s))
     return retries
-

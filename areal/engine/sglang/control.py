@@ -57,8 +57,16 @@ class ServerControl:
     pause_mode is the /pause_generation mode (abort, retract or in_place).
     """
 
-    def __init__(self, addrs: list[str], *, api_key: str | None = None, retries: int = 0,
-                 timeout_s: float = 600.0, ranks_per_server: int = 1, pause_mode: str = "abort"):
+    def __init__(
+        self,
+        addrs: list[str],
+        *,
+        api_key: str | None = None,
+        retries: int = 0,
+        timeout_s: float = 600.0,
+        ranks_per_server: int = 1,
+        pause_mode: str = "abort",
+    ):
         self.addrs = normalize_addrs(addrs)
         self.headers = auth_headers(api_key)
         self.retries = retries
@@ -72,14 +80,18 @@ class ServerControl:
         self._bg = ThreadPoolExecutor(max_workers=4, thread_name_prefix="server-control")
 
     # ---- transport ----------------------------------------------------------------------------
-    def post_all(self, route: str, body_of: Callable[[int, str], dict] | dict,
-                 timeout: float | None = None) -> list[Any]:
+    def post_all(
+        self, route: str, body_of: Callable[[int, str], dict] | dict, timeout: float | None = None
+    ) -> list[Any]:
         """POST to every server at once (`body_of(index, addr)` or one shared body); all answers,
         or one error naming each server that failed."""
         make = body_of if callable(body_of) else (lambda i, a: body_of)
-        return fanout(self.addrs, lambda i, a: post_json(
-            a, route, make(i, a), timeout=timeout or self.timeout_s, retries=self.retries,
-            headers=self.headers))
+        return fanout(
+            self.addrs,
+            lambda i, a: post_json(
+                a, route, make(i, a), timeout=timeout or self.timeout_s, retries=self.retries, headers=self.headers
+            ),
+        )
 
     def _checked(self, route: str, body_of, timeout: float | None = None) -> list[Any]:
         """post_all for routes that answer {"success": ..., "message": ...}."""
@@ -101,6 +113,7 @@ class ServerControl:
     def server_programs(self) -> list[str | None]:
         """Each server's /get_server_info "version" ("areal-builtin" for the built-in server, a
         release number for SGLang); None where it cannot be read."""
+
         def program(i, addr):
             try:
                 info = self.server_info(addr)
@@ -108,6 +121,7 @@ class ServerControl:
                 logger.debug("cannot read %s's server info: %s", addr, e)
                 return None
             return info.get("version") if isinstance(info, dict) else None
+
         return fanout(self.addrs, program)
 
     def server_versions(self) -> dict[str, int | None]:
@@ -167,8 +181,10 @@ class ServerControl:
         With meta.lora_name (actor.lora_push=adapter) meta.path is a peft adapter folder, loaded
         under that name (see _update_adapter). Returns the servers' answers."""
         if meta.type != "disk":
-            raise ValueError(f"update_weights takes disk updates, not {meta.type!r}: use "
-                             "update_weights_from_distributed or update_weights_from_tensor")
+            raise ValueError(
+                f"update_weights takes disk updates, not {meta.type!r}: use "
+                "update_weights_from_distributed or update_weights_from_tensor"
+            )
         if not meta.path:
             raise ValueError("WeightUpdateMeta(type='disk') needs path: the saved Hugging Face folder")
         if meta.lora_name is not None:
@@ -204,20 +220,23 @@ class ServerControl:
         1 + i * ranks_per_server ...); resolves once all joined, which needs the trainer to join
         concurrently."""
         tp, world = self.ranks_per_server, self.group_world_size
-        return self._bg.submit(self._checked, protocol.INIT_GROUP, lambda i, a: protocol.init_group_payload(
-            meta, rank_offset=1 + i * tp, world_size=world))
+        return self._bg.submit(
+            self._checked,
+            protocol.INIT_GROUP,
+            lambda i, a: protocol.init_group_payload(meta, rank_offset=1 + i * tp, world_size=world),
+        )
 
     def update_weights_from_distributed(self, meta: WeightUpdateMeta) -> Future:
         """Every server receives meta.names/dtypes/shapes from the trainer's broadcast; resolves
         to the answers once loaded (the trainer broadcasts meanwhile). Pauses generation unless
         the caller did."""
         body = protocol.distributed_update_payload(meta)
-        return self._bg.submit(self._paused_call, lambda: self._apply(
-            protocol.UPDATE_FROM_DISTRIBUTED, body, meta.version))
+        return self._bg.submit(
+            self._paused_call, lambda: self._apply(protocol.UPDATE_FROM_DISTRIBUTED, body, meta.version)
+        )
 
     def destroy_weights_update_group(self, meta: WeightUpdateMeta) -> Future:
-        return self._bg.submit(self._checked, protocol.DESTROY_GROUP,
-                               protocol.destroy_group_payload(meta.group_name))
+        return self._bg.submit(self._checked, protocol.DESTROY_GROUP, protocol.destroy_group_payload(meta.group_name))
 
     def update_weights_from_tensor(self, meta: WeightUpdateMeta, named_tensors: list) -> list[dict]:
         """Servers on the trainer's own device(s) copy `named_tensors` ((HF name, tensor) pairs)
@@ -227,8 +246,9 @@ class ServerControl:
         from areal.utils.tensor_ipc import serialize_named_tensors
 
         text = serialize_named_tensors(named_tensors)
-        body = protocol.tensor_update_payload([text] * self.ranks_per_server, version=meta.version,
-                                              flush_cache=meta.flush_cache)
+        body = protocol.tensor_update_payload(
+            [text] * self.ranks_per_server, version=meta.version, flush_cache=meta.flush_cache
+        )
         return self._paused_call(lambda: self._apply(protocol.UPDATE_FROM_TENSOR, body, meta.version))
 
     # ---- memory hand-off ----------------------------------------------------------------------

@@ -72,8 +72,9 @@ async def shared_session(**session_kwargs):
         await session.close()
 
 
-async def apost_json(addr: str, route: str, body: dict, *, timeout: float, retries: int,
-                     headers: dict[str, str] | None = None) -> Any:
+async def apost_json(
+    addr: str, route: str, body: dict, *, timeout: float, retries: int, headers: dict[str, str] | None = None
+) -> Any:
     """POST `body` to http://addr/route and return the JSON answer.
 
     Connection errors and 502/503/504 are retried `retries` times with backoff; other HTTP
@@ -93,8 +94,11 @@ async def apost_json(addr: str, route: str, body: dict, *, timeout: float, retri
                 async with aiohttp.ClientSession() as session:
                     status, answer = await _post(session, addr, route, body, timeout, headers)
         except asyncio.TimeoutError:
-            raise ServerError(addr, route, f"no answer within {timeout:.0f}s "
-                              "(rollout.request_timeout_s); raise it for long generations") from None
+            raise ServerError(
+                addr,
+                route,
+                f"no answer within {timeout:.0f}s (rollout.request_timeout_s); raise it for long generations",
+            ) from None
         except aiohttp.ClientConnectionError as e:  # a kept-alive connection to a restarted server too
             last = f"{type(e).__name__}: {e}"
             continue
@@ -104,23 +108,29 @@ async def apost_json(addr: str, route: str, body: dict, *, timeout: float, retri
         if status >= 400:
             raise ServerError(addr, route, f"HTTP {status}: {answer[:1000]}")
         return answer
-    raise ServerError(addr, route, f"unreachable after {retries + 1} attempts ({last}); is the server "
-                      "still running? (retries: rollout.request_retries)")
+    raise ServerError(
+        addr,
+        route,
+        f"unreachable after {retries + 1} attempts ({last}); is the server "
+        "still running? (retries: rollout.request_retries)",
+    )
 
 
 async def _post(session, addr: str, route: str, body: dict, timeout: float, headers) -> tuple[int, Any]:
     """(status, parsed JSON) for a 2xx/3xx answer, (status, text) otherwise."""
     import aiohttp
 
-    async with session.post(f"http://{addr}{route}", json=body, headers=headers,
-                            timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+    async with session.post(
+        f"http://{addr}{route}", json=body, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)
+    ) as resp:
         if resp.status >= 400:
             return resp.status, await resp.text()
         return resp.status, await resp.json(content_type=None)
 
 
-def post_json(addr: str, route: str, body: dict | None, *, timeout: float, retries: int = 0,
-              headers: dict[str, str] | None = None) -> Any:
+def post_json(
+    addr: str, route: str, body: dict | None, *, timeout: float, retries: int = 0, headers: dict[str, str] | None = None
+) -> Any:
     """Blocking POST with the same retry rules as `apost_json`."""
     import requests
 

@@ -53,12 +53,10 @@ class LocalServers:
             command = indexed_server_command(cfg, i, port=port, kind=kind, facts=facts)
             # server i on devices i*tp ..: the servers take the first devices, as in the plan
             devices = ",".join(str(d) for d in range(i * st.tp, (i + 1) * st.tp)) if device == "cuda" else ""
-            env = {**os.environ, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": devices,
-                   **cfg.launcher.server_env}
+            env = {**os.environ, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": devices, **cfg.launcher.server_env}
             log = log_dir / f"server-{i}.log"
             with open(log, "ab") as out:
-                proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
+                proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
             self.procs.append(proc)
             self.logs.append(log)
             self.addrs.append(f"{cfg.sglang.host}:{port}")
@@ -73,14 +71,17 @@ class LocalServers:
                 if self.procs[i].poll() is not None:
                     raise RuntimeError(
                         f"inference server {self.addrs[i]} exited with code {self.procs[i].returncode} "
-                        f"during start-up; its log ({self.logs[i]}) ends with:\n{_tail(self.logs[i])}")
+                        f"during start-up; its log ({self.logs[i]}) ends with:\n{_tail(self.logs[i])}"
+                    )
                 if is_healthy(self.addrs[i], timeout=2.0, headers=headers):
                     pending.discard(i)
             if pending and time.monotonic() > deadline:
                 names = ", ".join(self.addrs[i] for i in sorted(pending))
-                raise TimeoutError(f"inference servers {names} were not healthy after {timeout:.0f}s "
-                                   "(rollout.setup_timeout_s); see their logs in "
-                                   f"{self.logs[0].parent}")
+                raise TimeoutError(
+                    f"inference servers {names} were not healthy after {timeout:.0f}s "
+                    "(rollout.setup_timeout_s); see their logs in "
+                    f"{self.logs[0].parent}"
+                )
             if pending:
                 time.sleep(0.25)
 

@@ -19,14 +19,20 @@ from areal.config import ConfigError, ConfigIssue, ExperimentConfig, validate_co
 from areal.config.experiment import resolve_follow_defaults
 
 # Top-level keys whose issues concern a client; issues elsewhere are launch-plan matters.
-CLIENT_KEYS = ("rollout", "sglang", "gconfig", "workflow", "cluster", "experiment_name",
-               "trial_name", "seed")
+CLIENT_KEYS = ("rollout", "sglang", "gconfig", "workflow", "cluster", "experiment_name", "trial_name", "seed")
 _MISSING = object()
 
 
-def pretrained_config(model: str, *, tokenizer_path: str | None = None, dp_size: int | None = None,
-                      tp_size: int | None = None, server_addrs: list[str] | None = None,
-                      max_concurrent_rollouts: int | None = None, **overrides) -> ExperimentConfig:
+def pretrained_config(
+    model: str,
+    *,
+    tokenizer_path: str | None = None,
+    dp_size: int | None = None,
+    tp_size: int | None = None,
+    server_addrs: list[str] | None = None,
+    max_concurrent_rollouts: int | None = None,
+    **overrides,
+) -> ExperimentConfig:
     """The validated ExperimentConfig for RemoteSGLangEngine.from_pretrained (see its docstring)."""
     raw = overrides_to_raw(overrides)
     _put(raw, "actor.path", model, "model")
@@ -85,8 +91,10 @@ def _put(raw: dict, dotted: str, value: Any, origin: str) -> None:
             raise ValueError(f"from_pretrained: {dotted} cannot be set: {part} is not a section")
     old = node.get(last, _MISSING)
     if old is not _MISSING and old != value:
-        raise ValueError(f"from_pretrained: {dotted} is given twice with different values "
-                         f"({old!r} and {value!r} from {origin}); pass it once")
+        raise ValueError(
+            f"from_pretrained: {dotted} is given twice with different values "
+            f"({old!r} and {value!r} from {origin}); pass it once"
+        )
     node[last] = value
 
 
@@ -106,8 +114,10 @@ def _set_backend(raw: dict, dp_size: int | None, tp_size: int | None) -> None:
     dp = dp_size or given_dp or (len(addrs) if addrs else 1)
     tp = tp_size or given_tp or 1
     if addrs and len(addrs) != dp:
-        raise ValueError(f"from_pretrained: dp_size={dp} but {len(addrs)} server_addrs were given "
-                         f"({', '.join(addrs)}); pass dp_size={len(addrs)} or that many addresses")
+        raise ValueError(
+            f"from_pretrained: dp_size={dp} but {len(addrs)} server_addrs were given "
+            f"({', '.join(addrs)}); pass dp_size={len(addrs)} or that many addresses"
+        )
     if given is not None:
         _put(raw, "rollout.backend", f"sglang:d{dp}t{tp}", "dp_size/tp_size")
     else:
@@ -134,7 +144,13 @@ def _check_local_servers_possible(cfg: ExperimentConfig) -> None:
 
     tp = parse_parallel(cfg.rollout.backend, allowed_backends=("sglang",)).tp
     if tp > 1 and server_kind(cfg) == "builtin":
-        raise ConfigError([ConfigIssue(
-            "rollout.backend", cfg.rollout.backend,
-            f"tp_size={tp} needs SGLang, but servers would be the built-in one (one device each)",
-            "pass tp_size=1, or run on a CUDA machine with sglang installed (rollout.server=sglang)")])
+        raise ConfigError(
+            [
+                ConfigIssue(
+                    "rollout.backend",
+                    cfg.rollout.backend,
+                    f"tp_size={tp} needs SGLang, but servers would be the built-in one (one device each)",
+                    "pass tp_size=1, or run on a CUDA machine with sglang installed (rollout.server=sglang)",
+                )
+            ]
+        )

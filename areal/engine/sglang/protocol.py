@@ -48,23 +48,33 @@ RELEASE_MEMORY = "/release_memory_occupation"
 RESUME_MEMORY = "/resume_memory_occupation"
 
 # Every key the client may send, exactly as SGLang spells it.
-GENERATE_KEYS = frozenset({"input_ids", "sampling_params", "rid", "return_logprob", "stream",
-                           "lora_path"})
-SAMPLING_KEYS = frozenset({
-    "max_new_tokens", "min_new_tokens", "temperature", "top_p", "top_k",
-    "stop", "stop_token_ids", "ignore_eos", "skip_special_tokens", "no_stop_trim",
-})
+GENERATE_KEYS = frozenset({"input_ids", "sampling_params", "rid", "return_logprob", "stream", "lora_path"})
+SAMPLING_KEYS = frozenset(
+    {
+        "max_new_tokens",
+        "min_new_tokens",
+        "temperature",
+        "top_p",
+        "top_k",
+        "stop",
+        "stop_token_ids",
+        "ignore_eos",
+        "skip_special_tokens",
+        "no_stop_trim",
+    }
+)
 PAUSE_KEYS = frozenset({"mode"})
 DISK_UPDATE_KEYS = frozenset({"model_path", "weight_version", "abort_all_requests"})
 LOAD_LORA_KEYS = frozenset({"lora_name", "lora_path"})
 WEIGHT_VERSION_KEYS = frozenset({"new_version", "abort_all_requests"})
-INIT_GROUP_KEYS = frozenset({"master_address", "master_port", "rank_offset", "world_size",
-                             "group_name", "backend"})
-DISTRIBUTED_UPDATE_KEYS = frozenset({"names", "dtypes", "shapes", "group_name", "flush_cache",
-                                     "abort_all_requests", "weight_version"})
+INIT_GROUP_KEYS = frozenset({"master_address", "master_port", "rank_offset", "world_size", "group_name", "backend"})
+DISTRIBUTED_UPDATE_KEYS = frozenset(
+    {"names", "dtypes", "shapes", "group_name", "flush_cache", "abort_all_requests", "weight_version"}
+)
 DESTROY_GROUP_KEYS = frozenset({"group_name"})
-TENSOR_UPDATE_KEYS = frozenset({"serialized_named_tensors", "load_format", "flush_cache",
-                                "abort_all_requests", "weight_version"})
+TENSOR_UPDATE_KEYS = frozenset(
+    {"serialized_named_tensors", "load_format", "flush_cache", "abort_all_requests", "weight_version"}
+)
 MEMORY_KEYS = frozenset({"tags"})
 PAUSE_MODES = ("abort", "retract", "in_place")
 MEMORY_TAGS = ("kv_cache", "weights")
@@ -89,8 +99,15 @@ class GenerateResult:
     output_versions: list[int | None] | None = None
 
 
-def generate_payload(req: ModelRequest, *, rid: str, input_ids: list[int], max_new_tokens: int,
-                     min_new_tokens: int, lora_path: str | None = None) -> dict[str, Any]:
+def generate_payload(
+    req: ModelRequest,
+    *,
+    rid: str,
+    input_ids: list[int],
+    max_new_tokens: int,
+    min_new_tokens: int,
+    lora_path: str | None = None,
+) -> dict[str, Any]:
     """The /generate body of one round of `req`; `lora_path` names the LoRA adapter to serve it
     with (SGLang applies an adapter only to requests that name it).
 
@@ -137,25 +154,37 @@ def parse_generate(body: Any) -> GenerateResult:
     if len(logprobs) != len(output_ids):
         raise ProtocolError(
             f"/generate returned {len(output_ids)} output_ids but {len(logprobs)} logprobs "
-            "(was return_logprob dropped?)")
+            "(was return_logprob dropped?)"
+        )
     ids_in_triples = [int(t[1]) for t in triples]
     if ids_in_triples != output_ids:
         raise ProtocolError("/generate: token ids in output_token_logprobs differ from output_ids")
     message = reason.get("message", "") if isinstance(reason, dict) else ""
-    return GenerateResult(output_ids, logprobs, stop_reason,
-                          parse_weight_version(meta.get("weight_version")), str(message or ""),
-                          _versions_from_spans(meta.get("output_version_spans"), len(output_ids)))
+    return GenerateResult(
+        output_ids,
+        logprobs,
+        stop_reason,
+        parse_weight_version(meta.get("weight_version")),
+        str(message or ""),
+        _versions_from_spans(meta.get("output_version_spans"), len(output_ids)),
+    )
 
 
 def _versions_from_spans(spans: Any, n_tokens: int) -> list[int | None] | None:
     """Per-token versions from `[[start, version], ...]` (starts ascending from 0)."""
     if spans is None:
         return None
-    if (not isinstance(spans, list) or not spans
-            or not all(isinstance(s, list) and len(s) == 2 and isinstance(s[0], int) for s in spans)
-            or spans[0][0] != 0 or any(a[0] >= b[0] for a, b in zip(spans, spans[1:]))):
-        raise ProtocolError(f"/generate: output_version_spans {_short(spans)} are not "
-                            "[[start, version], ...] with starts ascending from 0")
+    if (
+        not isinstance(spans, list)
+        or not spans
+        or not all(isinstance(s, list) and len(s) == 2 and isinstance(s[0], int) for s in spans)
+        or spans[0][0] != 0
+        or any(a[0] >= b[0] for a, b in zip(spans, spans[1:]))
+    ):
+        raise ProtocolError(
+            f"/generate: output_version_spans {_short(spans)} are not "
+            "[[start, version], ...] with starts ascending from 0"
+        )
     versions: list[int | None] = []
     ends = [start for start, _ in spans[1:]] + [n_tokens]
     for (start, version), end in zip(spans, ends):
@@ -165,8 +194,10 @@ def _versions_from_spans(spans: Any, n_tokens: int) -> list[int | None] | None:
 
 def _stop_reason(reason: Any) -> StopReason:
     if reason is None:
-        raise ProtocolError("/generate answered an unfinished request (finish_reason null); "
-                            "the client sends stream=false and needs a finished one")
+        raise ProtocolError(
+            "/generate answered an unfinished request (finish_reason null); "
+            "the client sends stream=false and needs a finished one"
+        )
     kind = reason.get("type") if isinstance(reason, dict) else reason
     if kind not in ("stop", "length", "abort"):
         raise ProtocolError(f"/generate: unknown finish_reason {reason!r}")
@@ -243,8 +274,10 @@ def init_group_payload(meta: WeightUpdateMeta, *, rank_offset: int, world_size: 
 def distributed_update_payload(meta: WeightUpdateMeta) -> dict[str, Any]:
     """/update_weights_from_distributed: names, dtypes and shapes of the tensors the trainer broadcasts."""
     if not (len(meta.names) == len(meta.dtypes) == len(meta.shapes)):
-        raise ValueError(f"WeightUpdateMeta: {len(meta.names)} names, {len(meta.dtypes)} dtypes and "
-                         f"{len(meta.shapes)} shapes; they must match one to one")
+        raise ValueError(
+            f"WeightUpdateMeta: {len(meta.names)} names, {len(meta.dtypes)} dtypes and "
+            f"{len(meta.shapes)} shapes; they must match one to one"
+        )
     body: dict[str, Any] = {
         "names": list(meta.names),
         "dtypes": list(meta.dtypes),
@@ -265,16 +298,19 @@ def destroy_group_payload(group_name: str) -> dict[str, Any]:
     return body
 
 
-def tensor_update_payload(serialized: list[str], *, version: int | None,
-                          flush_cache: bool = True) -> dict[str, Any]:
+def tensor_update_payload(serialized: list[str], *, version: int | None, flush_cache: bool = True) -> dict[str, Any]:
     """/update_weights_from_tensor: `serialized` holds one base64 text per tensor-parallel rank
     of the server (each a pickled list of (name, tensor) pairs made with torch's multiprocessing
     reductions: CUDA tensors travel as IPC handles; see areal/utils/tensor_ipc.py). The version
     changes only when one is passed; flush_cache=False between buckets of one update."""
     if not serialized or not all(isinstance(s, str) for s in serialized):
         raise ValueError("tensor_update_payload needs one serialized text per tensor-parallel rank")
-    body: dict[str, Any] = {"serialized_named_tensors": list(serialized), "load_format": None,
-                            "flush_cache": bool(flush_cache), "abort_all_requests": False}
+    body: dict[str, Any] = {
+        "serialized_named_tensors": list(serialized),
+        "load_format": None,
+        "flush_cache": bool(flush_cache),
+        "abort_all_requests": False,
+    }
     if version is not None:
         body["weight_version"] = str(version)
     _check_keys(body, TENSOR_UPDATE_KEYS, UPDATE_FROM_TENSOR)
@@ -287,8 +323,9 @@ def memory_payload(tags: list[str] | None, route: str = RELEASE_MEMORY) -> dict[
     if tags is not None:
         bad = [t for t in tags if t not in MEMORY_TAGS]
         if bad or not tags:
-            raise ValueError(f"{route}: tags {list(tags)!r} must be a non-empty subset of "
-                             f"{list(MEMORY_TAGS)}, or None for all")
+            raise ValueError(
+                f"{route}: tags {list(tags)!r} must be a non-empty subset of {list(MEMORY_TAGS)}, or None for all"
+            )
     body = {"tags": None if tags is None else list(tags)}
     _check_keys(body, MEMORY_KEYS, route)
     return body

@@ -26,8 +26,9 @@ def test_offload_frees_the_trainers_memory_and_training_goes_on(qwen_05b):
 
     model_dir, tok_dir = qwen_05b
     batch = make_batch(8, 64, 512, vocab=151936)
-    engine = FSDPEngine.from_pretrained(model_dir, tokenizer_path=tok_dir, dtype="bfloat16",
-                                        learning_rate=1e-4, max_tokens_per_mb=4096)
+    engine = FSDPEngine.from_pretrained(
+        model_dir, tokenizer_path=tok_dir, dtype="bfloat16", learning_rate=1e-4, max_tokens_per_mb=4096
+    )
     try:
         first = engine.train_batch(batch, _nll, _weight)  # optimizer state exists from here on
         resident = torch.cuda.memory_allocated()
@@ -40,8 +41,10 @@ def test_offload_frees_the_trainers_memory_and_training_goes_on(qwen_05b):
     finally:
         engine.destroy()
     n_params = sum(p.numel() for p in engine_params(model_dir))
-    print(f"offload: {resident / 2**30:.2f} GiB resident -> {offloaded / 2**30:.2f} GiB offloaded "
-          f"({n_params / 1e6:.0f}M parameters)")
+    print(
+        f"offload: {resident / 2**30:.2f} GiB resident -> {offloaded / 2**30:.2f} GiB offloaded "
+        f"({n_params / 1e6:.0f}M parameters)"
+    )
     # fp32 weights + Adam's two moments: at least 12 bytes per parameter left the device
     assert resident - offloaded >= 12 * n_params * 0.9
     assert second["loss"] < first["loss"]
@@ -62,8 +65,9 @@ def test_tensor_update_to_a_server_on_the_same_gpu(qwen_05b):
     from areal.server.testing import start_server
 
     model_dir, tok_dir = qwen_05b
-    server = start_server(model_dir, extra_args=["--dtype", "bfloat16", "--skip-tokenizer-init",
-                                                 "--mem-fraction-static", "0.3"])
+    server = start_server(
+        model_dir, extra_args=["--dtype", "bfloat16", "--skip-tokenizer-init", "--mem-fraction-static", "0.3"]
+    )
     engine = FSDPEngine.from_pretrained(model_dir, tokenizer_path=tok_dir, dtype="bfloat16", trainable=False)
     try:
         engine.connect_servers([server.url])
@@ -75,16 +79,24 @@ def test_tensor_update_to_a_server_on_the_same_gpu(qwen_05b):
                 local.add_(torch.randn_like(local) * 0.02)
         stats = engine.update_weights(WeightUpdateMeta(type="tensor", version=1))
         prompt = list(range(5, 21))
-        out = requests.post(server.url + "/generate", json={
-            "input_ids": prompt, "return_logprob": True,
-            "sampling_params": {"temperature": 0.0, "max_new_tokens": 16, "ignore_eos": True}}, timeout=120).json()
+        out = requests.post(
+            server.url + "/generate",
+            json={
+                "input_ids": prompt,
+                "return_logprob": True,
+                "sampling_params": {"temperature": 0.0, "max_new_tokens": 16, "ignore_eos": True},
+            },
+            timeout=120,
+        ).json()
         ids = torch.tensor([prompt + out["output_ids"]])
-        mine = engine.forward({"input_ids": ids, "attention_mask": torch.ones_like(ids)})[0, len(prompt):]
+        mine = engine.forward({"input_ids": ids, "attention_mask": torch.ones_like(ids)})[0, len(prompt) :]
         theirs = torch.tensor([t[0] for t in out["meta_info"]["output_token_logprobs"]])
     finally:
         engine.destroy()
         server.stop()
-    print(f"tensor update 0.5B on one GPU: {stats['weight_update/seconds']:.3f} s, "
-          f"{stats['weight_update/bytes'] / 1e9:.2f} GB")
+    print(
+        f"tensor update 0.5B on one GPU: {stats['weight_update/seconds']:.3f} s, "
+        f"{stats['weight_update/bytes'] / 1e9:.2f} GB"
+    )
     assert out["meta_info"]["weight_version"] == "1"
     assert (mine.cpu().float() - theirs).abs().mean() < 0.1  # bf16 on both sides, different kernels

@@ -24,8 +24,9 @@ def test_bf16_step_qwen05b_shape(qwen_05b):
 
     model_dir, tok_dir = qwen_05b
     batch = make_batch(16, 128, 1024, vocab=151936)
-    engine = FSDPEngine.from_pretrained(model_dir, tokenizer_path=tok_dir, dtype="bfloat16",
-                                        learning_rate=1e-4, max_tokens_per_mb=4096)
+    engine = FSDPEngine.from_pretrained(
+        model_dir, tokenizer_path=tok_dir, dtype="bfloat16", learning_rate=1e-4, max_tokens_per_mb=4096
+    )
     try:
         params = list(engine.model.parameters())
         assert all(p.dtype == torch.float32 for p in params)  # fp32 master weights
@@ -35,9 +36,14 @@ def test_bf16_step_qwen05b_shape(qwen_05b):
         after = engine.forward(batch)
     finally:
         engine.destroy()
-    print("bf16 0.5B losses", [round(s["loss"], 4) for s in losses],
-          "step_s", [round(s["step_s"], 3) for s in losses],
-          "peak GiB", round(torch.cuda.max_memory_allocated() / 2**30, 1))
+    print(
+        "bf16 0.5B losses",
+        [round(s["loss"], 4) for s in losses],
+        "step_s",
+        [round(s["step_s"], 3) for s in losses],
+        "peak GiB",
+        round(torch.cuda.max_memory_allocated() / 2**30, 1),
+    )
     assert all(torch.isfinite(torch.tensor(s["grad_norm"])) for s in losses)
     assert losses[0]["n_microbatches"] >= 2
     assert losses[-1]["loss"] < losses[0]["loss"]
@@ -49,12 +55,18 @@ def _server_logprob_gap(engine, url: str) -> tuple[float, str]:
     import requests
 
     prompt = [5, 9, 12, 7, 20]
-    resp = requests.post(url + "/generate", json={
-        "input_ids": prompt, "return_logprob": True,
-        "sampling_params": {"temperature": 1.0, "max_new_tokens": 8, "ignore_eos": True}}, timeout=120).json()
+    resp = requests.post(
+        url + "/generate",
+        json={
+            "input_ids": prompt,
+            "return_logprob": True,
+            "sampling_params": {"temperature": 1.0, "max_new_tokens": 8, "ignore_eos": True},
+        },
+        timeout=120,
+    ).json()
     out = resp["meta_info"]["output_token_logprobs"]
     ids = torch.tensor([prompt + [t for _, t, _ in out]])
-    lp = engine.forward({"input_ids": ids, "attention_mask": torch.ones_like(ids)})[0, len(prompt):]
+    lp = engine.forward({"input_ids": ids, "attention_mask": torch.ones_like(ids)})[0, len(prompt) :]
     version = requests.get(url + "/get_weight_version", timeout=10).json()["weight_version"]
     return float((lp - torch.tensor([v for v, _, _ in out])).abs().max()), version
 
@@ -70,19 +82,27 @@ def test_nccl_weight_update_to_server(case, qwen_05b, tmp_path):
         model_dir, tok_dir, dtype = str(make_varied_model_dir(tmp_path / "varied", scale=4.0)), None, "float32"
     else:
         (model_dir, tok_dir), dtype = qwen_05b, "bfloat16"
-    server = start_server(model_dir, extra_args=["--device", "cuda", "--dtype", dtype],
-                          env={"CUDA_VISIBLE_DEVICES": "1"}, timeout=300)
+    server = start_server(
+        model_dir, extra_args=["--device", "cuda", "--dtype", dtype], env={"CUDA_VISIBLE_DEVICES": "1"}, timeout=300
+    )
     engine = None
     try:
-        engine = FSDPEngine.from_pretrained(model_dir, tokenizer_path=tok_dir, dtype=dtype, learning_rate=3e-2,
-                                            fileroot=str(tmp_path), max_tokens_per_mb=4096)
+        engine = FSDPEngine.from_pretrained(
+            model_dir,
+            tokenizer_path=tok_dir,
+            dtype=dtype,
+            learning_rate=3e-2,
+            fileroot=str(tmp_path),
+            max_tokens_per_mb=4096,
+        )
         engine.connect_servers([server.url])
         batch = make_batch(8, 16, 64, vocab=engine.hf_config.vocab_size)
         for _ in range(3):
             engine.train_batch(batch, _nll, _weight)
         before, _ = _server_logprob_gap(engine, server.url)
-        stats = engine.update_weights(WeightUpdateMeta(type="distributed", backend="nccl", version=1,
-                                                       master_address="127.0.0.1"))
+        stats = engine.update_weights(
+            WeightUpdateMeta(type="distributed", backend="nccl", version=1, master_address="127.0.0.1")
+        )
         after, version = _server_logprob_gap(engine, server.url)
         print(case, "NCCL update", stats, "gap before", before, "after", after, flush=True)
         assert version == "1" and stats["weight_update/bytes"] > 0

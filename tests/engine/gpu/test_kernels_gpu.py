@@ -23,8 +23,7 @@ def test_packed_logprobs_equal_one_sequence_microbatches(dtype, tol, tmp_path):
     batch = make_batch(12, 40, 400, vocab=512)
     logp = {}
     for budget in (4096, 400):  # all sequences in one packed row / one sequence per micro-batch
-        engine = FSDPEngine.from_pretrained(model_dir, tokenizer_path=tok_dir, dtype=dtype,
-                                            max_tokens_per_mb=budget)
+        engine = FSDPEngine.from_pretrained(model_dir, tokenizer_path=tok_dir, dtype=dtype, max_tokens_per_mb=budget)
         try:
             logp[budget] = engine.forward(batch)
         finally:
@@ -69,8 +68,9 @@ def test_varlen_flash_attention_matches_sdpa_per_sequence():
     for varlen in (True, False):
         attention._VARLEN["enabled"] = varlen
         try:
-            out, _ = attention.packed_sdpa_attention(module, q, k, v, None, scaling=128 ** -0.5,
-                                                     cu_seq_lens_q=cu, max_length_q=max(lengths))
+            out, _ = attention.packed_sdpa_attention(
+                module, q, k, v, None, scaling=128**-0.5, cu_seq_lens_q=cu, max_length_q=max(lengths)
+            )
         finally:
             attention._VARLEN["enabled"] = True
         out.float().square().sum().backward()

@@ -20,17 +20,27 @@ def model_dir(tmp_path_factory):
     from areal.server.testing import make_varied_model_dir
 
     # ~170 MB of float32 weights: far above the allocator's block sizes, so the drop is clear
-    return str(make_varied_model_dir(tmp_path_factory.mktemp("coloc") / "model", hidden_size=1024,
-                                     num_layers=4, num_heads=8, num_kv_heads=2, scale=4.0))
+    return str(
+        make_varied_model_dir(
+            tmp_path_factory.mktemp("coloc") / "model",
+            hidden_size=1024,
+            num_layers=4,
+            num_heads=8,
+            num_kv_heads=2,
+            scale=4.0,
+        )
+    )
 
 
 @pytest.fixture(scope="module")
 def server(model_dir):
     from areal.server.testing import start_server
 
-    handle = start_server(model_dir, extra_args=["--device", "cuda", "--dtype", "float32",
-                                                 "--mem-fraction-static", "0.3",
-                                                 "--enable-memory-saver"], timeout=300)
+    handle = start_server(
+        model_dir,
+        extra_args=["--device", "cuda", "--dtype", "float32", "--mem-fraction-static", "0.3", "--enable-memory-saver"],
+        timeout=300,
+    )
     yield handle
     assert handle.stop() == 0, handle.log()[-3000:]
 
@@ -40,8 +50,15 @@ def post(server, path, body=None):
 
 
 def generate(server):
-    r = post(server, "/generate", {"input_ids": PROMPT, "return_logprob": True, "sampling_params": {
-        "max_new_tokens": N_NEW, "temperature": 0, "ignore_eos": True}})
+    r = post(
+        server,
+        "/generate",
+        {
+            "input_ids": PROMPT,
+            "return_logprob": True,
+            "sampling_params": {"max_new_tokens": N_NEW, "temperature": 0, "ignore_eos": True},
+        },
+    )
     assert r.status_code == 200, r.text
     out = r.json()
     return out["output_ids"], [lp for lp, _, _ in out["meta_info"]["output_token_logprobs"]], out
@@ -63,14 +80,17 @@ def test_update_through_cuda_ipc_handles(server, model_dir):
             param.add_(0.3 * param.std() * torch.randn(param.shape, generator=gen, device="cuda"))
     before, _, _ = generate(server)
     named = list(model.state_dict().items())  # CUDA tensors: kept alive until the reply
-    r = post(server, "/update_weights_from_tensor", {
-        "serialized_named_tensors": [serialize_named_tensors(named)], "weight_version": "ipc1"})
+    r = post(
+        server,
+        "/update_weights_from_tensor",
+        {"serialized_named_tensors": [serialize_named_tensors(named)], "weight_version": "ipc1"},
+    )
     assert r.status_code == 200 and r.json()["success"], r.text
     print("CUDA IPC update:", {k: v for k, v in r.json().items() if k.endswith("_s")})
     ids, served, out = generate(server)
     assert out["meta_info"]["weight_version"] == "ipc1" and ids != before
     with torch.no_grad():
-        logits = model(torch.tensor([PROMPT + ids], device="cuda")).logits[0, len(PROMPT) - 1:-1]
+        logits = model(torch.tensor([PROMPT + ids], device="cuda")).logits[0, len(PROMPT) - 1 : -1]
     lp = torch.log_softmax(logits.double(), -1)
     assert lp.argmax(-1).tolist() == ids
     expected = lp.gather(1, torch.tensor(ids, device="cuda")[:, None])[:, 0].cpu()
@@ -93,8 +113,7 @@ def test_release_frees_device_memory_and_resume_restores_it(server):
     assert r.status_code == 200, r.text
     resumed = memory(server)
     for key in ("allocated_bytes", "reserved_bytes"):
-        print(f"{key}: start {start[key]}, released {released[key]}, resumed {resumed[key]}; "
-              f"weights {weights}")
+        print(f"{key}: start {start[key]}, released {released[key]}, resumed {resumed[key]}; weights {weights}")
     assert released["offloaded_weights_bytes"] == weights
     assert released["allocated_bytes"] < start["allocated_bytes"] - 0.9 * weights
     assert released["reserved_bytes"] < start["reserved_bytes"] - 0.9 * weights
