@@ -177,6 +177,27 @@ def _wandb_records(run_file):
             yield record
 
 
+def _wait_for_wandb_writer(deadline_s: float = 60.0) -> None:
+    """Wait until wandb's service process, which writes the run's .wandb file, has exited.
+
+    run.finish() (called by StatsLogger.close) returns once the run's exit record was handled,
+    but the service closes and flushes the run's file only after it, on its own time: reading
+    the file at once sometimes found no run record. wandb.teardown() tells the service to shut
+    down and waits for its process to end, so every record is on disk when it returns."""
+    import threading
+
+    import wandb
+
+    done = threading.Thread(target=wandb.teardown, name="wandb-teardown", daemon=True)
+    done.start()
+    done.join(deadline_s)
+    if done.is_alive():
+        raise TimeoutError(
+            f"wandb's service process (which writes offline-run-*/run-*.wandb) had not exited "
+            f"{deadline_s:.0f} s after wandb.teardown(); its file may be incomplete"
+        )
+
+
 def test_wandb_offline_gets_the_same_metric_names_and_values(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_MODE", "offline")
@@ -194,6 +215,7 @@ def test_wandb_offline_gets_the_same_metric_names_and_values(tmp_path, monkeypat
         stats.log(0, {"rollout/reward_mean": None, "eval/accuracy": 0.25, "note": "text"})
         for step in (1, 2):
             stats.log(step, step_metrics(step))
+    _wait_for_wandb_writer()
     [run_file] = list((tmp_path / "wandb_dir").glob("wandb/offline-run-*/run-*.wandb"))
     rows, run = {}, None
     for record in _wandb_records(run_file):
