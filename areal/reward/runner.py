@@ -10,6 +10,10 @@ Functions travel to workers as specs (`gsm8k` or `package.module:function`, see
 `areal.reward.registry`), not as objects: workers are spawned (safe next to CUDA and threads),
 and a spec is always picklable where a closure is not.
 
+Workers end with the process that started them, even when it is SIGKILLed (a trainer rank, or
+the launcher above it, killed without a teardown): each watches its parent's sentinel from a
+daemon thread and exits when it closes, so no worker is left orphaned.
+
 Exceptions raised by the reward propagate to the caller (a crashing reward is a bug to see,
 not a zero to average away); only timeouts become 0.0.
 """
@@ -63,8 +67,33 @@ def _name(target: str | Callable[..., Any]) -> str:
     return target if isinstance(target, str) else getattr(target, "__qualname__", repr(target))
 
 
+def _exit_with_parent() -> None:
+    """Pool initializer: exit this worker as soon as the process that spawned it is gone.
+
+    A spawned worker blocks on its call queue, whose write end it holds itself, so a parent that
+    dies without shutting the pool down would leave it waiting for ever (and reparented to init).
+    The parent's sentinel (a pipe that closes when the parent exits, however it exits) wakes a
+    daemon thread here, which ends the process. Unlike PR_SET_PDEATHSIG it does not depend on
+    which of the parent's threads started the worker.
+    """
+    import threading
+    from multiprocessing.connection import wait
+
+    parent = multiprocessing.parent_process()
+    if parent is None:  # not a multiprocessing child: nothing to watch
+        return
+
+    def watch() -> None:
+        wait([parent.sentinel])
+        os._exit(1)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 def _new_pool(max_workers: int) -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(max_workers, mp_context=multiprocessing.get_context("spawn"))
+    return ProcessPoolExecutor(
+        max_workers, mp_context=multiprocessing.get_context("spawn"), initializer=_exit_with_parent
+    )
 
 
 def _kill_pool(pool: ProcessPoolExecutor) -> None:

@@ -141,3 +141,35 @@ def test_run_reward_with_timeout(tmp_path):
     assert run_reward_with_timeout(HANG, 0.5, "p", "hang", [], [], pid_file=str(pid_file)) == 0.0
     assert wait_gone(int(pid_file.read_text()))
     assert os.getpid() != int(pid_file.read_text())
+
+
+def test_workers_exit_when_their_parent_is_sigkilled(tmp_path):
+    """A process holding a RewardRunner is SIGKILLed (no teardown): its spawned workers exit too
+    instead of waiting on their call queue for ever as orphans."""
+    import signal
+    import subprocess
+    import sys
+
+    script = (
+        "import asyncio, os\n"
+        "from areal.reward import RewardRunner\n"
+        "r = RewardRunner('tests.reward.slow_rewards:length_reward', timeout_s=30, max_workers=2)\n"
+        "asyncio.run(r('p', 'abc', [], [1]))\n"
+        "print(' '.join(str(p) for p in r._pool._processes), flush=True)\n"
+        "import time; time.sleep(600)\n"
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=os.getcwd(), env=os.environ.copy()
+    )
+    try:
+        line = parent.stdout.readline()  # the first reward ran: every worker has started
+        workers = [psutil.Process(int(p)) for p in line.split()]
+        assert len(workers) == 2, line
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(10)
+    gone, alive = psutil.wait_procs(workers, timeout=30)
+    left = [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+    for p in left:
+        p.kill()
+    assert not left, f"reward workers outlived their SIGKILLed parent: {[p.pid for p in left]}"
