@@ -3,7 +3,8 @@
 Order: servers start first (each on its planned port, or the next free one), the launcher waits
 for their /health and records their addresses (the run's name record and AREAL_SERVER_ADDRS),
 then the trainer workers (or, inference-only, the rollout driver) start. Every process writes
-`{run_dir}/logs/<role>-<index>.log` and appears live in the console as `[role-index] line`.
+`{run_dir}/logs/<role>-<index>.log`, and its lines appear live in the console as `[role-index] line`,
+all but the engines' and servers' per-step INFO records (launcher/console.py).
 
 The run succeeds when every trainer (or the driver) exits 0. The first process to fail decides
 the exit code; then, as on Ctrl-C or SIGTERM, every process tree is stopped (SIGTERM, SIGKILL
@@ -38,13 +39,13 @@ from areal.infra.discovery import (
 )
 from areal.infra.health import HealthWatch, ServerStartupError, is_healthy, wait_healthy
 
+from .console import process_console
 from .plan import TRAINER_HEAD, LaunchPlan, ProcessSpec
 from .procs import (
     LaunchError,
     ManagedProcess,
     advertised_host,
     child_env,
-    console_sink,
     exit_code,
     next_free_port,
     stop_all,
@@ -427,7 +428,7 @@ class LocalRun(Supervisor):
                 old.stop(self.cfg.launcher.shutdown_grace_s)
             self.retired.append(old)
         proc = ManagedProcess(
-            spec.name, spec.command, env, log_path=log_path(self.plan, spec), sink=console_sink(spec.name)
+            spec.name, spec.command, env, log_path=log_path(self.plan, spec), sink=process_console(spec.name)
         )
         self.procs[spec.name] = proc
         say(f"started {spec.name} (pid {proc.pid}); log: {proc.log_path}")

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from areal.config import ExperimentConfig
 
+from .console import process_console
 from .local import Supervisor, log_path, say
 from .plan import TRAINER_HEAD, LaunchPlan, ProcessSpec
 from .procs import (
@@ -34,7 +35,6 @@ from .procs import (
     ManagedProcess,
     advertised_host,
     child_env,
-    console_sink,
     next_free_port,
     start_banner,
     with_port,
@@ -169,7 +169,7 @@ class RemoteProcess:
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_file, "a", buffering=1, encoding="utf-8", errors="replace")
         self._log.write(start_banner(name, command) + "\n")
-        self._console = console_sink(name)
+        self._console = process_console(name)
 
     def take(self, lines: list[str], code: int | None = None) -> None:
         for line in lines:

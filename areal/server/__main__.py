@@ -21,6 +21,7 @@ import sys
 # caching a new block per size until the GPU is full. A user's own setting wins.
 os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 
+from areal.infra.log_format import setup_process_logging
 from areal.server.args import ServerArgs, parse_args
 
 logger = logging.getLogger("areal.server")
@@ -145,7 +146,7 @@ async def serve(args: ServerArgs) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_process_logging(args.log_level.upper())
     # every weight update reloads the model: a progress bar per update would flood the run's log
     from transformers.utils import logging as hf_logging
 

@@ -53,6 +53,8 @@ class TrainContext:
         if should_save(step, saver.freq_steps) or (saver.save_at_end and step == self.total_steps):
             name = "final" if step == self.total_steps else f"step_{step:08d}"
             self.actor.save(str(self.run_dir / "models" / name))
+            if self.actor.is_rank0:
+                logger.info("step %d: model saved to %s", step, self.run_dir / "models" / name)
         if should_save(step, recover.freq_steps):
             state = TrainerState(
                 step=step,
@@ -60,7 +62,9 @@ class TrainContext:
                 weight_version=self.actor.get_version(),
                 extra={"loader": self.source.loader_state()},
             )
-            save_checkpoint(self.actor, self.run_dir, state, keep_last=recover.keep_last)
+            folder = save_checkpoint(self.actor, self.run_dir, state, keep_last=recover.keep_last)
+            if self.actor.is_rank0:
+                logger.info("step %d: checkpoint saved to %s (recover.mode=auto resumes from it)", step, folder)
 
     def evaluate(self, step: int) -> dict[str, float]:
         freq = self.cfg.evaluator.freq_steps

@@ -14,6 +14,7 @@ import logging
 import sys
 import time
 
+from areal.infra.log_format import setup_process_logging
 from areal.utils.gil import shorten_gil_switch_interval
 
 logger = logging.getLogger("areal.driver")
@@ -77,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="areal rollout driver (inference-only runs)")
     p.add_argument("--config", required=True, help="the run's resolved config.yaml")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    setup_process_logging()
     cfg = load_run_config(args.config)
     shorten_gil_switch_interval(cfg.rollout.gil_switch_interval_ms)
     drive(cfg)

@@ -66,6 +66,21 @@ def started_twice(run_dir: Path, name: str, timeout: float = 120.0) -> bool:
     return False
 
 
+def log_like_a_trainer() -> None:
+    """Lines of each kind a real trainer prints, for the console filter (launcher/console.py):
+    a per-step engine record, a run event, a warning and a progress line."""
+    import logging
+
+    from areal.infra.log_format import setup_process_logging
+
+    setup_process_logging()
+    logging.getLogger("areal.fsdp").info("weight update v1 (disk): 0.05 s, 1.9 MB")
+    logging.getLogger("areal.trainer").info("step 1: checkpoint saved to checkpoints/step_00000001")
+    logging.getLogger("areal.engine.sglang.client").warning("a warning the console shows")
+    sys.stderr.flush()
+    print("step 1/1 | reward 0.500 | loss 0.100", flush=True)
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--config", required=True)
@@ -99,6 +114,7 @@ def main() -> int:
         print(f"{until} was never restarted", flush=True)
         return 1
     time.sleep(float(env.get("FAKE_SLEEP_S", "0")))
+    log_like_a_trainer()
     print(f"{role} {rank} done", flush=True)
     return 0
 

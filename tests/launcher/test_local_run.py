@@ -45,6 +45,10 @@ def test_trainers_get_servers_and_distributed_env(tmp_path, capsys):
     assert "trainer 1 done" in (logs / "trainer-1.log").read_text()
     console = capsys.readouterr().out
     assert "[trainer-0] trainer 0 done" in console and "[server-0] fake server ready" in console
+    # the console keeps progress, run events and warnings; per-step engine records stay in the log
+    assert "[trainer-0] step 1/1 | reward 0.500" in console
+    assert "areal.trainer INFO step 1: checkpoint saved" in console and "a warning the console shows" in console
+    assert "weight update v1" not in console and "weight update v1" in (logs / "trainer-0.log").read_text()
     assert wait_gone(all_pids(cfg.run_dir)) == []  # the server was stopped after the trainers
 
 

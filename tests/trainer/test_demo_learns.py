@@ -47,3 +47,6 @@ def test_tiny_arith_demo_reward_rises(tmp_path):
     assert evals[0] < 0.2 and evals[-1] >= 0.6, evals
     assert (run_dir / "metrics.png").read_bytes()[:4] == b"\x89PNG"
     assert (run_dir / "logs" / "server-0.log").exists() and (run_dir / "logs" / "trainer-0.log").exists()
+    # a quiet console: progress lines, no per-step engine records (those stay in the trainer's log)
+    assert f"[trainer-0] step {steps}/{steps} |" in r.stdout, r.stdout[-2000:]
+    assert "weight update v" not in r.stdout and "weight update v" in (run_dir / "logs" / "trainer-0.log").read_text()
