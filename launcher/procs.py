@@ -46,6 +46,10 @@ def _die_with_parent():
 
     The signal follows the thread that forked, so it is only set from the main thread; None
     (no preexec_fn) elsewhere and off Linux. Only libc's prctl runs in the child (no imports).
+    Both backends start processes from their main thread (a Ray actor without max_concurrency
+    runs its methods there). What the children start themselves must end with them on its own:
+    reward workers watch their parent (areal/reward/runner.py). tests/launcher/test_orphans.py
+    SIGKILLs the launcher of a real run and checks that no process of the run is left.
     """
     if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
         return None
@@ -276,6 +280,26 @@ def _signal_all(procs, sig: int) -> None:
             p.send_signal(sig)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
+
+
+RUN_MARKER = "AREAL_CONFIG"  # every planned process, and what it starts, has RUN/config.yaml here
+
+
+def run_processes(config_path: str | os.PathLike, exclude: tuple[int, ...] = ()) -> list[psutil.Process]:
+    """The processes of one run on this machine, whatever started them: every process whose
+    environment has AREAL_CONFIG=config_path (the plan sets it for servers, trainers and the
+    driver; their children inherit it). Zombies (dead, not yet reaped) are left out."""
+    want = str(config_path)
+    found = []
+    for p in psutil.process_iter():
+        if p.pid in exclude or p.pid == os.getpid():
+            continue
+        try:
+            if p.environ().get(RUN_MARKER) == want and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except (psutil.Error, OSError):  # gone meanwhile, or not ours to read
+            continue
+    return found
 
 
 def tail_lines(path: str, n: int = 20) -> list[str]:
