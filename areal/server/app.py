@@ -23,7 +23,6 @@ released, /generate is a 400 that names /resume_memory_occupation.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import uuid
@@ -31,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 
 from aiohttp import web
 
+from areal.server.bodies import error, max_body_bytes, read_json
 from areal.server.memory import (
     MEMORY_TAGS,
     DeviceMemoryShort,
@@ -41,15 +41,14 @@ from areal.server.memory import (
     memory_readings,
     released_message,
 )
+from areal.server.openai_api import add_openai_routes
 from areal.server.sampling import SamplingParams
 from areal.server.scheduler import Scheduler, Sequence
 from areal.server.validation import (
     BadRequest,
-    UnsupportedMediaType,
     check_keys,
     get_typed,
     parse_generate,
-    require_object,
 )
 from areal.server.weights import WeightUpdater, check_weight_path
 
@@ -58,17 +57,6 @@ PAUSE_MODES = ("abort", "retract", "in_place")
 TENSOR_LOAD_FORMATS = (None, "direct")  # both: copy by Hugging Face state-dict name
 TENSOR_SELECTORS = ("all", "target")  # no draft model here
 HEALTH_GENERATE_TIMEOUT_S = 20.0
-MIN_BODY_BYTES = 4 * 2**20
-BODY_BYTES_PER_TOKEN = 64  # generous: a token id or a token's text, JSON-escaped, is far smaller
-
-
-def max_body_bytes(context_length: int) -> int:
-    """Largest request body read: room for a prompt of the whole context, at least 4 MiB."""
-    return max(MIN_BODY_BYTES, BODY_BYTES_PER_TOKEN * context_length)
-
-
-class PayloadTooLarge(BadRequest):
-    status = 413
 
 
 @dataclass
@@ -100,50 +88,6 @@ class ServerState:
     @property
     def capacity(self) -> int:
         return self.args.max_running_requests + self.args.max_queued_requests
-
-
-def error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": {"message": message}}, status=status)
-
-
-async def read_json(request: web.Request, *, allow_empty: bool = False) -> dict:
-    """The JSON object body; a non-JSON Content-Type, an oversized body, invalid JSON (bad
-    UTF-8, nesting too deep, a huge integer literal) or a non-object is a BadRequest."""
-    ctype = request.headers.get("Content-Type")
-    if ctype is not None and not _is_json_type(request.content_type):
-        raise UnsupportedMediaType(
-            f"{request.path}: Content-Type {ctype!r} is not JSON; send the body as "
-            "application/json (curl: -H 'Content-Type: application/json')."
-        )
-    limit = max_body_bytes(request.app["state"].context_length)
-    if request.content_length is not None and request.content_length > limit:
-        raise PayloadTooLarge(_too_large(request.path, request.content_length, limit))
-    try:
-        raw = await request.read()
-    except web.HTTPRequestEntityTooLarge:
-        raise PayloadTooLarge(_too_large(request.path, None, limit)) from None
-    if not raw.strip():
-        if allow_empty:
-            return {}
-        raise BadRequest(f"{request.path}: the request needs a JSON body.")
-    try:
-        body = json.loads(raw)
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError, digits
-        raise BadRequest(f"{request.path}: invalid JSON body: {str(exc)[:200]}.") from None
-    return require_object(body, request.path)
-
-
-def _is_json_type(content_type: str) -> bool:
-    return content_type == "application/json" or content_type.endswith("+json")
-
-
-def _too_large(path: str, size: int | None, limit: int) -> str:
-    what = f"{size} bytes" if size is not None else "the body"
-    return (
-        f"{path}: {what} exceeds this server's request size limit of {limit} bytes "
-        f"({BODY_BYTES_PER_TOKEN} bytes per token of the context length, at least "
-        f"{MIN_BODY_BYTES}): no valid request is that large; send a shorter prompt."
-    )
 
 
 def build_app(state: ServerState) -> web.Application:
@@ -184,8 +128,6 @@ def build_app(state: ServerState) -> web.Application:
         ("/destroy_weights_update_group", h.destroy_group),
     ):
         add("POST", path, handler)
-    from areal.server.openai_api import add_openai_routes  # here: that module imports this one
-
     add_openai_routes(app, h)  # /v1/chat/completions, /v1/completions
     return app
 

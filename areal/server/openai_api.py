@@ -32,7 +32,7 @@ from areal.chat.response import (
     parse_generation,
 )
 from areal.chat.template import encode_text, render_chat
-from areal.server.app import error, read_json
+from areal.server.bodies import error, read_json
 from areal.server.validation import BadRequest, _check_length, parse_sampling
 
 
