@@ -1,6 +1,8 @@
 """Waiting for inference servers to answer GET /health (SGLang's and the built-in server's route).
 
-Torch-free (urllib only); the launcher and the library (RemoteSGLangEngine) both use it. Waiting
+Torch-free (urllib only). `wait_healthy` is the one wait for servers to start (the launcher and
+areal/server/testing.py use it); its error names the server and the key that sets the deadline.
+Waiting
 watches the server processes too: a server that exits while starting is reported at once with its
 exit code instead of after the whole startup timeout. Once the run is going, `HealthWatch` keeps
 probing in a background thread and names any server that stopped answering (hung, or stopped with
@@ -25,6 +27,10 @@ class ServerStartupError(RuntimeError):
         self.returncode = returncode
 
 
+class ServerStartupTimeout(ServerStartupError, TimeoutError):
+    """A server still running but not answering /health when the deadline passed."""
+
+
 def is_healthy(addr: str, timeout: float = 2.0, headers: dict[str, str] | None = None) -> bool:
     """One GET http://addr/health; True on 200 (headers: e.g. the bearer key, which SGLang does
     not ask for on /health but a proxy in front of it may)."""
@@ -36,25 +42,35 @@ def is_healthy(addr: str, timeout: float = 2.0, headers: dict[str, str] | None =
         return False
 
 
+STARTUP_TIMEOUT_KEY = "launcher.server_startup_timeout_s"
+
+
 def wait_healthy(
     servers: dict[str, str],
     timeout_s: float,
-    exit_status: Callable[[str], int | None],
+    exit_status: Callable[[str], int | None] | None = None,
     interval: float = 0.5,
     check: Callable[[str, str], bool] | None = None,
+    *,
+    timeout_key: str = STARTUP_TIMEOUT_KEY,
+    headers: dict[str, str] | None = None,
 ) -> None:
     """Return once every server answers /health; raise ServerStartupError otherwise.
 
-    servers maps a process name to its host:port; exit_status(name) returns the exit code of a
-    server that has exited (None while it runs). check(name, addr) replaces the HTTP probe (the
-    Ray backend probes from the server's own node).
+    The one wait for servers to come up (the launcher, the trainer's client, the test helpers).
+    `servers` maps a name (a process name, or the address itself) to its host:port. Past
+    `timeout_s` it raises ServerStartupTimeout (also a TimeoutError) naming the first server still
+    silent, the others, and `timeout_key`, the config key (or argument) that sets the deadline.
+    `exit_status(name)` returns the exit code of a server that has exited (None while it runs), so
+    a server that dies while starting is reported at once. `check(name, addr)` replaces the HTTP
+    probe (the Ray backend probes from the server's own node); `headers` go with the probe.
     """
-    probe = check or (lambda _name, addr: is_healthy(addr))
+    probe = check or (lambda _name, addr: is_healthy(addr, headers=headers))
     pending = dict(servers)
     deadline = time.monotonic() + timeout_s
     while pending:
         for name, addr in list(pending.items()):
-            code = exit_status(name)
+            code = exit_status(name) if exit_status is not None else None
             if code is not None:
                 raise ServerStartupError(name, f"{name} exited with code {code} before it was healthy", code)
             if probe(name, addr):
@@ -62,11 +78,12 @@ def wait_healthy(
         if not pending:
             return
         if time.monotonic() > deadline:
-            name, addr = next(iter(pending.items()))
-            raise ServerStartupError(
+            (name, addr), others = next(iter(pending.items())), list(pending)[1:]
+            also = f"; {', '.join(others)} did not answer either" if others else ""
+            raise ServerStartupTimeout(
                 name,
-                f"{name} did not answer http://{addr}/health within {timeout_s:g} s "
-                "(raise launcher.server_startup_timeout_s if the model is slow to load)",
+                f"{name} did not answer http://{addr}/health within {timeout_s:g} s{also} "
+                f"(raise {timeout_key} if the model is slow to load)",
             )
         time.sleep(interval)
 

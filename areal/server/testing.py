@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from areal.infra.health import ServerStartupError, wait_healthy
 from areal.infra.ports import free_port  # noqa: F401 (tests import it from here)
 
 
@@ -54,9 +55,8 @@ class ServerHandle:
 def start_server(
     model_path: str, port: int | None = None, extra_args=(), timeout: float = 120.0, env: dict | None = None
 ) -> ServerHandle:
-    """Start `python -m areal.server` and return once /health answers 200."""
-    import requests
-
+    """Start `python -m areal.server` and return once /health answers 200 (areal.infra.health's
+    wait: a ServerStartupError with the server's log if it exits first or is not up in `timeout`)."""
     port = port or free_port()
     log = tempfile.NamedTemporaryFile("w", prefix=f"areal-server-{port}-", suffix=".log", delete=False)
     cmd = [
@@ -71,18 +71,18 @@ def start_server(
     ]
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
     handle = ServerHandle(f"http://127.0.0.1:{port}", port, proc, log.name)
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"areal.server exited with {proc.returncode}:\n{handle.log()}")
-        try:
-            if requests.get(handle.url + "/health", timeout=2).status_code == 200:
-                return handle
-        except requests.RequestException:
-            pass
-        time.sleep(0.2)
-    handle.stop()
-    raise TimeoutError(f"areal.server not healthy after {timeout}s:\n{handle.log()}")
+    try:
+        wait_healthy(
+            {"areal.server": f"127.0.0.1:{port}"},
+            timeout,
+            lambda _: proc.poll(),
+            0.2,
+            timeout_key="start_server(timeout=...)",
+        )
+    except ServerStartupError as e:
+        handle.stop()
+        raise type(e)(e.name, f"{e}; its log ({handle.log_path}):\n{handle.log()}", e.returncode) from None
+    return handle
 
 
 def wait_for(condition, what: str, timeout: float = 120.0, interval: float = 0.02):

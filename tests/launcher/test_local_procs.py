@@ -11,7 +11,7 @@ import time
 import psutil
 import pytest
 
-from areal.infra.health import HealthWatch, ServerStartupError, is_healthy, wait_healthy
+from areal.infra.health import HealthWatch, ServerStartupError, ServerStartupTimeout, is_healthy, wait_healthy
 from launcher.procs import (
     ManagedProcess,
     advertised_host,
@@ -140,6 +140,17 @@ def test_wait_healthy_reports_dead_and_slow_servers():
         wait_healthy({"server-1": "127.0.0.1:1"}, 0.2, lambda name: None, interval=0.05)
     assert not is_healthy("127.0.0.1:1")
     wait_healthy({"server-2": "x:1"}, 1, lambda name: None, check=lambda n, a: True)
+
+
+def test_wait_healthy_timeout_names_every_silent_server_and_the_key():
+    servers = {"a": "127.0.0.1:1", "b": "127.0.0.1:2", "up": "x:1"}
+    with pytest.raises(ServerStartupTimeout) as e:  # also a TimeoutError, as callers expect
+        wait_healthy(servers, 0.1, None, 0.02, check=lambda n, _a: n == "up", timeout_key="rollout.setup_timeout_s")
+    assert isinstance(e.value, TimeoutError) and e.value.name == "a" and e.value.returncode is None
+    assert str(e.value) == (
+        "a did not answer http://127.0.0.1:1/health within 0.1 s; b did not answer either "
+        "(raise rollout.setup_timeout_s if the model is slow to load)"
+    )
 
 
 def test_health_watch_names_the_server_that_stops_answering(monkeypatch):

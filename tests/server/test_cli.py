@@ -142,3 +142,13 @@ def test_defaults_are_safe_by_hand():
     args = parse_args(["--model-path", "m"])
     assert args.host == "127.0.0.1" and args.weight_dirs is None
     assert args.max_queued_requests == DEFAULT_MAX_QUEUED > 0
+
+
+def test_start_server_reports_a_server_that_exits_while_starting():
+    """start_server waits through areal.infra.health: a server that dies is reported at once, with its log."""
+    from areal.infra.health import ServerStartupError
+    from areal.server.testing import start_server
+
+    with pytest.raises(ServerStartupError, match=r"areal.server exited with code 2 before it was healthy") as e:
+        start_server("x", extra_args=["--tp-size", "2"], timeout=60)
+    assert "--tp-size 2 is not supported" in str(e.value)
