@@ -5,7 +5,6 @@ the training thread, which launches torch ops; each op releases the GIL, and Pyt
 back only after the other thread has held it for the switch interval (5 ms by default). Process
 entry points call this once at start (the trainer worker's rank 0 and the rollout driver, under
 `rollout.gil_switch_interval_ms`); library classes leave the interpreter's settings alone.
-Measurements: docs/benchmarks.md ("GIL switch interval").
 """
 
 from __future__ import annotations
