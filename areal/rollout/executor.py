@@ -34,6 +34,11 @@ rollout.max_overgeneration) so a task whose groups all look alike cannot stall t
 `last_batch_stats()` says, for the batch last handed out, how many groups were dropped among the
 episodes submitted for it (exact: they all finished before it was handed out).
 
+Record ids: when the dataloader can name its records (`record_id(record)`, as PromptLoader does:
+the record's index in the dataset), every row of a batch from `wait`/`prepare_batch` carries its
+episode's record as `record_id` (int64 [B]; -1 for an episode submitted without one), so the
+trainer can say which prompts each step trained on (RUN/prompts.jsonl).
+
 A failing workflow raises `RolloutError` (with the data record attached) from the next `wait`,
 `prepare_batch` or `rollout_batch`; it never leaves a caller waiting for a result that will not come.
 """
@@ -60,6 +65,7 @@ logger = logging.getLogger(__name__)
 
 _POLL_S = 0.05  # admission re-check period (the engine's version can change at any time)
 _PREPARE_WAIT_S = 0.5  # prepare_batch tops up the queue at least this often
+STALL_NOTICE_S = 60.0  # a wait for rollouts this long without one finishing is reported
 STALL_WARNING_S = 60.0  # prepare_batch says why it waits after this long with nothing running
 
 
@@ -84,6 +90,7 @@ class _Submission:
     created: float = field(default_factory=time.monotonic)
     seq: int = -1  # submission order of bounded episodes (set by _enqueue)
     origin: dict | None = None  # prepare_batch: where in the dataloader the record came from
+    record_id: int | None = None  # prepare_batch: the record's id from the dataloader, if it has ids
 
 
 @dataclass
@@ -96,6 +103,7 @@ class _Result:
     error: BaseException | None = None
     dropped_rows: int | None = None  # rejected by should_accept: how many samples it held
     kept_past_limit: bool = False  # rejected, but kept because max_overgeneration was reached
+    record_id: int | None = None
 
 
 class RolloutExecutor:
@@ -170,7 +178,7 @@ class RolloutExecutor:
                         self._origins.pop(r.seq, None)
                     self._dropped_since_batch, self._limit_warned = 0, False
                 self._count_batch(taken)
-                return concat_padded([r.trajectory for r in taken])
+                return concat_padded(_with_record_ids(taken))
             self._keep(self._next_result(self._outputs, deadline, count, ready))
 
     def _collect_finished(self) -> None:
@@ -232,10 +240,19 @@ class RolloutExecutor:
             while self._backlog() < self.max_concurrent + self.consumer_batch_size:
                 batch = next(self._data_iter)
                 where = _position_of_last_batch(dataloader)
+                name = getattr(dataloader, "record_id", None)
                 for offset, record in enumerate(_records(batch)):
                     origin = None if where is None else {**where, "offset": where["offset"] + offset}
                     self._enqueue(
-                        _Submission(record, workflow, should_accept, self._outputs, bounded=True, origin=origin)
+                        _Submission(
+                            record,
+                            workflow,
+                            should_accept,
+                            self._outputs,
+                            bounded=True,
+                            origin=origin,
+                            record_id=None if name is None else name(record),
+                        )
                     )
             try:
                 return self.wait(self.consumer_batch_size, timeout=_PREPARE_WAIT_S)
@@ -258,7 +275,7 @@ class RolloutExecutor:
             "prepare_batch has waited %.0fs: %d episodes are queued but none may start, because the "
             "staleness bound (rollout.max_head_offpolicyness=%d, consumer_batch_size %d) admits no "
             "more episodes at weight version %d. The version advances when the trainer updates the "
-            "weights (engine.update_weights / set_version after each training step); a loop that "
+            "weights (engine.control.update_weights / set_version after each training step); a loop that "
             "never does this waits for ever.",
             now - since,
             s["queued"],
@@ -432,6 +449,7 @@ class RolloutExecutor:
                         error,
                         dropped_rows=dropped_rows,
                         kept_past_limit=kept_past_limit,
+                        record_id=sub.record_id,
                     )
                 )
             if warn:
@@ -477,8 +495,26 @@ class RolloutExecutor:
     def _next_result(
         self, source: queue.Queue, deadline: float | None, count: int, ready: int | None = None
     ) -> _Result:
-        """The next result from `source`; raises if the deadline passes or the loop died."""
+        """The next result from `source`; raises if the deadline passes or the loop died. Every
+        STALL_NOTICE_S without a result, a warning says what is waited for (the console shows it
+        between progress lines)."""
+        since = notice_at = time.monotonic()
         while True:
+            if time.monotonic() - notice_at >= STALL_NOTICE_S:
+                notice_at = time.monotonic()
+                s = self.stats()
+                logger.warning(
+                    "no rollout finished for %.0f s: %d of %d ready, %d running, %d queued, weight version %d%s. "
+                    "The servers may be compiling kernels for a new batch shape (SGLang JIT-compiles on first "
+                    "use) or be overloaded; their logs say which",
+                    notice_at - since,
+                    len(self._ready) if ready is None else ready,
+                    count,
+                    s["running"],
+                    s["queued"],
+                    self.engine.get_version(),
+                    ", paused" if self.paused else "",
+                )
             if self._loop_error is not None or not self._thread.is_alive():
                 raise RuntimeError("the rollout executor loop has stopped") from self._loop_error
             wait = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
@@ -519,6 +555,19 @@ def _position_of_last_batch(dataloader) -> dict | None:
         "position": int(state["position"]) - 1,
         "offset": int(getattr(dataloader, "last_batch_offset", 0)),
     }
+
+
+def _with_record_ids(taken: list[_Result]) -> list[dict]:
+    """The trajectories, each with a `record_id` row tensor when any episode has an id."""
+    if all(r.record_id is None for r in taken):
+        return [r.trajectory for r in taken]
+    import torch
+
+    out = []
+    for r in taken:
+        rid = -1 if r.record_id is None else r.record_id
+        out.append({**r.trajectory, "record_id": torch.full((_n_rows(r.trajectory),), rid, dtype=torch.long)})
+    return out
 
 
 def _n_rows(trajectory: dict) -> int:

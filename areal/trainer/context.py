@@ -37,6 +37,7 @@ class TrainContext:
     stats: StatsLogger | None = None  # rank 0
     temperature: float = 1.0
     history: list[dict[str, Any]] = field(default_factory=list)  # each logged step's metrics
+    step_records: list[int] | None = None  # the record ids of the step being logged (grpo_step)
 
     @property
     def run_dir(self) -> Path:
@@ -91,7 +92,12 @@ class TrainContext:
     def log(self, step: int, metrics: dict) -> None:
         self.history.append(metrics)
         if self.stats is not None:
+            if self.step_records is not None:
+                from .prompt_log import PromptLog
+
+                PromptLog(self.run_dir).append(step, self.step_records)
             self.stats.log(step, metrics)
+        self.step_records = None
 
     # ---- recovery --------------------------------------------------------------------------------
     def maybe_recover(self) -> None:
@@ -108,8 +114,8 @@ class TrainContext:
         folder, _ = found
         state = restore_checkpoint(self.actor, folder)
         loader_state = state.extra.get("loader")
-        if loader_state and getattr(self.source, "loader", None) is not None:
-            self.source.loader.load_state_dict(loader_state)
+        if loader_state:
+            self._restore_position(loader_state)
         self.start_step = state.step + 1
         self._forget_metrics_from(self.start_step)  # the killed run logged them; they are redone now
         self.source.push_weights(state.weight_version)
@@ -117,9 +123,21 @@ class TrainContext:
             "recovered from %s: resuming at step %d, weight version %d", folder, self.start_step, state.weight_version
         )
 
+    def _restore_position(self, loader_state: dict) -> None:
+        """Put the source back at the checkpoint's data position: a source that keeps its own
+        (ReplayRollouts: the next saved batch) restores it; otherwise its prompt loader does."""
+        restore = getattr(self.source, "load_loader_state", None)
+        if restore is not None:
+            restore(loader_state)
+        elif getattr(self.source, "loader", None) is not None:
+            self.source.loader.load_state_dict(loader_state)
+
     def _forget_metrics_from(self, step: int) -> None:
         if self.stats is not None:
+            from .prompt_log import PromptLog
+
             dropped = self.stats.drop_rows_from(step)
+            PromptLog(self.run_dir).drop_from(step)
             if dropped:
                 logger.info("metrics.jsonl: dropped %d row(s) of steps >= %d logged before the restart", dropped, step)
 

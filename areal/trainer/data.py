@@ -83,6 +83,12 @@ class PromptLoader:
         self.epoch, self.position, self.offset = 0, 0, 0
         self.last_batch_offset = 0
         self._started = False
+        self._ids = {id(r): i for i, r in enumerate(records)}
+
+    def record_id(self, record: dict) -> int | None:
+        """A record's stable id: its index in the dataset (the same in every run of the same data
+        config, whatever the shuffle), or None for a record that is not one of this loader's."""
+        return self._ids.get(id(record))
 
     def __len__(self) -> int:
         return len(self.records) // self.batch_size  # the last partial batch is dropped

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from areal.algo.actor import loss_weight_fn, ppo_loss_fn, prepare_ppo_batch, rollout_mismatch_sums, split_minibatches
 from areal.rollout.batch import sample_stats
+from areal.trainer.prompt_log import record_ids_of
 
 if TYPE_CHECKING:
     from .context import TrainContext
@@ -75,6 +76,7 @@ def grpo_step(ctx: TrainContext, step: int) -> dict[str, Any]:
         ctx.save(step)
     with phases("eval"):
         evaluation = ctx.evaluate(step)
+    ctx.step_records = record_ids_of(batch, cfg.gconfig.n_samples)  # RUN/prompts.jsonl, with the step's log
     return _metrics(step, ctx, batch, train_stats, update, evaluation, phases, time.perf_counter() - t0, algo_metrics)
 
 

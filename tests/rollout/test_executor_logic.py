@@ -375,7 +375,7 @@ def test_resume_state_restarts_at_the_first_record_not_trained_on():
     """A recovered run must neither skip the prompts that were queued or running at the
     checkpoint (the loader had run ahead by them) nor repeat the ones trained on: three pieces
     resumed from resume_state() give the uninterrupted stream, across a mid-batch offset and an
-    epoch boundary."""
+    epoch boundary. Every row carries its record's dataset index (record_id, for prompts.jsonl)."""
     from areal.trainer.data import PromptLoader
 
     records = [{"i": i} for i in range(20)]  # 5 loader batches of 4 per epoch
@@ -386,7 +386,9 @@ def test_resume_state_restarts_at_the_first_record_not_trained_on():
         got = []
         try:
             for _ in range(steps):
-                got += ex.prepare_batch(loader, Ordered(seed))["order"].tolist()
+                batch = ex.prepare_batch(loader, Ordered(seed))
+                assert batch["record_id"].tolist() == batch["order"].tolist()  # each row's dataset index
+                got += batch["order"].tolist()
                 engine.version += 1
             return got, ex.resume_state()
         finally:
