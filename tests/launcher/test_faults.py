@@ -220,6 +220,17 @@ def test_killed_trainer_rank_stops_everything_and_recover_resumes(tmp_path):
     assert steps == sorted(set(steps)) and set(range(1, 7)) <= set(steps)  # ...redone once each
     assert steps[-1] == 6 and rows(run_dir)[-1]["weight_version"] == 6  # final step as configured
 
+    # no prompt lost or doubled: the same prompts as a run that was never killed
+    from areal.trainer.prompt_log import compare_prompts, read_prompts
+
+    t0 = time.monotonic()
+    straight = launch(tmp_path / "straight", *two_ranks)
+    assert straight.wait(300) == 0, straight.output
+    measured("uninterrupted run (steps 1-6)", time.monotonic() - t0)
+    baseline = run_dir_of(tmp_path / "straight")
+    assert compare_prompts(baseline, run_dir, steps=range(1, 7)) == []
+    assert read_prompts(run_dir) == read_prompts(baseline)  # even step by step: batches are in order
+
 
 def test_stopped_server_is_named_by_the_health_check(tmp_path):
     launcher = launch(tmp_path, "total_train_steps=200", "launcher.server_health_timeout_s=5")
