@@ -1,9 +1,9 @@
 """Rewards for the synthetic arithmetic demo task (`areal.dataset.synthetic`).
 
 Exact match alone does not teach a tiny model: early on all 8 samples of a prompt are wrong in
-the same way, group-normalized advantages are zero, and learning stalls (measured: ~0.10
-accuracy). The shaped reward gives partial credit for a well-formed number close to the target,
-so groups differ and there is a gradient:
+the same way, group-normalized advantages are zero, and learning stalls near chance. The shaped
+reward gives partial credit for a well-formed number close to the target, so groups differ and
+there is a gradient:
 
     1.0                                  exact answer
     0.5 * max(0, 1 - |pred - target| / 10)   another well-formed integer

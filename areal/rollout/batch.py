@@ -51,8 +51,8 @@ def pad_sequences(rows: list[list], value, dtype) -> "Any":
     """A [len(rows), max_len] tensor of Python lists, right-padded with `value`.
 
     Through a numpy array filled row by row: in an async run this runs on the rollout thread,
-    whose every millisecond holding the GIL is one the training thread waits, and it is 2-3x
-    faster than torch.tensor on padded nested lists (0.12 against 0.36 ms for 8 x 300 ids).
+    whose every millisecond holding the GIL is one the training thread waits, and numpy converts
+    padded nested lists faster than torch.tensor does.
     """
     import numpy as np
     import torch
