@@ -177,7 +177,8 @@ def target_pid(run: Run, target: str) -> int:
         return run.proc.pid
     if target == "reward":
         trainer = run.pid_of("trainer-0")
-        workers = [p for p in psutil.Process(trainer).children() if "multiprocessing" in " ".join(p.cmdline())]
+        # spawned pool workers run spawn_main (the resource tracker, also a child, does not)
+        workers = [p for p in psutil.Process(trainer).children() if "spawn_main" in " ".join(p.cmdline())]
         if not workers:
             raise RuntimeError("trainer-0 has no reward worker right now")
         return workers[0].pid
@@ -286,7 +287,10 @@ def trial(t: Trial, root: Path, steps: int, kill_after: int) -> Trial:
             return t
         named = {"launcher": None, "reward": "trainer-0", "server": "server-0"}.get(t.target, t.target)
         message = re.search(rf"error: {named} .*; log: \S+", text) if named else True
-        exited = "clean exit" if message and seconds <= EXIT_WITHIN_S + 30 else f"exit without naming {named}"
+        if t.target == "launcher":
+            exited = "all exited" if seconds <= EXIT_WITHIN_S else "slow exit"
+        else:
+            exited = "clean exit" if message and seconds <= EXIT_WITHIN_S else f"exit without naming {named}"
         # relaunch with recover.mode=auto
         again = Run(root, steps, ["recover.mode=auto"], 1)
         try:
