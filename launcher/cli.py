@@ -81,12 +81,19 @@ def _run(args) -> int:
 
 
 def write_run_dir(cfg: ExperimentConfig, plan) -> None:
-    """config.yaml (resolved, validated) and plan.json: what every process reads and what ran."""
+    """config.yaml (resolved, validated) and plan.json: what every process reads and what ran.
+    config.yaml names the server program and pause mode the plan resolved, so no process has
+    to find them out again."""
     from pathlib import Path
 
     run_dir = Path(cfg.run_dir)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(_yaml(cfg.model_dump()))
+    data = cfg.model_dump()
+    if plan.server_kind:
+        data["rollout"]["server"] = plan.server_kind
+    if plan.pause_mode:
+        data["rollout"]["pause_mode"] = plan.pause_mode
+    (run_dir / "config.yaml").write_text(_yaml(data))
     (run_dir / "plan.json").write_text(plan.to_json())
 
 

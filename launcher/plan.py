@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from areal.config import ExperimentConfig
 from areal.config.parallel import parse_parallel
 from areal.infra.host import HostFacts, resolve_device, resolve_server_kind  # noqa: F401 (re-exported)
+from areal.infra.pause import resolve_pause_mode
 from areal.infra.servers import indexed_server_command
 
 # Placeholder in a multi-node trainer's MASTER_ADDR: the backend substitutes the address of the
@@ -45,6 +46,7 @@ class LaunchPlan:
     run_dir: str
     device: str  # "cuda" | "cpu"
     server_kind: str | None  # "sglang" | "builtin" | None when no servers run
+    pause_mode: str | None = None  # rollout.pause_mode resolved for server_kind (areal.infra.pause)
     processes: list[ProcessSpec] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     colocated: bool = False  # servers and trainers share devices (launcher.colocate)
@@ -57,6 +59,7 @@ class LaunchPlan:
             "run_dir": self.run_dir,
             "device": self.device,
             "server": self.server_kind,
+            "pause_mode": self.pause_mode,
             "colocated": self.colocated,
             "warnings": self.warnings,
             "processes": [{k: v for k, v in asdict(p).items()} for p in self.processes],
@@ -70,6 +73,7 @@ class LaunchPlan:
         lines = [
             f"run directory: {self.run_dir}",
             f"device: {self.device}    server program: {self.server_kind or '(none: trainer-only)'}"
+            + (f"    pause mode: {self.pause_mode}" if self.pause_mode else "")
             + ("    colocated: servers and trainers share devices" if self.colocated else ""),
             f"processes: {len(self.processes)}",
         ]
@@ -94,6 +98,8 @@ def make_plan(cfg: ExperimentConfig, facts: HostFacts) -> LaunchPlan:
         server_kind=resolve_server_kind(cfg, facts, device) if run_servers else None,
         colocated=la.colocate,
     )
+    if run_servers or cfg.rollout.server != "auto":  # external servers of a named program too
+        plan.pause_mode = resolve_pause_mode(cfg.rollout.pause_mode, plan.server_kind or cfg.rollout.server)
     slots = _DeviceSlots(cfg)
     base_env = {"AREAL_RUN_DIR": cfg.run_dir, "AREAL_CONFIG": f"{cfg.run_dir}/config.yaml", "PYTHONUNBUFFERED": "1"}
     if run_servers:

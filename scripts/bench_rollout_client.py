@@ -111,7 +111,7 @@ def main(argv=None) -> dict:
         for b in range(args.batches + 1):  # batch 0 warms up
             # a synchronous trainer: a new version before each batch (offpolicyness 0 holds the
             # next batch's episodes until then)
-            engine.update_weights(WeightUpdateMeta("disk", path=model_dir, version=b))
+            engine.control.update_weights(WeightUpdateMeta("disk", path=model_dir, version=b))
             (gc_s0, gc_n0), cpu0, wall0 = gc_clock.snapshot(), time.process_time(), time.perf_counter()
             batch = engine.prepare_batch(loader, workflow)
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0

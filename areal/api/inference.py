@@ -1,23 +1,21 @@
 """Inference-side interfaces: requests and responses in token ids, and the InferenceEngine ABC.
 
-Weight updates, as the trainer drives them (RemoteSGLangEngine implements this):
+An InferenceEngine generates; its `control` (areal/engine/sglang/control.py, ServerControl) is the
+one object that pauses the servers, takes the trainer's new weights and continues them:
 
-    disk:         actor.save(path); engine.update_weights(WeightUpdateMeta("disk", path, version=v))
-    distributed:  engine.init_weights_update_group(meta).result() after the trainer joined the group
-                  (both sides must run concurrently: start the future, then init the trainer side);
-                  per update: fut = engine.update_weights_from_distributed(meta); broadcast; fut.result()
-    tensor:       engine.update_weights_from_tensor(meta, named_tensors) for servers on the trainer's
-                  own device(s): the tensors travel as CUDA IPC handles (shared memory on CPU)
+    with engine.control.weight_update(version) as update:
+        update.load_disk(path)                       # disk: a saved Hugging Face folder
+        update.load_tensors(bucket)                  # tensor: servers on the trainer's device(s)
+        update.load_broadcast(meta).result()         # distributed: the trainer broadcasts meanwhile
 
-Both kinds pause generation on the servers unless the caller already paused (engine.pause()),
-and set the engine's version to meta.version once every server has the new weights.
+FSDPEngine.update_weights(meta, inference=engine) does exactly that from the trainer's shards.
+The pause mode (abort, retract, in_place; areal.infra.pause) is resolved before the engine starts.
 """
 
 from __future__ import annotations
 
 import abc
 import uuid
-from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -94,12 +92,11 @@ class WeightUpdateMeta:
     names: list[str] = field(default_factory=list)
     dtypes: list[str] = field(default_factory=list)
     shapes: list[list[int]] = field(default_factory=list)
-    # distributed and tensor updates come in buckets: the servers flush caches after the last
-    flush_cache: bool = True
 
 
 class InferenceEngine(abc.ABC):
-    """A client of one or more inference servers."""
+    """A client of one or more inference servers: it generates, and its `control` orders pauses
+    and weight updates (see the module docstring)."""
 
     @abc.abstractmethod
     def initialize(self) -> None:
@@ -109,55 +106,14 @@ class InferenceEngine(abc.ABC):
     async def agenerate(self, req: ModelRequest) -> ModelResponse:
         """Generate one sample; survives pauses for weight updates without losing tokens."""
 
-    @abc.abstractmethod
-    def update_weights(self, meta: WeightUpdateMeta) -> None:
-        """Disk updates: load meta.path on every server and set their version (blocking)."""
-
-    @abc.abstractmethod
-    def init_weights_update_group(self, meta: WeightUpdateMeta) -> Future:
-        """Make every server join the trainer's weight-broadcast group; resolves when all joined."""
-
-    @abc.abstractmethod
-    def update_weights_from_distributed(self, meta: WeightUpdateMeta) -> Future:
-        """Make every server receive the tensors the trainer broadcasts; resolves when loaded."""
-
-    @abc.abstractmethod
-    def destroy_weights_update_group(self, meta: WeightUpdateMeta) -> Future:
-        """Make every server leave the broadcast group meta.group_name; resolves when all left."""
-
-    @abc.abstractmethod
-    def update_weights_from_tensor(self, meta: WeightUpdateMeta, named_tensors: list) -> list[dict]:
-        """Servers on the trainer's device copy (name, tensor) pairs handed over through memory."""
-
     @property
     @abc.abstractmethod
-    def group_world_size(self) -> int:
-        """Ranks of a distributed update group: the trainer (rank 0) and every server's ranks."""
-
-    @abc.abstractmethod
-    def release_memory_occupation(self, tags: list[str] | None = None) -> None:
-        """Servers free their KV cache and/or move their weights off the device (tags; None: both)."""
-
-    @abc.abstractmethod
-    def resume_memory_occupation(self, tags: list[str] | None = None) -> None:
-        """Servers take back what release_memory_occupation freed."""
-
-    @abc.abstractmethod
-    def pause(self) -> dict[str, float] | None:
-        """Stop generation on every server (in-flight requests abort or wait, per pause mode).
-        May return what the pause cost (logged under weight_update/ by the trainer)."""
-
-    @abc.abstractmethod
-    def resume(self) -> None:
-        """Continue generation on every server."""
+    def control(self):
+        """The ServerControl of these servers: pause / continue, weight updates, memory hand-off."""
 
     @abc.abstractmethod
     def get_version(self) -> int:
-        """The weight version new tokens are generated with."""
-
-    @abc.abstractmethod
-    def set_version(self, version: int) -> None:
-        """Record the weight version (the trainer bumps it after each update)."""
+        """The weight version new tokens are generated with (the control's served version)."""
 
     @abc.abstractmethod
     def destroy(self) -> None:

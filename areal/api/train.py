@@ -5,7 +5,7 @@ from __future__ import annotations
 import abc
 from typing import Any, Callable
 
-from .inference import InferenceEngine, WeightUpdateMeta
+from .inference import WeightUpdateMeta
 
 # A batch is a dict of tensors with a leading sequence dimension, right-padded:
 #   input_ids [B, L], attention_mask [B, L] (1 on real tokens), loss_mask [B, L] (1 on generated
@@ -85,9 +85,10 @@ class TrainEngine(abc.ABC):
 
     # ---- weights for the servers -----------------------------------------------------------------
     @abc.abstractmethod
-    def update_weights(self, meta: WeightUpdateMeta, inference: InferenceEngine | None = None) -> dict[str, float]:
-        """Send the current weights to the inference servers (disk or distributed), set the
-        version to meta.version (or +1), and return the update's seconds and bytes."""
+    def update_weights(self, meta: WeightUpdateMeta, inference=None) -> dict[str, float]:
+        """Hand the current weights (disk, distributed or tensor) to the servers' control (an
+        InferenceEngine's, a ServerControl, or an open WeightUpdate; see areal/api/inference.py),
+        set the version to meta.version (or +1), and return the update's seconds and bytes."""
 
     @abc.abstractmethod
     def get_version(self) -> int:

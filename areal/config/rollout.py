@@ -52,14 +52,21 @@ class RolloutConfig(Section):
     )
     pause_mode: Literal["auto", "abort", "retract", "in_place"] = Field(
         "auto",
-        description="How servers pause for a weight update. retract: requests in flight wait "
-        "in the server and continue after the update, re-prefilled under the new weights. abort: the "
-        "server answers them, the client resubmits prompt + tokens so far (AReaL's way; many answers "
-        "and requests in the trainer process). in_place: like retract but keeps the KV cache computed "
-        "by the old weights (no re-prefill; the tokens after the update attend to keys and values of "
-        "the old weights). auto: retract on built-in servers (in_place is faster but learned less on "
-        "SmolLM2), abort on SGLang (its weight updates flush a cache that held requests keep busy). "
-        "docs/benchmarks.md compares the modes.",
+        description="How servers pause for a weight update. abort: the server answers the requests in "
+        "flight, the client resubmits prompt + tokens so far after the update (the prefix cache is flushed "
+        "in between). retract: they wait in the server without their KV cache and are prefilled again under "
+        "the new weights (SGLang then runs with --disable-radix-cache). in_place: they keep the KV cache "
+        "computed by the old weights (no re-prefill; later tokens attend to old keys and values). Every "
+        "request's prefix-cache namespace is its weight version. auto: per server program, the mode "
+        "measured to learn best among those that work on it: retract on the built-in server, abort on "
+        "SGLang (areal/infra/pause.py; docs/benchmarks.md section 5).",
+    )
+    server_warmup: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="Before step 0 the trainer sends the servers one burst of greedy 16-token requests "
+        "at the run's generation concurrency and one at its evaluation batch, so that kernels compiled per "
+        "batch shape (SGLang JIT-compiles them on first use) are built before the first step and evaluation. "
+        "auto: on for SGLang servers, off for the built-in server (nothing to compile).",
     )
     gil_switch_interval_ms: float | None = Field(
         0.2,

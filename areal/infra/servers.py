@@ -11,8 +11,13 @@ import re
 
 from areal.config import ConfigError, ConfigIssue
 from areal.config.sglang import SGLangConfig
+from areal.models.resolve import is_project_model
 
-MIN_SGLANG = "0.4.9.post2"
+# The oldest SGLang whose routes and fields the client uses all exist (/model_info, /server_info,
+# flush_cache on every weight route, extra_key in /generate, the three pause modes), read from its
+# source; TESTED_SGLANG are the releases the gpu-marked tests ran against on the device machine.
+MIN_SGLANG = "0.5.9"
+TESTED_SGLANG = ("0.5.16",)
 SERVER_MODULES = {"sglang": "sglang.launch_server", "builtin": "areal.server"}
 # Fields of SGLangConfig the built-in server understands; the others are SGLang tuning knobs.
 BUILTIN_FLAGS = {
@@ -67,8 +72,11 @@ def indexed_server_command(
     cfg, index: int, *, port: int, kind: str, facts, warnings: list[str] | None = None
 ) -> list[str]:
     """The command of the run's server `index` (an ExperimentConfig, HostFacts): each server its
-    own sampling seed (identical seeds give identical samples inside a GRPO group), and disk
-    weight loads limited to the run's folders (built-in server)."""
+    own sampling seed (identical seeds give identical samples inside a GRPO group), disk weight
+    loads limited to the run's folders (built-in server), and the flags its pause mode needs
+    (areal.infra.pause)."""
+    from .pause import resolve_pause_mode, server_flags_for
+
     server_cfg = cfg.sglang.model_copy(
         update={
             "random_seed": cfg.sglang.random_seed + index,
@@ -83,6 +91,7 @@ def indexed_server_command(
         sglang_version=facts.sglang_version,
         sglang_flags=facts.sglang_flags,
         warnings=warnings,
+        extra_flags=server_flags_for(resolve_pause_mode(cfg.rollout.pause_mode, kind), kind),
     )
 
 
@@ -95,12 +104,32 @@ def server_command(
     sglang_version: str | None = None,
     sglang_flags: frozenset[str] | None = None,
     warnings: list[str] | None = None,
+    extra_flags: list[str] | None = None,
 ) -> list[str]:
-    flags = server_flags(cfg, port=port, kind=kind)
-    if kind == "sglang":
-        check_sglang_version(sglang_version)
-        flags = drop_unknown_flags(flags, sglang_flags, sglang_version, warnings)
+    """`python -m <server module> --flag value ...`. SGLang cannot read the project's model names
+    (`tiny:<preset>`, `smollm2:135m-instruct`): for those it is started through areal.models.serve,
+    which resolves them to the folder every process of the run shares, then execs SGLang."""
+    flags = server_flags(cfg, port=port, kind=kind) + list(extra_flags or [])
+    if kind != "sglang":
+        return [python, "-m", SERVER_MODULES[kind], *flags]
+    check_sglang_version(sglang_version)
+    note = sglang_version_note(sglang_version)
+    if note and warnings is not None:
+        warnings.append(note)
+    flags = drop_unknown_flags(flags, sglang_flags, sglang_version, warnings)
+    if any(is_project_model(p) for p in (cfg.model_path, cfg.tokenizer_path) if p):
+        return [python, "-m", "areal.models.serve", SERVER_MODULES[kind], *flags]
     return [python, "-m", SERVER_MODULES[kind], *flags]
+
+
+def sglang_version_note(version: str) -> str | None:
+    """A warning when `version` is not one the project was tested with, else None."""
+    if version in TESTED_SGLANG:
+        return None
+    return (
+        f"sglang {version} is not a tested version (tested: {', '.join(TESTED_SGLANG)}; the client follows "
+        f"their API, and needs at least {MIN_SGLANG}); pip install 'sglang=={TESTED_SGLANG[-1]}' to match"
+    )
 
 
 def check_sglang_version(version: str | None) -> None:
@@ -111,7 +140,8 @@ def check_sglang_version(version: str | None) -> None:
                     "rollout.server",
                     "sglang",
                     "sglang is not installed",
-                    "pip install 'sglang>=0.4.9.post2' on a GPU machine, or set rollout.server=builtin (or auto)",
+                    f"pip install 'sglang=={TESTED_SGLANG[-1]}' on a GPU machine, "
+                    "or set rollout.server=builtin (or auto)",
                 )
             ]
         )

@@ -47,6 +47,11 @@ def tiny_cache_root() -> Path:
 SMOLLM2 = "smollm2:135m-instruct"
 
 
+def is_project_model(path: str) -> bool:
+    """A name only this project can load (built on first use), not a folder or hub id."""
+    return path == SMOLLM2 or path.startswith("tiny:")
+
+
 def resolve_model_path(path: str, *, seed: int = 0) -> str:
     """A path transformers can load: `tiny:<preset>` and SMOLLM2 are built on first use, anything
     else is returned as it is."""

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 
 from aiohttp import web
 
+from areal.infra.pause import PAUSE_MODES
 from areal.server.bodies import error, max_body_bytes, read_json
 from areal.server.memory import (
     MEMORY_TAGS,
@@ -53,7 +54,6 @@ from areal.server.validation import (
 from areal.server.weights import WeightUpdater, check_weight_path
 
 logger = logging.getLogger("areal.server")
-PAUSE_MODES = ("abort", "retract", "in_place")
 TENSOR_LOAD_FORMATS = (None, "direct")  # both: copy by Hugging Face state-dict name
 TENSOR_SELECTORS = ("all", "target")  # no draft model here
 HEALTH_GENERATE_TIMEOUT_S = 20.0
@@ -103,6 +103,7 @@ def build_app(state: ServerState) -> web.Application:
         ("/health_generate", h.health_generate),
         ("/model_info", h.model_info),
         ("/get_model_info", h.model_info),
+        ("/server_info", h.server_info),
         ("/get_server_info", h.server_info),
         ("/get_weight_version", h.get_weight_version),
         ("/v1/models", h.models),
@@ -402,8 +403,24 @@ class Handlers:
         return web.json_response({"weight_version": self.s.weight_version})
 
     async def flush_cache(self, request: web.Request) -> web.Response:
-        """There is no prefix cache to flush (each request prefills its own prompt)."""
-        return web.Response(text="Cache flushed.\n", status=200)
+        """There is no prefix cache to flush (each request prefills its own prompt), but the
+        answer is SGLang's: 400 while requests wait or run, after waiting up to `?timeout=`
+        seconds for them to drain."""
+        try:
+            timeout = float(request.query.get("timeout", "0") or 0)
+        except ValueError:
+            raise BadRequest(f"/flush_cache: timeout {request.query.get('timeout')!r} is not a number of seconds.")
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            try:
+                await asyncio.wrap_future(
+                    self.s.scheduler.call(lambda: self.s.scheduler.check_flushable("/flush_cache"))
+                )
+                return web.Response(text="Cache flushed.\n", status=200)
+            except ServerBusy as exc:
+                if time.monotonic() >= deadline:
+                    return web.Response(text=str(exc) + "\n", status=400)
+            await asyncio.sleep(0.05)
 
     # ---- memory occupation (colocation; see memory.py) ---------------------------------------
     async def release_memory(self, request: web.Request) -> web.Response:
@@ -518,6 +535,7 @@ class Handlers:
                 "is_async",
                 "torch_empty_cache",
                 "keep_pause",
+                "flush_cache",
                 "rid",
             },
             where,
@@ -534,7 +552,10 @@ class Handlers:
         if get_typed(body, "abort_all_requests", bool, False, where):
             await asyncio.wrap_future(self.s.scheduler.abort(None, "Aborted by " + where))
         timings: dict[str, float] = {}  # load_s: read + copy, reported for benchmarks
-        ok, message = await self._on_worker(lambda: self.s.updater.load_from_disk(path, timings))
+        flush = get_typed(body, "flush_cache", bool, True, where)  # SGLang's default
+        ok, message = await self._on_worker(
+            self._flush_checked(flush, where, lambda: self.s.updater.load_from_disk(path, timings))
+        )
         return self._weights_reply(ok, message, version, extra={"num_paused_requests": 0, **timings})
 
     async def update_from_tensor(self, request: web.Request) -> web.Response:
@@ -570,7 +591,8 @@ class Handlers:
                 _empty_cuda_cache(self.s.runner.device)
             return message
 
-        ok, message = await self._on_worker(update)
+        flush = get_typed(body, "flush_cache", bool, True, where)  # SGLang's default
+        ok, message = await self._on_worker(self._flush_checked(flush, where, update))
         return self._weights_reply(ok, message, version, extra=timings)
 
     async def load_lora(self, request: web.Request) -> web.Response:
@@ -693,14 +715,18 @@ class Handlers:
         if bad:
             raise BadRequest(f"{where}: dtypes {bad} are invalid; use bfloat16, float16 or float32.")
         group = get_typed(body, "group_name", str, "weight_update_group", where)
-        get_typed(body, "flush_cache", bool, True, where)  # nothing cached across requests
+        flush = get_typed(body, "flush_cache", bool, True, where)  # SGLang's default
         version = get_typed(body, "weight_version", str, None, where)
         if get_typed(body, "abort_all_requests", bool, False, where):
             await asyncio.wrap_future(self.s.scheduler.abort(None, "Aborted by " + where))
         timings: dict[str, float] = {}  # recv_s, load_s: reported for benchmarks
         ok, message = await self._on_worker(
-            lambda: self.s.updater.update_from_distributed(
-                names=names, dtypes=dtypes, shapes=shapes, group_name=group, timings=timings
+            self._flush_checked(
+                flush,
+                where,
+                lambda: self.s.updater.update_from_distributed(
+                    names=names, dtypes=dtypes, shapes=shapes, group_name=group, timings=timings
+                ),
             )
         )
         return self._weights_reply(ok, message, version, extra=timings)
@@ -712,6 +738,17 @@ class Handlers:
         group = get_typed(body, "group_name", str, "weight_update_group", where)
         ok, message = await self._on_worker(lambda: self.s.updater.destroy_group(group))
         return self._weights_reply(ok, message, None)
+
+    def _flush_checked(self, flush: bool, where: str, load):
+        """`load` run on the worker, refused first (as SGLang's flush after the update would be)
+        when the update asks for a flush while requests are held (see check_flushable)."""
+
+        def run():
+            if flush:
+                self.s.scheduler.check_flushable(where)
+            return load()
+
+        return run
 
     async def _on_worker(self, fn) -> tuple[bool, str]:
         """Run a weight operation between decode steps (after running requests finish,

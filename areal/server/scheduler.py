@@ -450,6 +450,19 @@ class Scheduler:
     def _resume(self) -> None:
         self._paused = None
 
+    def check_flushable(self, where: str) -> None:
+        """Raise ServerBusy while any request waits or runs, held by a pause included (worker
+        thread). SGLang's scheduler refuses a cache flush then, and asserts when a weight update
+        asked for one, which takes the server down; here the caller gets the refusal as a 400."""
+        if self._running or self._waiting:
+            raise ServerBusy(
+                f"{where}: cache not flushed because there are pending requests. #queue-req: "
+                f"{len(self._waiting)}, #running-req: {len(self._running)}"
+                + (f" (held by /pause_generation mode {self._paused})" if self._paused else "")
+                + ". A weight update sent while requests are held must pass flush_cache=false (SGLang would "
+                "assert and stop its scheduler); flush with /flush_cache once they are done."
+            )
+
     def check_idle_for_release(self) -> None:
         """Raise ServerBusy unless no request holds or is about to take the KV cache (worker
         thread). Requests held by pause mode retract hold none: they may stay queued."""

@@ -78,6 +78,7 @@ IMPLEMENTED_TOP = {
     "return_logprob",
     "return_text_in_logprobs",
     "lora_path",
+    "extra_key",  # SGLang's prefix-cache namespace; there is no prefix cache here
 }
 IMPLEMENTED_SAMPLING = {
     "max_new_tokens",
@@ -207,6 +208,7 @@ def parse_generate(body: Any, *, vocab_size: int, context_length: int, tokenize)
     body = require_object(body, "/generate")
     check_keys(body, IMPLEMENTED_TOP | IGNORED_TOP | set(NEUTRAL_TOP), "/generate")
     _check_neutral(body, NEUTRAL_TOP, "/generate")
+    get_typed(body, "extra_key", str, None, "/generate")  # checked, then ignored (no prefix cache)
     has_text, has_ids = body.get("text") is not None, body.get("input_ids") is not None
     if has_text == has_ids:
         raise BadRequest("/generate: give exactly one of 'text' or 'input_ids'.")

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("areal.trainer")
 
+WARMUP_TOKENS = 16  # per warm-up request: enough decode steps to compile every decode kernel
+
 
 def load_run_config(path: str):
     """The resolved config the launcher wrote (validated again: it may have been edited by hand)."""
@@ -84,6 +86,7 @@ def build_context(cfg: ExperimentConfig) -> TrainContext:
     if cfg.evaluator.freq_steps and actor.is_rank0:
         ctx.eval_records, ctx.eval_workflow = _eval_parts(cfg)
     if actor.is_rank0:
+        warm_up_servers(cfg, source, ctx.eval_records)
         from areal.utils.stats_logger import StatsLogger
 
         sl = cfg.stats_logger
@@ -98,6 +101,32 @@ def build_context(cfg: ExperimentConfig) -> TrainContext:
         )
     broadcast_from_rank0(None)  # every rank is set up before the first step
     return ctx
+
+
+def warm_up_servers(cfg, source, eval_records) -> None:
+    """rollout.server_warmup, before step 0 (rank 0): short requests at the generation concurrency
+    (episodes in flight x samples each) with the run's sampling settings, at the evaluation batch
+    (greedy), then both at once (an asynchronous run evaluates while the next batch generates)."""
+    from areal.api.inference import ModelRequest
+
+    engine = getattr(source, "engine", None)
+    mode = cfg.rollout.server_warmup
+    if engine is None or mode == "off" or (mode == "auto" and engine.server_kind != "sglang"):
+        return
+    from areal.workflow.common import load_tokenizer
+
+    prompt = load_tokenizer(cfg.actor.tokenizer_path).encode("Warm-up. " * 64)[:128]
+    r = cfg.rollout
+    sampled = ModelRequest.from_gconfig(
+        prompt, cfg.gconfig, max_new_tokens=WARMUP_TOKENS, min_new_tokens=0, ignore_eos=True
+    )
+    greedy = sampled.copy(temperature=0.0, top_p=1.0, top_k=-1)
+    generation = [sampled] * ((r.max_concurrent_rollouts or r.consumer_batch_size) * cfg.gconfig.n_samples)
+    evaluation = [greedy] * len(eval_records or [])
+    seconds = engine.warm_up(
+        [("generation", generation), ("evaluation", evaluation), ("both", generation + evaluation)]
+    )
+    logger.info("servers warmed up in %.1f s (rollout.server_warmup)", seconds)
 
 
 def _source_parts(cfg) -> dict:

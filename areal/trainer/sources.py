@@ -4,7 +4,7 @@ RolloutSource implementations (the interface is areal/api/source.py).
 Every trainer rank calls the same methods (collectives inside); only rank 0 talks to servers:
   LiveRollouts    rank 0 runs the async executor against the inference servers (the run's own,
                   or external ones in a trainer-only run) and broadcasts each batch to all ranks;
-                  weight updates pause the servers, push (disk or distributed), continue.
+                  weight updates go through rank 0's server control (pause, load, flush, continue).
   ReplayRollouts  trainer-only replay of an inference-only run's saved rollouts; weight updates
                   go to rollout.server_addrs when given, otherwise they are skipped (and logged).
 """
@@ -97,22 +97,22 @@ class LiveRollouts(RolloutSource):
         return filter_metrics(self.engine.executor.last_batch_stats())
 
     def push_weights(self, version: int) -> dict[str, float]:
-        """Pause generation, send the trainer's weights, continue; servers then report `version`."""
+        """Send the trainer's weights; servers then report `version`. Rank 0's server control
+        pauses the servers, takes the weights, flushes where the pause mode allows and continues
+        (ServerControl.weight_update); the memory hand-off of a time-shared step runs inside."""
+        import contextlib
+
         if self._meta is None or self._meta.type != "distributed":
             self._meta = broadcast_from_rank0(weight_update_meta(self.cfg, version) if self.engine else None)
         self._meta.version = version
-        paused: dict[str, float] = {}
         work: dict[str, float] = {}
-        if self.engine is not None:
-            t0 = time.perf_counter()
-            paused = dict(self.engine.pause() or {})
-            paused["pause_s"] = time.perf_counter() - t0
+        opened = self.engine.control.weight_update(version) if self.engine is not None else contextlib.nullcontext()
+        with opened as update:
             # read while nothing runs: a step's figures then end where the next step's begin, and
-            # no token of the next batch (which starts at resume) lands in this step's window
+            # no token of the next batch (which starts at continue) lands in this step's window
             work = self.server_work()
-        try:
             self.time_share.weights_to_server()
-            stats = self.actor.update_weights(self._meta, inference=self.engine)
+            stats = self.actor.update_weights(self._meta, inference=update)
             self.time_share.to_server()
             # an adapter folder (lora_push=adapter) is no model a restarted server could load
             if (
@@ -122,14 +122,15 @@ class LiveRollouts(RolloutSource):
                 and self._meta.lora_name is None
             ):
                 self._record_served_weights(self._meta.path, version)
-        finally:
-            if self.engine is not None:
-                t0 = time.perf_counter()
-                self.engine.resume()
-                paused["resume_s"] = time.perf_counter() - t0
-        # rank 0's pause and resume: in an asynchronous run, the part of the update that
+        # rank 0's pause, flush and continue: in an asynchronous run, the part of the update that
         # waits for in-flight generation (the servers' own share in server_pause_s)
-        return {**stats, **{f"weight_update/{k}": v for k, v in paused.items()}, **work, **self.time_share.metrics()}
+        report = update.report if update is not None else {}
+        return {
+            **stats,
+            **{f"weight_update/{k}": v for k, v in report.items()},
+            **work,
+            **self.time_share.metrics(),
+        }
 
     def server_work(self) -> dict[str, float]:
         """What the built-in servers did since the previous call (one weight update apart, read
@@ -211,7 +212,13 @@ class ReplayRollouts(RolloutSource):
         return self.actor.update_weights(WeightUpdateMeta(type="disk", version=version), inference=self.external)
 
     def loader_state(self) -> dict:
+        """The replay position to save: batches handed out so far (they cycle through the index)."""
         return {"epoch": 0, "position": self.position}
+
+    def load_loader_state(self, state: dict) -> None:
+        """Continue where a recovered run stopped: the next batch is the one after the last
+        trained before its checkpoint (not the first again)."""
+        self.position = int(state["position"])
 
     def destroy(self) -> None:
         if self.external is not None:

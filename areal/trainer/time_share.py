@@ -49,8 +49,10 @@ class TimeShare:
             return
         self._memory("generate")
         if self.engine is not None:
-            self.engine.pause()  # nothing runs in a synchronous run now; no request may start either
-            self._timed("release_s", self.engine.release_memory_occupation)
+            # nothing runs in a synchronous run now; no request may start either (the weight
+            # update that ends this step continues generation)
+            self.engine.control.pause()
+            self._timed("release_s", self.engine.control.release_memory_occupation)
         if self.offload:
             self._timed("onload_s", self.actor.onload)
 
@@ -63,7 +65,7 @@ class TimeShare:
             return
         self._memory("train")
         if self.engine is not None:
-            self._timed("resume_weights_s", lambda: self.engine.resume_memory_occupation(["weights"]))
+            self._timed("resume_weights_s", lambda: self.engine.control.resume_memory_occupation(["weights"]))
 
     def to_server(self) -> None:
         """After the weight update: the server gets its KV cache back and generates next."""
@@ -72,7 +74,7 @@ class TimeShare:
         if self.offload:
             self._timed("offload_s", self.actor.offload)
         if self.engine is not None:
-            self._timed("resume_kv_cache_s", lambda: self.engine.resume_memory_occupation(["kv_cache"]))
+            self._timed("resume_kv_cache_s", lambda: self.engine.control.resume_memory_occupation(["kv_cache"]))
 
     def metrics(self) -> dict[str, float]:
         """This step's hand-off seconds (handoff/...) and memory readings (memory/...), once."""
@@ -103,7 +105,7 @@ def memory_metrics(actor: TrainEngine, engine: RemoteSGLangEngine | None, phase:
         torch.cuda.reset_peak_memory_stats()
     if engine is not None and engine.addrs:
         try:
-            memory = engine.server_info(engine.addrs[0]).get("memory") or {}
+            memory = engine.control.server_info(engine.addrs[0]).get("memory") or {}
         except (OSError, RuntimeError, ValueError):
             memory = {}
         for key, name in (("reserved_bytes", "reserved"), ("max_allocated_bytes", "peak")):

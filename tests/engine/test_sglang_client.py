@@ -42,7 +42,7 @@ def engine(models, tmp_path_factory):
 
 
 def served(engine):
-    return {a: engine.server_info(a)["batching"]["requests_served"] for a in engine.addrs}
+    return {a: engine.control.server_info(a)["batching"]["requests_served"] for a in engine.addrs}
 
 
 def run(engine, reqs):
@@ -71,17 +71,17 @@ def test_generation_spreads_over_both_servers(engine):
 
 
 def test_api_key_is_required_and_sent(engine):
-    resp = requests.get(f"http://{engine.addrs[0]}/get_server_info", timeout=10)
+    resp = requests.get(f"http://{engine.addrs[0]}/server_info", timeout=10)
     assert resp.status_code == 401
-    assert engine.server_info(engine.addrs[0])["weight_version"] == "default"
+    assert engine.control.server_info(engine.addrs[0])["weight_version"] == "default"
 
 
 def test_disk_weight_update_changes_outputs_and_versions_on_both(engine, models):
     before = run(engine, greedy())
     assert before[0].output_tokens == before[1].output_tokens  # same model on both servers
-    engine.update_weights(WeightUpdateMeta("disk", path=models[1], version=1))
+    engine.control.update_weights(WeightUpdateMeta("disk", path=models[1], version=1))
     assert engine.get_version() == 1
-    assert {engine.server_info(a)["weight_version"] for a in engine.addrs} == {"1"}
+    assert {engine.control.server_info(a)["weight_version"] for a in engine.addrs} == {"1"}
     # the version check after recovery reads /model_info, where SGLang keeps it
     assert engine.control.server_versions() == {a: 1 for a in engine.addrs}
     after = run(engine, greedy())
@@ -94,25 +94,26 @@ def test_requests_live_through_a_paused_weight_update(engine, models, monkeypatc
     """Requests in flight when the servers pause for an update finish with every token labelled
     by the version that produced it. abort: they come back aborted and the client resubmits the
     rest after continue; retract (the default) and in_place: the servers hold them, finish them
-    after continue and report where the version changed."""
+    after continue and report where the version changed. The update asks the servers for no
+    flush (the built-in server, like SGLang, refuses one while requests are held)."""
     assert engine.pause_mode == "retract"  # rollout.pause_mode auto, on built-in servers
-    monkeypatch.setattr(engine._rcfg, "pause_mode", mode)
+    monkeypatch.setattr(engine.control, "pause_mode", mode)
     assert engine.pause_mode == mode
     count_key = "requests_aborted" if mode == "abort" else "requests_held"
     reqs = [ModelRequest(input_ids=[1, 5, 6], max_new_tokens=160, ignore_eos=True) for _ in range(4)]
     per_server = len(reqs) // len(engine.addrs)  # the client spreads them evenly
 
     def generated():
-        return {a: engine.server_info(a)["batching"]["generated_tokens"] for a in engine.addrs}
+        return {a: engine.control.server_info(a)["batching"]["generated_tokens"] for a in engine.addrs}
 
     def every_request_running():
-        return all(engine.server_info(a)["load"]["running"] == per_server for a in engine.addrs)
+        return all(engine.control.server_info(a)["load"]["running"] == per_server for a in engine.addrs)
 
     deadline = time.monotonic() + 300
     with ThreadPoolExecutor(1) as pool:
         try:
             while True:
-                engine.update_weights(WeightUpdateMeta("disk", path=models[0], version=1))
+                engine.control.update_weights(WeightUpdateMeta("disk", path=models[0], version=1))
                 start = generated()
                 fut = pool.submit(run, engine, reqs)
                 # a running request has its first token and is not done...
@@ -120,28 +121,29 @@ def test_requests_live_through_a_paused_weight_update(engine, models, monkeypatc
                     lambda: (every_request_running() and "running") or (fut.done() and "finished"),
                     "the four requests running on the servers",
                 )
-                report = engine.pause()
+                report = engine.control.pause()
                 # ...and the pause caught all four still so, unless a fast machine finished one in
                 # between: then the round is void, and repeated
                 if seen == "running" and report[count_key] == len(reqs):
                     break
-                engine.resume()
+                engine.control.resume()
                 fut.result(timeout=120)
                 assert time.monotonic() < deadline, "no pause caught the four requests mid-generation"
             done_at_pause = {a: n - start[a] for a, n in generated().items()}
             assert report["server_pause_s"] >= 0
-            engine.update_weights(WeightUpdateMeta("disk", path=models[1], version=2))
-            assert not fut.done()  # waiting for continue, not failed (a failure would also show below)
-            if mode != "abort":  # the servers hold them (abort: the client does, until continue)
-                where = "running" if mode == "in_place" else "waiting"
-                assert all(engine.server_info(a)["load"][where] == per_server for a in engine.addrs)
-            # nothing generated while paused
-            assert {a: n - start[a] for a, n in generated().items()} == done_at_pause
-            engine.resume()
+            with engine.control.weight_update(2) as update:  # paused already: it continues at the end
+                update.load_disk(models[1])
+                assert not fut.done()  # waiting for continue, not failed (a failure would also show below)
+                if mode != "abort":  # the servers hold them (abort: the client does, until continue)
+                    where = "running" if mode == "in_place" else "waiting"
+                    assert all(engine.control.server_info(a)["load"][where] == per_server for a in engine.addrs)
+                # nothing generated while paused
+                assert {a: n - start[a] for a, n in generated().items()} == done_at_pause
+            assert ("flush_s" in update.report) == (mode == "abort")  # flushed only when nothing was held
             resps = fut.result(timeout=120)
         finally:  # a failure above must not leave the servers paused for the tests after it
-            if engine.paused:
-                engine.resume()
+            if engine.control.paused:
+                engine.control.resume()
     for r in resps:
         assert r.output_len == 160 and r.stop_reason == "length"
         assert len(r.output_logprobs) == len(r.output_versions) == 160
@@ -160,9 +162,9 @@ def test_distributed_weight_update(engine, models):
 
     from areal.utils.dist_group import init_custom_process_group
 
-    engine.update_weights(WeightUpdateMeta("disk", path=models[0], version=3))
+    engine.control.update_weights(WeightUpdateMeta("disk", path=models[0], version=3))
     expected = run(engine, greedy(1))[0].output_tokens
-    engine.update_weights(WeightUpdateMeta("disk", path=models[1], version=4))
+    engine.control.update_weights(WeightUpdateMeta("disk", path=models[1], version=4))
     assert run(engine, greedy(1))[0].output_tokens != expected
     state = AutoModelForCausalLM.from_pretrained(models[0], dtype=torch.float32).state_dict()
     meta = WeightUpdateMeta(
@@ -175,7 +177,7 @@ def test_distributed_weight_update(engine, models):
         dtypes=["float32"] * len(state),
         shapes=[list(t.shape) for t in state.values()],
     )
-    joined = engine.init_weights_update_group(meta)
+    joined = engine.control.init_weights_update_group(meta)
     group = init_custom_process_group(
         backend="gloo",
         master_address="127.0.0.1",
@@ -185,10 +187,11 @@ def test_distributed_weight_update(engine, models):
         group_name="test_group",
     )
     joined.result(timeout=60)
-    loaded = engine.update_weights_from_distributed(meta)
-    for tensor in state.values():
-        dist.broadcast(tensor.contiguous(), src=0, group=group)
-    loaded.result(timeout=60)
+    with engine.control.weight_update(5) as update:
+        loaded = update.load_broadcast(meta)
+        for tensor in state.values():
+            dist.broadcast(tensor.contiguous(), src=0, group=group)
+        loaded.result(timeout=60)
     dist.destroy_process_group(group)
     assert engine.get_version() == 5
     resp = run(engine, greedy(1))[0]

@@ -73,7 +73,7 @@ def test_generate_payload_uses_only_sglang_keys():
         (lambda: protocol.weight_version_payload(3), "UpdateWeightVersionReqInput"),
         (lambda: protocol.destroy_group_payload("g"), "DestroyWeightsUpdateGroupReqInput"),
         (
-            lambda: protocol.tensor_update_payload(["AAAA"], version=3, flush_cache=False),
+            lambda: protocol.tensor_update_payload(["AAAA"], version=3),
             "UpdateWeightsFromTensorReqInput",
         ),
         (lambda: protocol.memory_payload(["kv_cache"]), "ReleaseMemoryOccupationReqInput"),
@@ -96,6 +96,7 @@ def test_disk_update_sends_version_as_string_only_when_given():
     assert protocol.disk_update_payload("/m", 4) == {
         "model_path": "/m",
         "abort_all_requests": False,
+        "flush_cache": False,
         "weight_version": "4",
     }
     assert "weight_version" not in protocol.disk_update_payload("/m", None)
@@ -176,15 +177,52 @@ def test_parse_output_version_spans_of_the_builtin_server():
             protocol.parse_generate(body)
 
 
-def test_pause_mode_auto_is_retract_only_when_every_server_is_builtin():
-    from areal.engine.sglang.client import resolve_pause_mode
+def test_pause_mode_auto_per_server_program():
+    from areal.infra.pause import resolve_pause_mode
 
-    assert resolve_pause_mode("auto", ["areal-builtin", "areal-builtin"]) == "retract"
-    assert resolve_pause_mode("auto", ["areal-builtin", "0.5.2"]) == "abort"  # an SGLang server
-    assert resolve_pause_mode("auto", ["areal-builtin", None]) == "abort"  # unknown: the safe mode
-    assert resolve_pause_mode("auto", []) == "abort"
-    assert resolve_pause_mode("in_place", ["0.5.2"]) == "in_place"  # an explicit mode is kept
-    assert resolve_pause_mode("abort", ["areal-builtin"]) == "abort"
+    assert resolve_pause_mode("auto", "builtin") == "retract"
+    assert resolve_pause_mode("auto", "sglang") == "abort"
+    assert resolve_pause_mode("auto", None) == "abort"  # unknown program: the mode that holds nothing
+    assert resolve_pause_mode("in_place", "sglang") == "in_place"  # an explicit mode is kept
+    with pytest.raises(ValueError, match="rollout.pause_mode"):
+        resolve_pause_mode("hold", "builtin")
+
+
+def test_server_program_from_server_info_versions():
+    from areal.engine.sglang.client import program_kind
+
+    assert program_kind(["areal-builtin", "areal-builtin"]) == "builtin"
+    assert program_kind(["0.5.16"]) == "sglang"
+    assert program_kind(["areal-builtin", "0.5.16"]) is None  # mixed: no single answer
+    assert program_kind(["areal-builtin", None]) is None
+
+
+def test_weight_updates_never_ask_the_server_to_flush():
+    """SGLang asserts (and its scheduler dies) when a flush asked inside an update is refused."""
+    meta = WeightUpdateMeta("distributed", version=2, names=["w"], dtypes=["float32"], shapes=[[2, 2]])
+    for body in (
+        protocol.disk_update_payload("/m", 1),
+        protocol.distributed_update_payload(meta),
+        protocol.tensor_update_payload(["AAAA"], version=1),
+    ):
+        assert body["flush_cache"] is False
+
+
+def test_generate_names_its_cache_namespace_as_extra_key():
+    from areal.infra.pause import cache_namespace
+
+    req = ModelRequest(input_ids=[1, 2])
+    body = protocol.generate_payload(
+        req, rid="r", input_ids=[1, 2], max_new_tokens=4, min_new_tokens=0, cache_namespace=cache_namespace(3)
+    )
+    assert body["extra_key"] == "weights-v3"
+    assert "extra_key" in FIELDS["GenerateReqInput"]
+    assert "extra_key" not in protocol.generate_payload(req, rid="r", input_ids=[1], max_new_tokens=1, min_new_tokens=0)
+
+
+def test_flush_route_passes_the_drain_timeout():
+    assert protocol.flush_route(30) == "/flush_cache?timeout=30"
+    assert "timeout_s" in FIELDS["FlushCacheReqInput"]
 
 
 def test_token_versions_prefer_spans_then_the_final_version_then_the_clients():
@@ -223,13 +261,14 @@ def test_batching_counters_ask_only_builtin_servers(monkeypatch):
 
     engine = RemoteSGLangEngine.__new__(RemoteSGLangEngine)  # no servers: only the guard is tested
     engine.addrs = ["127.0.0.1:1", "127.0.0.1:2"]
-    monkeypatch.setattr(engine, "server_info", lambda addr: pytest.fail("asked a server"), raising=False)
+    engine._control = type("Control", (), {})()
+    monkeypatch.setattr(engine._control, "server_info", lambda addr: pytest.fail("asked a server"), raising=False)
     for programs in ([], ["areal-builtin", "0.5.2"], ["areal-builtin", None]):
         engine._server_programs = programs
         assert engine.batching_counters() == {}
     engine._server_programs = ["areal-builtin", "areal-builtin"]
     monkeypatch.setattr(
-        engine,
+        engine._control,
         "server_info",
         lambda addr: {"batching": {"prefill_steps": 2, "decode_steps": 10, "decode_rows": 40, "generated_tokens": 42}},
         raising=False,
@@ -243,7 +282,7 @@ def test_tensor_update_payload_one_text_per_rank_and_the_version_as_text():
     assert body == {
         "serialized_named_tensors": ["a", "b"],
         "load_format": None,
-        "flush_cache": True,
+        "flush_cache": False,
         "abort_all_requests": False,
         "weight_version": "4",
     }

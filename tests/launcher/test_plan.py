@@ -91,7 +91,7 @@ def test_cpu_plan_hides_gpus_and_uses_builtin_server():
 
 
 def test_server_auto_prefers_sglang_with_cuda():
-    facts = HostFacts(cuda_available=True, sglang_version="0.5.2", python="python")
+    facts = HostFacts(cuda_available=True, sglang_version="0.5.16", python="python")
     plan = make_plan(cfg(), facts)
     assert plan.server_kind == "sglang" and plan.by_role("server")[0].command[2] == "sglang.launch_server"
     assert make_plan(cfg(rollout__server="builtin"), facts).server_kind == "builtin"
@@ -99,7 +99,7 @@ def test_server_auto_prefers_sglang_with_cuda():
 
 def test_old_sglang_is_refused_with_a_clear_message():
     facts = HostFacts(cuda_available=True, sglang_version="0.4.6", python="python")
-    with pytest.raises(ConfigError, match="older than 0.4.9.post2"):
+    with pytest.raises(ConfigError, match="older than 0.5.9"):
         make_plan(cfg(rollout__server="sglang"), facts)
     with pytest.raises(ConfigError, match="not installed"):
         make_plan(cfg(rollout__server="sglang"), GPU)
@@ -119,15 +119,57 @@ def test_flags_unknown_to_installed_sglang_are_dropped_with_warnings():
             "--log-level",
         }
     )
-    facts = HostFacts(cuda_available=True, sglang_version="0.4.9.post2", sglang_flags=known, python="python")
+    facts = HostFacts(cuda_available=True, sglang_version="0.5.9", sglang_flags=known, python="python")
     plan = make_plan(
         cfg(rollout__server="sglang", sglang__disable_cuda_graph=True, sglang__attention_backend="fa3"), facts
     )
     cmd = plan.by_role("server")[0].command
     assert "--disable-cuda-graph" not in cmd and "--attention-backend" not in cmd and "fa3" not in cmd
     assert "--model-path" in cmd
-    assert any("--attention-backend" in w and "0.4.9.post2" in w for w in plan.warnings)
+    assert any("--attention-backend" in w and "0.5.9" in w for w in plan.warnings)
+    assert any("not a tested version" in w and "0.5.16" in w for w in plan.warnings)  # 0.5.9 is not
     assert any("--disable-cuda-graph" in w for w in plan.warnings)
+
+
+def test_the_plan_resolves_the_pause_mode_once_per_server_program():
+    sglang = HostFacts(cuda_available=True, sglang_version="0.5.16", python="python")
+    builtin_plan, sglang_plan = make_plan(cfg(rollout__server="builtin"), sglang), make_plan(cfg(), sglang)
+    assert (builtin_plan.pause_mode, sglang_plan.pause_mode) == ("retract", "abort")  # rollout.pause_mode=auto
+    assert "--disable-radix-cache" not in sglang_plan.by_role("server")[0].command
+    # retract on SGLang: retracted requests must not find their prompts cached under the old weights
+    retract = make_plan(cfg(rollout__pause_mode="retract"), sglang)
+    assert "--disable-radix-cache" in retract.by_role("server")[0].command
+    assert (
+        "--disable-radix-cache" not in make_plan(cfg(rollout__pause_mode="retract"), CPU).by_role("server")[0].command
+    )
+    assert json.loads(sglang_plan.to_json())["pause_mode"] == "abort"
+
+
+def test_sglang_gets_a_folder_for_the_projects_model_names():
+    """SGLang cannot read tiny:/smollm2: names: it starts through areal.models.serve, which resolves
+    them to the shared folder and execs SGLang; folders and hub ids go to SGLang directly."""
+    sglang = HostFacts(cuda_available=True, sglang_version="0.5.16", python="python")
+    cmd = make_plan(cfg(actor__path="smollm2:135m-instruct"), sglang).by_role("server")[0].command
+    assert cmd[1:4] == ["-m", "areal.models.serve", "sglang.launch_server"]
+    assert cmd[cmd.index("--model-path") + 1] == "smollm2:135m-instruct"
+    cmd = make_plan(cfg(actor__path="/models/qwen"), sglang).by_role("server")[0].command
+    assert cmd[1:3] == ["-m", "sglang.launch_server"]
+
+
+def test_serve_resolves_model_names_before_exec(monkeypatch):
+    from areal.models import serve
+
+    monkeypatch.setattr(serve, "resolve_model_path", lambda name: f"/cache/{name.replace(':', '_')}")
+    args = ["--model-path", "tiny:chars", "--tokenizer-path=smollm2:135m-instruct", "--port", "1", "--dtype", "x"]
+    assert serve.resolved_args(args) == [
+        "--model-path",
+        "/cache/tiny_chars",
+        "--tokenizer-path=/cache/smollm2_135m-instruct",
+        "--port",
+        "1",
+        "--dtype",
+        "x",
+    ]
 
 
 def test_drop_keeps_values_with_their_flags():
@@ -185,14 +227,14 @@ def test_local_servers_bind_loopback_and_load_weights_only_from_the_run():
     ]
     assert all(any(w.startswith(d + "/") for d in dirs) for w in written)
     # SGLang has no such flag: not passed to it
-    facts = HostFacts(cuda_available=True, sglang_version="0.5.2", python="python")
+    facts = HostFacts(cuda_available=True, sglang_version="0.5.16", python="python")
     (sglang, *_) = make_plan(cfg(sglang__weight_dirs=["/data/extra"]), facts).by_role("server")
     assert "--weight-dirs" not in sglang.command and "/data/extra" not in sglang.command
     assert flag_values(sglang.command, "--host") == ["127.0.0.1"]
 
 
 def test_sglang_is_started_able_to_load_pushed_lora_adapters():
-    facts = HostFacts(cuda_available=True, sglang_version="0.5.2", python="python")
+    facts = HostFacts(cuda_available=True, sglang_version="0.5.16", python="python")
     lora = dict(
         actor__use_lora=True, actor__lora_rank=8, actor__target_modules=["q_proj", "v_proj"], rollout__server="sglang"
     )

@@ -58,7 +58,7 @@ def test_staleness_bound_with_real_generation(server, tiny_model_dir, seed):
         max_concurrent_rollouts=conc,
         rollout={"consumer_batch_size": bs, "max_head_offpolicyness": ofp},
     )
-    engine.update_weights(WeightUpdateMeta("disk", path=tiny_model_dir, version=0))  # a fresh run
+    engine.control.update_weights(WeightUpdateMeta("disk", path=tiny_model_dir, version=0))  # a fresh run
     wf = RandomLengthGeneration(engine, seed)
     loader = [[{"ids": [rng.randint(3, 40) for _ in range(3)]} for _ in range(bs)] for _ in range(4)]
     try:
@@ -69,9 +69,7 @@ def test_staleness_bound_with_real_generation(server, tiny_model_dir, seed):
             assert gen.sum(1).float().tolist() == batch["rewards"].tolist()  # nothing lost on pause
             assert int(batch["versions"].max()) <= step
             time.sleep(rng.uniform(0, 0.2))  # training
-            engine.pause()
-            engine.update_weights(WeightUpdateMeta("disk", path=tiny_model_dir, version=step + 1))
-            engine.resume()
+            engine.control.update_weights(WeightUpdateMeta("disk", path=tiny_model_dir, version=step + 1))
         assert not wf.violations
         s = engine.executor.stats()
         assert s["peak_running"] <= conc

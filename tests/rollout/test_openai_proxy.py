@@ -113,7 +113,7 @@ def test_versions_follow_a_weight_update_between_calls(engine, tok, scripted_cha
 
     async def update():
         await asyncio.to_thread(
-            engine.update_weights, WeightUpdateMeta("disk", path=scripted_chat_model_dir, version=version + 1)
+            engine.control.update_weights, WeightUpdateMeta("disk", path=scripted_chat_model_dir, version=version + 1)
         )
 
     (first, second), (a, b) = run_agent(
@@ -136,7 +136,7 @@ def test_versions_follow_a_weight_update_during_a_call(engine, server, tok, scri
     agent = lambda c: c.chat.completions.create(model="m", messages=ADD, tools=TOOLS)  # noqa: E731
     futures, _ = pause_mid_generation(server.url, lambda: [pool.submit(run_agent, engine, tok, agent)], mode="retract")
     version = engine.get_version()
-    engine.update_weights(WeightUpdateMeta("disk", path=scripted_chat_model_dir, version=version + 1))
+    engine.control.update_weights(WeightUpdateMeta("disk", path=scripted_chat_model_dir, version=version + 1))
     requests.post(server.url + "/continue_generation", json={}, timeout=60)
     resp, (call,) = futures[0].result(timeout=120)
     pool.shutdown()

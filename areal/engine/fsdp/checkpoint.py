@@ -21,7 +21,7 @@ engine's weights, optimizer, schedule, RNG and weight version):
   * dataloader position: skip state.dataloader_position batches of state.epoch (or load the
     sampler state you stored in state.extra), so no prompt is trained twice or skipped;
   * weight version: servers restarted after the crash serve the initial weights, so push the
-    restored weights (engine.update_weights with version=state.weight_version) before rollouts
+    restored weights (FSDPEngine.update_weights with version=state.weight_version) before rollouts
     resume, and set the rollout client's version to it. Staleness is then counted from the
     restored version exactly as before the crash; rollouts that were in flight are lost and
     regenerated.

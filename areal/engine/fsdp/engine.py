@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import torch
 
-from areal.api.inference import InferenceEngine, WeightUpdateMeta
+from areal.api.inference import WeightUpdateMeta
 from areal.api.train import Batch, LossFn, TrainEngine
 
 from . import packing, state, weight_sync
@@ -512,48 +512,69 @@ class FSDPEngine(TrainEngine):
         self._version = int(extra["version"])
 
     # ---- weight updates --------------------------------------------------------------------------
-    def connect_servers(self, urls: list[str], *, ranks_per_server: int = 1, api_key: str | None = None) -> None:
-        """Inference servers (http://host:port) to push weights to when update_weights gets no
+    def connect_servers(
+        self,
+        urls: list[str],
+        *,
+        ranks_per_server: int = 1,
+        api_key: str | None = None,
+        pause_mode: str = "abort",
+    ) -> None:
+        """Push weights to servers at `urls` (host:port or http://host:port) without an
         InferenceEngine; a ServerControl (areal/engine/sglang/control.py) speaks to them.
-
-        ranks_per_server: each server's tensor-parallel size (sglang.tp_size); a server takes that
-        many ranks of the distributed weight-update group. api_key: the servers' bearer key
-        (sglang.api_key), sent with every request."""
+        ranks_per_server: each server's tensor-parallel size (a server with tp ranks takes that
+        many ranks of the distributed weight-update group). api_key: the servers' bearer key
+        (sglang.api_key). pause_mode: how they pause for an update (abort, retract, in_place)."""
         from areal.engine.sglang.control import ServerControl
 
         if not urls:
             raise ValueError("connect_servers needs server URLs, e.g. ['http://127.0.0.1:30000']")
-        self._servers = ServerControl(list(urls), api_key=api_key, ranks_per_server=ranks_per_server)
+        self._servers = ServerControl(
+            list(urls), pause_mode=pause_mode, api_key=api_key, ranks_per_server=ranks_per_server
+        )
 
     def weight_update_path(self, version: int) -> str:
         return weight_sync.disk_update_path(self.fileroot, self.experiment_name, self.trial_name, version)
 
-    def update_weights(self, meta: WeightUpdateMeta, inference: InferenceEngine | None = None) -> dict[str, float]:
+    def update_weights(self, meta: WeightUpdateMeta, inference=None) -> dict[str, float]:
         """Push the current weights to the servers and bump the version (collective).
 
-        The weights go to `inference` (a RemoteSGLangEngine) when given, else to the servers of
-        connect_servers(); either speaks to the servers, this engine only produces the weights.
+        `inference` on rank 0: an InferenceEngine (its control), a ServerControl, or a WeightUpdate
+        a caller has already opened (`with control.weight_update(v) as update`) to do more while the
+        servers are paused; None uses the servers of connect_servers(). This engine only produces
+        the weights and hands them over; the control object pauses, flushes and continues.
         disk: rank 0 saves the HF folder (meta.path or weight_update_path(version)) and the
-        servers load it. distributed: pause, bucketed broadcast, resume. tensor (servers on this
-        process's device): pause, buckets of full tensors handed over as CUDA IPC handles (shared
-        memory on CPU), resume. Returns seconds and bytes, and the seconds of its phases
-        (weight_update/gather_s, transfer_s, ...: see UpdateStats).
+        servers load it. distributed: a bucketed broadcast. tensor (servers on this process's
+        device): buckets of full tensors handed over as CUDA IPC handles (shared memory on CPU).
+        Returns seconds and bytes, and the seconds of its phases (weight_update/gather_s,
+        transfer_s, ...: see UpdateStats).
         """
-        import torch.distributed as dist
+
+        from areal.engine.sglang.control import WeightUpdate
 
         self._require_initialized()
         version = meta.version if meta.version is not None else self._version + 1
-        servers = inference if inference is not None else self._servers
-        if servers is None and self.is_rank0:
+        target = getattr(inference, "control", inference) if inference is not None else self._servers
+        if target is None and self.is_rank0:
             raise ValueError(
                 "update_weights needs an InferenceEngine (inference=...) or servers from connect_servers(urls)"
             )
+        if self.is_rank0 and not isinstance(target, WeightUpdate):
+            with target.weight_update(version) as update:
+                stats = self._push(meta, version, update)
+            return {**stats, **{f"weight_update/{k}": v for k, v in update.report.items()}}
+        return self._push(meta, version, target if self.is_rank0 else None)
+
+    def _push(self, meta: WeightUpdateMeta, version: int, update) -> dict[str, float]:
+        """Every rank: gather and hand the weights to `update` (rank 0's WeightUpdate; None elsewhere)."""
+        import torch.distributed as dist
+
         t0 = time.perf_counter()
         timer = weight_sync.PhaseTimer(sync=torch.cuda.synchronize if self.device_type == "cuda" else None)
         if meta.type == "disk":
-            nbytes = self._update_from_disk(meta, version, servers, timer)
+            nbytes = self._update_from_disk(meta, version, update, timer)
         elif meta.type in ("distributed", "tensor"):
-            nbytes = self._update_in_buckets(meta, version, servers, timer)
+            nbytes = self._update_in_buckets(meta, version, update, timer)
         else:
             raise ValueError(
                 f"weight update type {meta.type!r} is not 'disk', 'distributed' or 'tensor' (actor.weight_update)"
@@ -565,16 +586,15 @@ class FSDPEngine(TrainEngine):
             logger.info("weight update v%d (%s): %.2f s, %.1f MB", version, meta.type, stats.seconds, nbytes / 2**20)
         return stats.as_dict()
 
-    def _update_from_disk(self, meta: WeightUpdateMeta, version: int, servers, timer: weight_sync.PhaseTimer) -> int:
+    def _update_from_disk(self, meta: WeightUpdateMeta, version: int, update, timer: weight_sync.PhaseTimer) -> int:
         if self.config.use_lora and self.config.lora_push == "adapter":
-            return self._push_adapter(meta, version, servers, timer)
+            return self._push_adapter(meta, version, update, timer)
         path = meta.path or self.weight_update_path(version)
         nbytes = self.save(path, timer=timer)
         if self.is_rank0:
             meta.path, meta.version = path, version
             with timer.phase("load"):
-                replies = servers.update_weights(meta)
-                servers.set_version(version)
+                replies = update.load_disk(path)
             timer.add_server_seconds("server_load", replies or [])
             self._prune_disk_updates(path, version)
         return nbytes
@@ -585,7 +605,7 @@ class FSDPEngine(TrainEngine):
         if path == self.weight_update_path(version):
             weight_sync.prune_disk_updates(Path(path).parent, version)
 
-    def _push_adapter(self, meta: WeightUpdateMeta, version: int, servers, timer: weight_sync.PhaseTimer) -> int:
+    def _push_adapter(self, meta: WeightUpdateMeta, version: int, update, timer: weight_sync.PhaseTimer) -> int:
         """lora_push=adapter: write a peft adapter folder; servers load it as LoRA `v{version}`
         through SGLang's /load_lora_adapter route and report `version`; the previous adapter is
         unloaded, and later /generate requests name `v{version}` in lora_path."""
@@ -600,67 +620,45 @@ class FSDPEngine(TrainEngine):
             self.model.peft_config["default"].save_pretrained(path)
             meta.path, meta.version, meta.lora_name = path, version, f"v{version}"
             with timer.phase("load"):
-                servers.update_weights(meta)
+                update.load_adapter(path, meta.lora_name)
             self._prune_disk_updates(path, version)
         dist.barrier()
         return sum(t.numel() * t.element_size() for t in tensors.values())
 
-    def _update_in_buckets(self, meta: WeightUpdateMeta, version: int, servers, timer: weight_sync.PhaseTimer) -> int:
+    def _update_in_buckets(self, meta: WeightUpdateMeta, version: int, update, timer: weight_sync.PhaseTimer) -> int:
         """Distributed (broadcast) and tensor (IPC handles) updates: full tensors, bucket by bucket,
-        with generation paused once for all of them (unless the caller paused already: then it
-        also decides when generation continues)."""
+        all handed to the one WeightUpdate (generation stays paused across the buckets)."""
         on_device = meta.type == "tensor" or meta.backend == "nccl"
-        paused_here = self.is_rank0 and not servers.paused
-        if self.is_rank0:
-            if meta.type == "distributed" and self._sender is None:
-                self._sender = weight_sync.DistributedSender(
-                    servers,
-                    backend=meta.backend,
-                    group_name=meta.group_name,
-                    master_address=meta.master_address,
-                    master_port=meta.master_port,
-                    device=str(self.device) if on_device else "cpu",
-                )
-            if paused_here:
-                servers.pause()
-        nbytes = 0
-        try:
-            bucket_bytes = self.config.weight_update_bucket_mb * 2**20
-            # NCCL broadcasts and IPC handles leave full tensors on the GPU (no host round trip)
-            named = state.iter_full_state(
-                self.model,
-                keep=self.is_rank0,
-                dtype=self.param_dtype,
-                lora_scaling=self.lora_scaling,
-                tied_lm_head=self.tied_lm_head,
-                to_cpu=not on_device,
+        if self.is_rank0 and meta.type == "distributed" and self._sender is None:
+            self._sender = weight_sync.DistributedSender(
+                update.control,
+                backend=meta.backend,
+                group_name=meta.group_name,
+                master_address=meta.master_address,
+                master_port=meta.master_port,
+                device=str(self.device) if on_device else "cpu",
             )
-            pending = None
-            for bucket in timer.iterate("gather", weight_sync.buckets(named, bucket_bytes)):
-                if pending is not None and self.is_rank0:
-                    self._send_bucket(meta, servers, pending, version, timer, last=False)
-                pending = bucket
-                nbytes += sum(t.numel() * t.element_size() for _, t in bucket if t is not None)
-            if pending is not None and self.is_rank0:
-                self._send_bucket(meta, servers, pending, version, timer, last=True)
-        finally:
+        bucket_bytes = self.config.weight_update_bucket_mb * 2**20
+        # NCCL broadcasts and IPC handles leave full tensors on the GPU (no host round trip)
+        named = state.iter_full_state(
+            self.model,
+            keep=self.is_rank0,
+            dtype=self.param_dtype,
+            lora_scaling=self.lora_scaling,
+            tied_lm_head=self.tied_lm_head,
+            to_cpu=not on_device,
+        )
+        nbytes = 0
+        for bucket in timer.iterate("gather", weight_sync.buckets(named, bucket_bytes)):
+            nbytes += sum(t.numel() * t.element_size() for _, t in bucket if t is not None)
             if self.is_rank0:
-                servers.set_version(version)
-                if paused_here:
-                    servers.resume()
+                with timer.phase("transfer"):
+                    if meta.type == "distributed":
+                        replies = self._sender.send_bucket(update, bucket)
+                    else:
+                        replies = update.load_tensors(bucket)
+                timer.add_server_seconds("server_load", replies)
         return nbytes
-
-    def _send_bucket(
-        self, meta: WeightUpdateMeta, servers, bucket, version: int, timer: weight_sync.PhaseTimer, *, last: bool
-    ) -> None:
-        with timer.phase("transfer"):
-            if meta.type == "distributed":
-                replies = self._sender.send_bucket(bucket, version, last=last)
-            else:
-                replies = servers.update_weights_from_tensor(
-                    WeightUpdateMeta(type="tensor", version=version, flush_cache=last), bucket
-                )
-        timer.add_server_seconds("server_load", replies)
 
     def get_version(self) -> int:
         return self._version

@@ -1,6 +1,8 @@
 """Weight updates from the trainer to inference servers, over SGLang's HTTP routes.
 
-Two ways, chosen by actor.weight_update:
+Three ways, chosen by actor.weight_update; each hands its weights to the WeightUpdate that the
+server control opened (areal/engine/sglang/control.py), which pauses the servers before and
+flushes and continues them after:
 
 disk         rank 0 writes a Hugging Face folder to
              {fileroot}/{experiment}/{trial}/weight_update/v{version} and every server loads it
@@ -12,7 +14,6 @@ distributed  trainer rank 0 and the servers form one process group (trainer = ra
              POST /init_weights_update_group; then, bucket by bucket, the servers are told which
              tensors come (POST /update_weights_from_distributed {names, dtypes, shapes, ...}) while
              rank 0 broadcasts the full (unsharded) tensors in that order.
-
 tensor       servers on the trainer's own device (colocated): rank 0 gathers full tensors
              bucket by bucket and the servers copy them through CUDA IPC handles (shared memory
              on CPU) (POST /update_weights_from_tensor).
@@ -148,8 +149,8 @@ class PhaseTimer:
 class DistributedSender:
     """Trainer rank 0's side of the distributed update: the group and the bucketed broadcast.
 
-    `servers` is the InferenceEngine (or ServerControl) that tells the servers what comes; this
-    class only joins the group and broadcasts."""
+    `servers` is the ServerControl whose servers join the group; each bucket is announced through
+    the open WeightUpdate. This class only joins the group and broadcasts."""
 
     def __init__(
         self, servers, *, backend: str, group_name: str, master_address: str, master_port: int, device: str = "cpu"
@@ -199,21 +200,19 @@ class DistributedSender:
         pending.result(timeout=JOIN_TIMEOUT_S)
         logger.info("weight update group %r ready: world %d", group_name, world_size)
 
-    def send_bucket(self, bucket: list[tuple[str, torch.Tensor]], version: int, *, last: bool) -> list[dict]:
-        """Announce the bucket to every server, then broadcast its tensors in the same order;
-        returns the servers' replies (after they applied the bucket)."""
+    def send_bucket(self, update, bucket: list[tuple[str, torch.Tensor]]) -> list[dict]:
+        """Announce the bucket through `update` (the open WeightUpdate), then broadcast its tensors
+        in the same order; returns the servers' replies (after they applied the bucket)."""
         import torch.distributed as dist
 
         meta = WeightUpdateMeta(
             type="distributed",
-            version=version,
             group_name=self.group_name,
             names=[n for n, _ in bucket],
             dtypes=[str(t.dtype).removeprefix("torch.") for _, t in bucket],
             shapes=[list(t.shape) for _, t in bucket],
-            flush_cache=last,
         )
-        pending = self.servers.update_weights_from_distributed(meta)
+        pending = update.load_broadcast(meta)
         for _, tensor in bucket:
             dist.broadcast(tensor.to(self.device).contiguous(), src=0, group=self.group)
         return pending.result()

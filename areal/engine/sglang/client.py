@@ -3,7 +3,7 @@
     engine = RemoteSGLangEngine(cfg)            # cfg: a validated ExperimentConfig
     engine.initialize()                         # find servers, wait for /health
     resp = await engine.agenerate(ModelRequest(input_ids=[...], max_new_tokens=64))
-    engine.update_weights(WeightUpdateMeta("disk", path="/ckpt/step1", version=1))
+    engine.control.update_weights(WeightUpdateMeta("disk", path="/ckpt/step1", version=1))
 
     engine = RemoteSGLangEngine.from_pretrained("/models/tiny", dp_size=2)  # starts 2 servers
 
@@ -12,16 +12,16 @@ Servers come from rollout.server_addrs, $AREAL_SERVER_ADDRS or the launcher's na
 (round-robin among equals). Connection errors are retried with backoff (rollout.request_retries;
 when the launcher restarts the run's failed servers, long enough to wait out a restart).
 When servers pause for a weight update with pause_mode=abort (what `auto` picks for SGLang),
-a request comes back aborted with the tokens generated so far; the client resubmits prompt +
-those tokens with the remaining budget once generation continues, so no sample is lost, and
-every token keeps the weight version that produced it. With retract (what `auto` picks for the
-built-in server) or in_place the server holds the request over the update and finishes it after
-continue: no answers to build, no resubmissions. The built-in server then says which tokens each
-version produced (output_version_spans); SGLang reports only the version at the end.
+a request comes back aborted with the tokens generated so far; the client resubmits prompt + those
+tokens with the remaining budget once generation continues, so no sample is lost, and every token
+keeps the weight version that produced it. With retract (what `auto` picks for the built-in server)
+or in_place the server holds the request over the update and finishes it after continue. The
+built-in server says which tokens each version produced (output_version_spans); SGLang reports only
+the version at the end. Every request names its weight version as its prefix-cache namespace
+(areal.infra.pause), so no request reuses keys and values computed under older weights.
 
-Every control call (pause and continue, versions, LoRA, the disk, distributed and tensor weight
-updates, memory release and resume) goes through the engine's `ServerControl` (control.py), the
-one client of those routes; this module sends only /generate itself.
+`engine.control` (control.py, ServerControl) is the one object that pauses the servers, takes new
+weights, flushes and continues; this module sends only /generate itself.
 
 The engine also fronts a RolloutExecutor (submit / wait / prepare_batch / rollout_batch), as
 AReaL-lite's engine does, so a training loop needs one object for rollouts.
@@ -34,15 +34,15 @@ import itertools
 import logging
 import threading
 import time
-from concurrent.futures import Future
 from typing import Any
 
-from areal.api.inference import InferenceEngine, ModelRequest, ModelResponse, WeightUpdateMeta
+from areal.api.inference import InferenceEngine, ModelRequest, ModelResponse
 from areal.engine.sglang import protocol
-from areal.engine.sglang.control import ServerControl, pause_report  # noqa: F401 (re-exported)
+from areal.engine.sglang.control import ServerControl
 from areal.engine.sglang.http import ServerError, apost_json, auth_headers, fanout, retries_for
 from areal.infra.discovery import discover_server_addrs
 from areal.infra.health import is_healthy
+from areal.infra.pause import cache_namespace, resolve_pause_mode
 
 logger = logging.getLogger(__name__)
 
@@ -62,24 +62,33 @@ BATCHING_COUNTERS = (
 )
 
 
-BUILTIN_SERVER = "areal-builtin"  # the built-in server's /get_server_info "version"
+BUILTIN_SERVER = "areal-builtin"  # the built-in server's /server_info "version"
 
 
-def resolve_pause_mode(configured: str, server_programs: list[str | None]) -> str:
-    """rollout.pause_mode `auto`: retract when every server is the built-in one, else abort.
+def program_kind(programs: list[str | None]) -> str | None:
+    """builtin or sglang from the servers' /server_info "version"s; None when mixed or unknown."""
+    kinds = {None if p is None else ("builtin" if p == BUILTIN_SERVER else "sglang") for p in programs}
+    return kinds.pop() if len(kinds) == 1 else None
 
-    retract rather than in_place on the built-in server: in_place re-prefills nothing and is
-    faster, but on SmolLM2 (one H200, six seeds each over two learning rates) it ended lower:
-    0.648 against 0.688 mean held-out accuracy at step 40, and 0.638 against 0.727 at the
-    recipe's lr (docs/benchmarks.md section 5). Why not hold requests
-    on SGLang: its weight updates flush the prefix cache, and its flush runs only when the
-    scheduler is fully idle, waiting queue included, where held requests wait; abort-and-resubmit
-    is the path AReaL uses with it. An explicit mode is used as given."""
-    if configured != "auto":
-        return configured
-    if server_programs and all(p == BUILTIN_SERVER for p in server_programs):
-        return "retract"
-    return "abort"
+
+def check_servers_fit_mode(mode: str, infos: list[dict | None], addrs: list[str]) -> None:
+    """SGLang servers run by someone else in retract mode must have their radix cache off
+    (areal.infra.pause: retracted requests would reuse prompt KV of the old weights); SGLang
+    outside the tested versions is a warning."""
+    from areal.infra.servers import sglang_version_note
+
+    for addr, info in zip(addrs, infos):
+        if not info or info.get("version") in (None, BUILTIN_SERVER):
+            continue
+        note = sglang_version_note(str(info["version"]))
+        if note:
+            logger.warning("inference server %s: %s", addr, note)
+        if mode == "retract" and info.get("disable_radix_cache") is False:
+            raise RuntimeError(
+                f"inference server {addr} is SGLang with its radix cache on, and rollout.pause_mode=retract: "
+                "retracted requests would be prefilled again on prompt KV cached under the old weights. "
+                "Start it with --disable-radix-cache, or set rollout.pause_mode=abort or in_place"
+            )
 
 
 def token_versions(result: protocol.GenerateResult, sent_version: int) -> list[int]:
@@ -100,14 +109,18 @@ class RemoteSGLangEngine(InferenceEngine):
         self._retries = request_retries(config)
         self._own_servers = _own_servers
         self.addrs: list[str] = []
-        self._server_programs: list[str | None] = []  # /get_server_info "version" per server
+        # the server program: the launcher writes the one it started into config.yaml; servers
+        # from from_pretrained say theirs; only external servers under rollout.server=auto are asked
+        self.server_kind: str | None = None if self._rcfg.server == "auto" else self._rcfg.server
+        self._server_programs: list[str | None] = []  # /server_info "version" per server
         self._inflight: dict[str, int] = {}
         self.request_counts: dict[str, int] = {}
         self._rr = 0
         self._lock = threading.Lock()
         # the servers are known after initialize(); versions may be set before
-        self.control = ServerControl(
+        self._control = ServerControl(
             [],
+            pause_mode=resolve_pause_mode(self._rcfg.pause_mode, self.server_kind),
             api_key=config.sglang.api_key,
             retries=self._retries,
             timeout_s=self._rcfg.request_timeout_s,
@@ -115,6 +128,11 @@ class RemoteSGLangEngine(InferenceEngine):
         )
         self._executor = None
         self._initialized = False
+
+    @property
+    def control(self) -> ServerControl:
+        """The one object that pauses these servers, updates their weights and continues them."""
+        return self._control
 
     @classmethod
     def from_pretrained(
@@ -166,30 +184,53 @@ class RemoteSGLangEngine(InferenceEngine):
         if self._own_servers is not None:
             addrs = self._own_servers.start()
             self._own_servers.wait_healthy(timeout, self._headers)
+            self.server_kind = self._own_servers.kind
         else:
             addrs = self._discover(timeout)
             self._wait_healthy(addrs, timeout)
         self.addrs = addrs
-        self.control.addrs = list(addrs)
+        self._control.addrs = list(addrs)
         self._inflight = {a: 0 for a in addrs}
         self.request_counts = {a: 0 for a in addrs}
         self._initialized = True
         logger.info("inference servers ready: %s", ", ".join(addrs))
         self._check_server_count()
         self._check_server_versions()
-        self._server_programs = self.control.server_programs()
-        self.control.pause_mode = self.pause_mode  # also for pauses the control client makes itself
+        infos = self._control.server_infos()
+        self._server_programs = [info.get("version") if info else None for info in infos]
+        if self._rcfg.server == "auto":  # not named by the launcher's config: known now, resolved once
+            self.server_kind = self.server_kind or program_kind(self._server_programs)
+            self._control.pause_mode = resolve_pause_mode(self._rcfg.pause_mode, self.server_kind)
+        check_servers_fit_mode(self._control.pause_mode, infos, self.addrs)
         logger.info(
             "weight updates pause generation with mode %s (rollout.pause_mode=%s)",
-            self.pause_mode,
+            self._control.pause_mode,
             self._rcfg.pause_mode,
         )
 
     @property
     def pause_mode(self) -> str:
-        """How servers pause for a weight update: rollout.pause_mode, with `auto` resolved by
-        the servers this client found (see resolve_pause_mode)."""
-        return resolve_pause_mode(self._rcfg.pause_mode, self._server_programs)
+        """How servers pause for a weight update (rollout.pause_mode, auto resolved)."""
+        return self._control.pause_mode
+
+    def warm_up(self, bursts: list[tuple[str, list[ModelRequest]]]) -> float:
+        """Send each named burst of requests at once, one burst after another, so that the servers
+        compile their kernels for those batch shapes and sampling settings now rather than inside
+        the first step or evaluation (SGLang JIT-compiles per batch shape, and its sampler has a
+        kernel of its own for batches that mix greedy and sampled requests). Returns the seconds."""
+        self._require_initialized()
+        t0 = time.monotonic()
+
+        async def burst(reqs: list[ModelRequest]) -> None:
+            await asyncio.gather(*(self.agenerate(r.copy()) for r in reqs))
+
+        for name, reqs in bursts:
+            if not reqs:
+                continue
+            t = time.monotonic()
+            asyncio.run(burst(reqs))
+            logger.info("warm-up, %s: %d concurrent requests in %.1f s", name, len(reqs), time.monotonic() - t)
+        return time.monotonic() - t0
 
     def _check_server_count(self) -> None:
         from areal.config.parallel import ParallelStrategyError, parse_parallel
@@ -289,7 +330,8 @@ class RemoteSGLangEngine(InferenceEngine):
                     input_ids=req.input_ids + out_ids,
                     max_new_tokens=remaining,
                     min_new_tokens=max(0, req.min_new_tokens - len(out_ids)),
-                    lora_path=self.control.lora_name,
+                    lora_path=self._control.lora_name,
+                    cache_namespace=cache_namespace(self.get_version()),
                 )
                 sent_version = self.get_version()
                 result = protocol.parse_generate(await self._apost(addr, protocol.GENERATE, body))
@@ -317,7 +359,7 @@ class RemoteSGLangEngine(InferenceEngine):
         )
 
     async def _wait_unpaused(self) -> None:
-        while self.control.paused:
+        while self._control.paused:
             await asyncio.sleep(_PAUSE_POLL_S)
 
     async def _abort_backoff(self, addr: str, result, start: float, round_: int) -> None:
@@ -356,87 +398,6 @@ class RemoteSGLangEngine(InferenceEngine):
         if not self._initialized:
             raise RuntimeError("RemoteSGLangEngine is not initialized; call engine.initialize() first")
 
-    # ---- pause / continue -------------------------------------------------------------------
-
-    def pause(self) -> dict[str, float]:
-        """Stop new episodes (executor) and generation on every server (rollout.pause_mode).
-
-        Returns what the pause cost where the servers say so (the built-in server does; SGLang
-        answers without it): `server_pause_s`, the slowest server's own seconds, and
-        `requests_aborted` / `requests_held`, summed over the servers."""
-        if self._executor is not None:
-            self._executor.pause()
-        self._require_initialized()
-        self.control.pause_mode = self.pause_mode
-        return self.control.pause()
-
-    def resume(self) -> None:
-        self._require_initialized()
-        self.control.resume()
-        if self._executor is not None:
-            self._executor.resume()
-
-    @property
-    def paused(self) -> bool:
-        return self.control.paused
-
-    # ---- weights, versions and memory (all through self.control) ---------------------------
-
-    def update_weights(self, meta: WeightUpdateMeta) -> list[dict]:
-        """Disk update: every server reloads meta.path; then the version becomes meta.version.
-
-        With meta.lora_name (actor.lora_push=adapter), meta.path is a peft adapter folder: every
-        server loads it under that name (/load_lora_adapter) and takes meta.version as its weight
-        version, the previously pushed adapter is unloaded, and from then on every /generate
-        request names the new adapter in lora_path. Returns the servers' answers."""
-        if meta.type != "disk":
-            raise ValueError(
-                "update_weights handles disk updates; for distributed ones call "
-                "update_weights_from_distributed(meta), which returns a future, and "
-                "broadcast from the trainer while it runs; for tensor ones "
-                "update_weights_from_tensor(meta, named_tensors)"
-            )
-        self._require_initialized()
-        return self.control.update_weights(meta)
-
-    def init_weights_update_group(self, meta: WeightUpdateMeta) -> Future:
-        """Every server joins the trainer's broadcast group (trainer = rank 0; server i with tp
-        ranks owns ranks 1 + i*tp ...). Resolves once all have joined, which needs the trainer
-        to init its side concurrently."""
-        self._require_initialized()
-        return self.control.init_weights_update_group(meta)
-
-    def update_weights_from_distributed(self, meta: WeightUpdateMeta) -> Future:
-        """Every server receives meta.names/dtypes/shapes from the trainer's broadcast.
-
-        Returns at once; the future resolves after the servers loaded the tensors (the trainer
-        must broadcast meanwhile) and the engine's version became meta.version.
-        """
-        self._require_initialized()
-        return self.control.update_weights_from_distributed(meta)
-
-    def destroy_weights_update_group(self, meta: WeightUpdateMeta) -> Future:
-        self._require_initialized()
-        return self.control.destroy_weights_update_group(meta)
-
-    def update_weights_from_tensor(self, meta: WeightUpdateMeta, named_tensors: list) -> list[dict]:
-        """Servers sharing the trainer's device copy the tensors (CUDA IPC; shared memory on CPU)."""
-        self._require_initialized()
-        return self.control.update_weights_from_tensor(meta, named_tensors)
-
-    @property
-    def group_world_size(self) -> int:
-        return self.control.group_world_size
-
-    def release_memory_occupation(self, tags: list[str] | None = None) -> None:
-        """Servers free their KV cache and/or move weights off the device (colocated sync runs)."""
-        self._require_initialized()
-        self.control.release_memory_occupation(tags)
-
-    def resume_memory_occupation(self, tags: list[str] | None = None) -> None:
-        self._require_initialized()
-        self.control.resume_memory_occupation(tags)
-
     def _tp_size(self) -> int:
         if self.config.sglang.tp_size:
             return self.config.sglang.tp_size
@@ -448,15 +409,7 @@ class RemoteSGLangEngine(InferenceEngine):
             return 1
 
     def get_version(self) -> int:
-        return self.control.get_version()
-
-    def set_version(self, version: int) -> None:
-        """The version new tokens are attributed to when a server reports none (the servers'
-        own version changes only with weight updates that pass one)."""
-        self.control.set_version(version)
-
-    def server_info(self, addr: str) -> dict:
-        return self.control.server_info(addr)
+        return self._control.get_version()
 
     def batching_counters(self) -> dict[str, float]:
         """The built-in servers' work counters (/get_server_info "batching": forward passes,
@@ -466,7 +419,7 @@ class RemoteSGLangEngine(InferenceEngine):
         if not self._server_programs or any(p != BUILTIN_SERVER for p in self._server_programs):
             return {}  # only the built-in server counts its work (no request per step for nothing)
         try:
-            infos = fanout(self.addrs, lambda i, a: self.server_info(a))
+            infos = fanout(self.addrs, lambda i, a: self._control.server_info(a))
         except RuntimeError as e:  # fanout's error, naming the servers that failed
             logger.debug("no batching counters: %s", e)
             return {}
@@ -488,8 +441,7 @@ class RemoteSGLangEngine(InferenceEngine):
             from areal.rollout.executor import RolloutExecutor
 
             self._executor = RolloutExecutor(self, self._rcfg, loop_scope=shared_session)
-            if self.paused:
-                self._executor.pause()
+            self._control.add_listener(self._executor)  # no episode starts while the servers are paused
         return self._executor
 
     def submit(self, data, workflow, should_accept=None) -> None:

@@ -1,36 +1,46 @@
-"""ServerControl: every control route of a set of inference servers, in one client.
+"""ServerControl: the one object that orders pause, weight update, flush and continue.
 
-    control = ServerControl(["127.0.0.1:30000"], api_key=None, retries=3)
-    control.pause()                                  # /pause_generation, on every server at once
-    control.update_weights(WeightUpdateMeta("disk", path="/ckpt/v1", version=1))
-    control.resume()
+    control = ServerControl(["127.0.0.1:30000"], pause_mode="abort")
+    with control.weight_update(version=1) as update:   # pause (pause_mode)
+        update.load_disk("/ckpt/v1")                    # or load_tensors / load_broadcast, per bucket
+    # leaving the block: flush the prefix cache where the mode allows it, record the version, continue
 
-Generation control (pause / continue), versions (/model_info), LoRA adapters, the three weight
-updates (disk, distributed, tensor) and memory hand-off (release / resume) all go through here,
-with one retry and auth policy: connection errors and 502/503/504 are retried `retries` times with
-backoff, every request carries the bearer key, and any server's failure raises an error naming it.
-Payloads are built and answers parsed by `protocol.py`; this module only sends them.
+Every control route of a set of inference servers goes through here: generation control
+(pause / continue), versions (/model_info), server information (/server_info), LoRA adapters,
+the three weight loads (disk, distributed, tensor), the cache flush and memory hand-off (release /
+resume), with one retry and auth policy: connection errors and 502/503/504 are retried `retries`
+times with backoff, every request carries the bearer key, and any server's failure raises an error
+naming it. Payloads are built and answers parsed by `protocol.py`; this module only sends them.
 
-RemoteSGLangEngine owns one (and adds discovery, generation and the rollout executor); an
-FSDPEngine given bare server URLs (`connect_servers`) builds one. The same object is what the
-trainer pushes weights to either way: the trainer produces weights, this client moves them.
+The pause mode is resolved once, before this object exists (areal.infra.pause explains each mode
+and what it asks of the prefix cache), and passed in. Weight loads never ask the server to flush:
+in abort mode this object flushes through /flush_cache after the loads and before continue; in the
+modes that hold requests it does not flush at all.
+
+RemoteSGLangEngine owns one; an FSDPEngine given bare server URLs (`connect_servers`) builds one.
+The trainer's engine produces the weights and hands them to the WeightUpdate; it never pauses or
+continues the servers itself.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from areal.api.inference import WeightUpdateMeta
 from areal.engine.sglang import protocol
 from areal.engine.sglang.http import ServerError, auth_headers, fanout, get_json, post_json
 from areal.infra.discovery import normalize_addrs
+from areal.infra.pause import PAUSE_MODES, flushes_after_update
 
 logger = logging.getLogger(__name__)
 
 CONTROL_TIMEOUT_S = 60.0  # pause / continue / info / memory answer quickly
+FLUSH_TIMEOUT_S = 60.0  # how long a server may take to drain before its cache is flushed
 
 
 def pause_report(answers: list[Any]) -> dict[str, float]:
@@ -51,32 +61,39 @@ def pause_report(answers: list[Any]) -> dict[str, float]:
 class ServerControl:
     """Control calls to `addrs` (host:port); see the module docstring.
 
+    pause_mode: abort, retract or in_place, already resolved (areal.infra.pause.resolve_pause_mode).
     timeout_s bounds weight loads (a large model reloads for minutes); control calls that answer
     at once use CONTROL_TIMEOUT_S. ranks_per_server is each server's tensor-parallel size: a
     server takes that many ranks of a distributed update group and one tensor payload per rank.
-    pause_mode is the /pause_generation mode (abort, retract or in_place).
     """
 
     def __init__(
         self,
         addrs: list[str],
         *,
+        pause_mode: str,
         api_key: str | None = None,
         retries: int = 0,
         timeout_s: float = 600.0,
         ranks_per_server: int = 1,
-        pause_mode: str = "abort",
     ):
+        if pause_mode not in PAUSE_MODES:
+            raise ValueError(
+                f"ServerControl needs a resolved pause mode, one of {PAUSE_MODES}, not {pause_mode!r} "
+                "(areal.infra.pause.resolve_pause_mode resolves rollout.pause_mode=auto)"
+            )
         self.addrs = normalize_addrs(addrs)
+        self.pause_mode = pause_mode
         self.headers = auth_headers(api_key)
         self.retries = retries
         self.timeout_s = timeout_s
         self.ranks_per_server = ranks_per_server
-        self.pause_mode = pause_mode
         self.lora_name: str | None = None  # the adapter /generate requests name (adapter pushes)
         self._paused = threading.Event()
         self._lock = threading.Lock()
         self._version = 0
+        self._listeners: list[Any] = []  # objects with pause() / resume(): they follow the gate
+        self._info_route: dict[str, str] = {}  # addr -> the server-info route it serves
         self._bg = ThreadPoolExecutor(max_workers=4, thread_name_prefix="server-control")
 
     # ---- transport ----------------------------------------------------------------------------
@@ -108,21 +125,29 @@ class ServerControl:
 
     # ---- information --------------------------------------------------------------------------
     def server_info(self, addr: str) -> dict:
-        return self.get(addr, protocol.SERVER_INFO)
+        """GET /server_info; servers without it (SGLang before 0.5.16's rename) answer the legacy
+        /get_server_info, which is then used for that server from here on."""
+        route = self._info_route.get(addr, protocol.SERVER_INFO)
+        try:
+            return self.get(addr, route)
+        except ServerError as e:
+            if "HTTP 404" not in str(e) or route == protocol.SERVER_INFO_LEGACY:
+                raise
+        self._info_route[addr] = protocol.SERVER_INFO_LEGACY
+        return self.get(addr, protocol.SERVER_INFO_LEGACY)
 
-    def server_programs(self) -> list[str | None]:
-        """Each server's /get_server_info "version" ("areal-builtin" for the built-in server, a
-        release number for SGLang); None where it cannot be read."""
+    def server_infos(self) -> list[dict | None]:
+        """Every server's /server_info answer; None where it cannot be read."""
 
-        def program(i, addr):
+        def info(i, addr):
             try:
-                info = self.server_info(addr)
+                answer = self.server_info(addr)
             except (ServerError, OSError, ValueError) as e:
                 logger.debug("cannot read %s's server info: %s", addr, e)
                 return None
-            return info.get("version") if isinstance(info, dict) else None
+            return answer if isinstance(answer, dict) else None
 
-        return fanout(self.addrs, program)
+        return fanout(self.addrs, info)
 
     def server_versions(self) -> dict[str, int | None]:
         """Each server's weight version from /model_info (/get_model_info on servers without it)."""
@@ -137,79 +162,110 @@ class ServerControl:
             body = self.get(addr, protocol.MODEL_INFO_LEGACY)
         return protocol.parse_model_info_version(body)
 
-    # ---- versions -----------------------------------------------------------------------------
+    # ---- the served version ---------------------------------------------------------------------
     def get_version(self) -> int:
+        """The weight version the servers generate with (the last update's, or set_version's)."""
         with self._lock:
             return self._version
 
     def set_version(self, version: int) -> None:
-        """The version new tokens are attributed to when a server reports none; weight updates
-        that pass a version set it on the servers too."""
+        """Record the served version without an update (a fresh or recovered run whose servers
+        already hold these weights). Tokens whose server reports no version are attributed to it."""
         with self._lock:
             self._version = int(version)
 
-    # ---- pause / continue ---------------------------------------------------------------------
+    # ---- the generation gate ------------------------------------------------------------------
     @property
     def paused(self) -> bool:
         return self._paused.is_set()
 
+    def add_listener(self, listener: Any) -> None:
+        """`listener.pause()` / `.resume()` run with every pause and continue (the rollout
+        executor stops starting episodes while the servers are paused)."""
+        self._listeners.append(listener)
+        if self.paused:
+            listener.pause()
+
     def pause(self) -> dict[str, float]:
         """Pause generation on every server (pause_mode); returns what the servers say it cost
-        (see pause_report)."""
+        (see pause_report). A time-shared step pauses before it releases the servers' memory; the
+        weight update that ends the step continues."""
         self._paused.set()  # first: an aborted request must wait, not resubmit at once
+        for listener in self._listeners:
+            listener.pause()
         body = protocol.pause_payload(self.pause_mode)
         return pause_report(self.post_all(protocol.PAUSE, body, CONTROL_TIMEOUT_S))
 
     def resume(self) -> None:
         self.post_all(protocol.CONTINUE, protocol.continue_payload(), CONTROL_TIMEOUT_S)
         self._paused.clear()
+        for listener in self._listeners:
+            listener.resume()
 
-    def _paused_call(self, fn: Callable[[], Any]) -> Any:
-        """Run fn with generation paused, unless the caller already paused."""
-        paused_here = not self.paused
-        if paused_here:
-            self.pause()
+    def flush_cache(self, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
+        """Flush every server's prefix cache once it is idle. SGLang answers 400 while requests are
+        pending (from 0.5.10 on after waiting up to `timeout` for them to drain); a refusal is asked
+        again until timeout_s has passed, then it is an error naming the servers."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            try:
+                self.post_all(protocol.flush_route(left), {}, left + CONTROL_TIMEOUT_S)
+                return
+            except RuntimeError as e:
+                if time.monotonic() >= deadline:
+                    raise RuntimeError(
+                        f"the servers' prefix cache could not be flushed within {timeout_s:g} s after a weight "
+                        f"update in pause mode {self.pause_mode!r}: requests were still pending ({e})"
+                    ) from e
+            time.sleep(0.2)
+
+    # ---- weight updates -----------------------------------------------------------------------
+    @contextlib.contextmanager
+    def weight_update(self, version: int | None) -> Iterator[WeightUpdate]:
+        """Pause (unless paused already), yield the WeightUpdate the weights are handed to; after
+        the loads, flush where the pause mode allows it and record `version` (None: keep the
+        current one); always continue at the end, also when the caller paused earlier.
+        `update.report` then holds the seconds of each stage (pause_s, flush_s, resume_s) and what
+        the servers said the pause cost."""
+        update = WeightUpdate(self, version)
+        t0 = time.perf_counter()
+        if not self.paused:
+            update.report.update(self.pause())
+        update.report["pause_s"] = time.perf_counter() - t0
+        ok = False
         try:
-            return fn()
+            yield update
+            if update.loads and flushes_after_update(self.pause_mode):
+                t0 = time.perf_counter()
+                self.flush_cache()
+                update.report["flush_s"] = time.perf_counter() - t0
+            if version is not None and update.loads:
+                self.set_version(version)
+            ok = True
         finally:
-            if paused_here:
+            t0 = time.perf_counter()
+            try:
                 self.resume()
+            except Exception:
+                if ok:
+                    raise
+                logger.exception("could not continue generation after a failed weight update")
+            update.report["resume_s"] = time.perf_counter() - t0
 
-    # ---- weights ------------------------------------------------------------------------------
     def update_weights(self, meta: WeightUpdateMeta) -> list[dict]:
-        """Disk update: every server loads meta.path, then the version becomes meta.version.
-        With meta.lora_name (actor.lora_push=adapter) meta.path is a peft adapter folder, loaded
-        under that name (see _update_adapter). Returns the servers' answers."""
+        """A whole disk update (meta.path; an adapter folder with meta.lora_name) in one call."""
         if meta.type != "disk":
             raise ValueError(
-                f"update_weights takes disk updates, not {meta.type!r}: use "
-                "update_weights_from_distributed or update_weights_from_tensor"
+                f"update_weights takes disk updates, not {meta.type!r}: for tensor and distributed "
+                "ones open control.weight_update(version) and hand it the buckets"
             )
-        if not meta.path:
-            raise ValueError("WeightUpdateMeta(type='disk') needs path: the saved Hugging Face folder")
-        if meta.lora_name is not None:
-            return self._paused_call(lambda: self._update_adapter(meta))
-        body = protocol.disk_update_payload(meta.path, meta.version)
-        return self._paused_call(lambda: self._apply(protocol.UPDATE_FROM_DISK, body, meta.version))
+        with self.weight_update(meta.version) as update:
+            if meta.lora_name is not None:
+                return update.load_adapter(meta.path, meta.lora_name)
+            return update.load_disk(meta.path)
 
-    def _apply(self, route: str, body_of, version: int | None) -> list[dict]:
-        answers = self._checked(route, body_of)
-        if version is not None:
-            self.set_version(version)
-        return answers
-
-    def _update_adapter(self, meta: WeightUpdateMeta) -> list[dict]:
-        """Load the adapter, set the version, switch requests to it, unload the previous one
-        (all while paused, so no request names an adapter that is gone)."""
-        answers = self._checked(protocol.LOAD_LORA, protocol.load_lora_payload(meta.lora_name, meta.path))
-        if meta.version is not None:
-            self._checked(protocol.UPDATE_WEIGHT_VERSION, protocol.weight_version_payload(meta.version))
-            self.set_version(meta.version)
-        previous, self.lora_name = self.lora_name, meta.lora_name
-        if previous is not None and previous != meta.lora_name:
-            self._checked(protocol.UNLOAD_LORA, protocol.unload_lora_payload(previous))
-        return answers
-
+    # the distributed update group lives across updates
     @property
     def group_world_size(self) -> int:
         """Ranks of a distributed update group: the trainer (rank 0) plus every server's ranks."""
@@ -226,30 +282,8 @@ class ServerControl:
             lambda i, a: protocol.init_group_payload(meta, rank_offset=1 + i * tp, world_size=world),
         )
 
-    def update_weights_from_distributed(self, meta: WeightUpdateMeta) -> Future:
-        """Every server receives meta.names/dtypes/shapes from the trainer's broadcast; resolves
-        to the answers once loaded (the trainer broadcasts meanwhile). Pauses generation unless
-        the caller did."""
-        body = protocol.distributed_update_payload(meta)
-        return self._bg.submit(
-            self._paused_call, lambda: self._apply(protocol.UPDATE_FROM_DISTRIBUTED, body, meta.version)
-        )
-
     def destroy_weights_update_group(self, meta: WeightUpdateMeta) -> Future:
         return self._bg.submit(self._checked, protocol.DESTROY_GROUP, protocol.destroy_group_payload(meta.group_name))
-
-    def update_weights_from_tensor(self, meta: WeightUpdateMeta, named_tensors: list) -> list[dict]:
-        """Servers on the trainer's own device(s) copy `named_tensors` ((HF name, tensor) pairs)
-        through CUDA IPC handles (shared memory on CPU); the tensors must stay alive until this
-        returns. Every tensor-parallel rank of a server gets the full tensors. Pauses generation
-        unless the caller did."""
-        from areal.utils.tensor_ipc import serialize_named_tensors
-
-        text = serialize_named_tensors(named_tensors)
-        body = protocol.tensor_update_payload(
-            [text] * self.ranks_per_server, version=meta.version, flush_cache=meta.flush_cache
-        )
-        return self._paused_call(lambda: self._apply(protocol.UPDATE_FROM_TENSOR, body, meta.version))
 
     # ---- memory hand-off ----------------------------------------------------------------------
     def release_memory_occupation(self, tags: list[str] | None = None) -> None:
@@ -259,3 +293,54 @@ class ServerControl:
 
     def resume_memory_occupation(self, tags: list[str] | None = None) -> None:
         self.post_all(protocol.RESUME_MEMORY, protocol.memory_payload(tags, protocol.RESUME_MEMORY))
+
+
+class WeightUpdate:
+    """One weight update in progress, generation paused (ServerControl.weight_update): the trainer
+    hands it the new weights, whole (disk, adapter) or bucket by bucket (tensor, distributed)."""
+
+    def __init__(self, control: ServerControl, version: int | None):
+        self.control = control
+        self.version = version
+        self.loads = 0
+        self.report: dict[str, float] = {}
+
+    def load_disk(self, path: str) -> list[dict]:
+        """Every server loads the Hugging Face folder `path`."""
+        if not path:
+            raise ValueError("a disk weight update needs the saved Hugging Face folder (WeightUpdateMeta.path)")
+        self.loads += 1
+        return self.control._checked(protocol.UPDATE_FROM_DISK, protocol.disk_update_payload(path, self.version))
+
+    def load_adapter(self, path: str, lora_name: str) -> list[dict]:
+        """actor.lora_push=adapter: load the peft folder as `lora_name`, take the version, switch
+        requests to it and unload the previous adapter (no request names one that is gone)."""
+        control = self.control
+        self.loads += 1
+        answers = control._checked(protocol.LOAD_LORA, protocol.load_lora_payload(lora_name, path))
+        if self.version is not None:
+            control._checked(protocol.UPDATE_WEIGHT_VERSION, protocol.weight_version_payload(self.version))
+        previous, control.lora_name = control.lora_name, lora_name
+        if previous is not None and previous != lora_name:
+            control._checked(protocol.UNLOAD_LORA, protocol.unload_lora_payload(previous))
+        return answers
+
+    def load_tensors(self, named_tensors: list) -> list[dict]:
+        """Servers on the trainer's own device(s) copy one bucket of (HF name, tensor) pairs through
+        CUDA IPC handles (shared memory on CPU); the tensors must stay alive until this returns.
+        Every tensor-parallel rank of a server gets the full tensors."""
+        from areal.utils.tensor_ipc import serialize_named_tensors
+
+        text = serialize_named_tensors(named_tensors)
+        body = protocol.tensor_update_payload([text] * self.control.ranks_per_server, version=self.version)
+        self.loads += 1
+        return self.control._checked(protocol.UPDATE_FROM_TENSOR, body)
+
+    def load_broadcast(self, meta: WeightUpdateMeta) -> Future:
+        """Every server receives meta.names/dtypes/shapes from the trainer's broadcast in group
+        meta.group_name; returns at once, the future resolves to the answers once they are loaded
+        (the trainer broadcasts meanwhile)."""
+        meta.version = self.version
+        body = protocol.distributed_update_payload(meta)
+        self.loads += 1
+        return self.control._bg.submit(self.control._checked, protocol.UPDATE_FROM_DISTRIBUTED, body)

@@ -150,7 +150,12 @@ def post_json(
             continue
         if resp.status_code >= 400:
             raise ServerError(addr, route, f"HTTP {resp.status_code}: {resp.text[:1000]}")
-        return resp.json() if resp.content else {}
+        if not resp.content:
+            return {}
+        try:
+            return resp.json()
+        except ValueError:  # a plain-text answer (/flush_cache)
+            return resp.text
     raise ServerError(addr, route, f"unreachable after {retries + 1} attempts ({last})")
 
 

@@ -33,6 +33,7 @@ class LocalServers:
         self.procs: list[subprocess.Popen] = []
         self.addrs: list[str] = []
         self.logs: list[Path] = []
+        self.kind: str | None = None  # sglang or builtin, once started
 
     def start(self) -> list[str]:
         from areal.config.parallel import parse_parallel
@@ -44,7 +45,7 @@ class LocalServers:
         st = parse_parallel(cfg.rollout.backend, allowed_backends=("sglang",))
         facts = detect_host_facts()
         device = resolve_device(cfg, facts)
-        kind = resolve_server_kind(cfg, facts, device)
+        kind = self.kind = resolve_server_kind(cfg, facts, device)
         base = free_port_block(st.dp, cfg.sglang.host)
         log_dir = Path(cfg.run_dir) / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)

@@ -27,13 +27,16 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from areal.api.inference import ModelRequest, WeightUpdateMeta
+from areal.infra.pause import PAUSE_MODES
 
 # Routes used by the client.
 GENERATE = "/generate"
 HEALTH = "/health"
-SERVER_INFO = "/get_server_info"
+SERVER_INFO = "/server_info"
+SERVER_INFO_LEGACY = "/get_server_info"  # the same answer; deprecated in SGLang 0.5.16 (logged at each call)
 MODEL_INFO = "/model_info"
 MODEL_INFO_LEGACY = "/get_model_info"  # the same answer; the only name before SGLang 0.5.10
+FLUSH_CACHE = "/flush_cache"
 PAUSE = "/pause_generation"
 CONTINUE = "/continue_generation"
 UPDATE_FROM_DISK = "/update_weights_from_disk"
@@ -48,7 +51,7 @@ RELEASE_MEMORY = "/release_memory_occupation"
 RESUME_MEMORY = "/resume_memory_occupation"
 
 # Every key the client may send, exactly as SGLang spells it.
-GENERATE_KEYS = frozenset({"input_ids", "sampling_params", "rid", "return_logprob", "stream", "lora_path"})
+GENERATE_KEYS = frozenset({"input_ids", "sampling_params", "rid", "return_logprob", "stream", "lora_path", "extra_key"})
 SAMPLING_KEYS = frozenset(
     {
         "max_new_tokens",
@@ -64,7 +67,7 @@ SAMPLING_KEYS = frozenset(
     }
 )
 PAUSE_KEYS = frozenset({"mode"})
-DISK_UPDATE_KEYS = frozenset({"model_path", "weight_version", "abort_all_requests"})
+DISK_UPDATE_KEYS = frozenset({"model_path", "weight_version", "abort_all_requests", "flush_cache"})
 LOAD_LORA_KEYS = frozenset({"lora_name", "lora_path"})
 WEIGHT_VERSION_KEYS = frozenset({"new_version", "abort_all_requests"})
 INIT_GROUP_KEYS = frozenset({"master_address", "master_port", "rank_offset", "world_size", "group_name", "backend"})
@@ -76,7 +79,6 @@ TENSOR_UPDATE_KEYS = frozenset(
     {"serialized_named_tensors", "load_format", "flush_cache", "abort_all_requests", "weight_version"}
 )
 MEMORY_KEYS = frozenset({"tags"})
-PAUSE_MODES = ("abort", "retract", "in_place")
 MEMORY_TAGS = ("kv_cache", "weights")
 
 StopReason = Literal["stop", "length", "abort"]
@@ -107,9 +109,12 @@ def generate_payload(
     max_new_tokens: int,
     min_new_tokens: int,
     lora_path: str | None = None,
+    cache_namespace: str | None = None,
 ) -> dict[str, Any]:
     """The /generate body of one round of `req`; `lora_path` names the LoRA adapter to serve it
-    with (SGLang applies an adapter only to requests that name it).
+    with (SGLang applies an adapter only to requests that name it); `cache_namespace` becomes
+    SGLang's `extra_key`, the namespace of the prefix cache this request may read and fill
+    (areal.infra.pause: one namespace per weight version).
 
     `rid`, `input_ids`, `max_new_tokens` and `min_new_tokens` are per round: a resubmission after
     an abort sends the prompt plus the tokens so far and the remaining budget, under a new rid
@@ -136,6 +141,8 @@ def generate_payload(
     }
     if lora_path is not None:
         body["lora_path"] = lora_path
+    if cache_namespace is not None:
+        body["extra_key"] = cache_namespace
     _check_keys(body, GENERATE_KEYS, GENERATE)
     _check_keys(sampling, SAMPLING_KEYS, GENERATE + " sampling_params")
     return body
@@ -227,9 +234,18 @@ def continue_payload() -> dict[str, Any]:
     return {}
 
 
+def flush_route(timeout_s: float) -> str:
+    """/flush_cache, asked separately after a weight update (never by the update itself: SGLang's
+    scheduler asserts when a flush it was asked for inside an update is refused, and refuses while
+    any request waits or runs). It answers 200 when flushed and 400 while requests are pending; from
+    SGLang 0.5.16 on, `timeout` lets the server wait that long for them to drain first."""
+    return f"{FLUSH_CACHE}?timeout={float(timeout_s):g}"
+
+
 def disk_update_payload(path: str, version: int | None) -> dict[str, Any]:
-    """/update_weights_from_disk: reload `path`; the version only changes when one is passed."""
-    body: dict[str, Any] = {"model_path": str(path), "abort_all_requests": False}
+    """/update_weights_from_disk: reload `path`; the version only changes when one is passed.
+    Weight updates never ask the server to flush (flush_cache false): see flush_payload."""
+    body: dict[str, Any] = {"model_path": str(path), "abort_all_requests": False, "flush_cache": False}
     if version is not None:
         body["weight_version"] = str(version)
     _check_keys(body, DISK_UPDATE_KEYS, UPDATE_FROM_DISK)
@@ -283,7 +299,7 @@ def distributed_update_payload(meta: WeightUpdateMeta) -> dict[str, Any]:
         "dtypes": list(meta.dtypes),
         "shapes": [list(map(int, s)) for s in meta.shapes],
         "group_name": meta.group_name,
-        "flush_cache": bool(meta.flush_cache),
+        "flush_cache": False,  # see flush_payload
         "abort_all_requests": False,
     }
     if meta.version is not None:
@@ -298,17 +314,17 @@ def destroy_group_payload(group_name: str) -> dict[str, Any]:
     return body
 
 
-def tensor_update_payload(serialized: list[str], *, version: int | None, flush_cache: bool = True) -> dict[str, Any]:
+def tensor_update_payload(serialized: list[str], *, version: int | None) -> dict[str, Any]:
     """/update_weights_from_tensor: `serialized` holds one base64 text per tensor-parallel rank
     of the server (each a pickled list of (name, tensor) pairs made with torch's multiprocessing
     reductions: CUDA tensors travel as IPC handles; see areal/utils/tensor_ipc.py). The version
-    changes only when one is passed; flush_cache=False between buckets of one update."""
+    changes only when one is passed; the server is never asked to flush (see flush_payload)."""
     if not serialized or not all(isinstance(s, str) for s in serialized):
         raise ValueError("tensor_update_payload needs one serialized text per tensor-parallel rank")
     body: dict[str, Any] = {
         "serialized_named_tensors": list(serialized),
         "load_format": None,
-        "flush_cache": bool(flush_cache),
+        "flush_cache": False,
         "abort_all_requests": False,
     }
     if version is not None:

@@ -1,0 +1,74 @@
+"""Pause modes: what a server does with requests in flight while the trainer's weights land.
+
+SGLang's three modes (`/pause_generation {"mode": ...}`, scheduler.pause_generation in 0.5.16):
+
+    abort     the running and queued requests end with finish_reason abort; the client resubmits
+              prompt + tokens so far once generation continues.
+    retract   they go back to the waiting queue without their KV cache and are prefilled again
+              after the update, under the new weights.
+    in_place  they keep running state and KV cache; tokens after the update attend to keys and
+              values computed by the old weights.
+
+What each mode asks of the prefix cache. SGLang flushes its cache only when no request waits or
+runs (Scheduler.flush_cache checks is_fully_idle), and a weight update asked to flush asserts on
+the refusal, which kills the scheduler (`weight_updater.flush_cache_after_weight_update`). So a
+weight update never asks for the flush itself; instead:
+
+    abort     nothing is held once the pause returns (the tokenizer manager aborts until no
+              request holds the model lock), so the client flushes through /flush_cache after the
+              update and before continue: the resubmitted remainders are prefilled afresh. This is
+              the order slime (abort until idle, then update) and AReaL (pause, update, continue)
+              use.
+    retract   retracted requests free their own KV without inserting it into the radix tree
+              (`release_kv_cache(is_insert=False)`), but their prompts were inserted at prefill;
+              re-prefilled after the update they would match those old-weight entries. SGLang
+              servers in retract mode therefore run with --disable-radix-cache.
+    in_place  held requests keep their old KV by definition; requests sent after the update must
+              not reuse it, so every /generate names its weight version in `extra_key`, which
+              SGLang's radix cache uses as a namespace (RadixKey.extra_key): a new version starts
+              an empty namespace, the old one ages out.
+
+The built-in server has no prefix cache; it answers as SGLang does (a flush, or an update asking
+for one, while requests are held is refused), so CPU tests see the same contract.
+
+`auto` picks per server program the mode measured to learn best among those that work on it
+(docs/benchmarks.md, section 5). This module is torch-free: the launcher resolves the mode once
+in its plan and writes it to the run's config.yaml.
+"""
+
+from __future__ import annotations
+
+PAUSE_MODES = ("abort", "retract", "in_place")
+
+# rollout.pause_mode=auto, per server program: retract learned best on the built-in server
+# (docs/benchmarks.md section 5); abort is the only mode measured on SGLang so far.
+AUTO_PAUSE_MODE = {"builtin": "retract", "sglang": "abort"}
+
+
+def resolve_pause_mode(configured: str, server_kind: str | None) -> str:
+    """rollout.pause_mode with `auto` resolved for the server program (sglang or builtin).
+
+    server_kind None (external servers of unknown program) resolves auto to abort, the mode that
+    is safe on every server: it holds no request over the update."""
+    if configured != "auto":
+        if configured not in PAUSE_MODES:
+            raise ValueError(f"rollout.pause_mode={configured!r} is not one of {('auto', *PAUSE_MODES)}")
+        return configured
+    return AUTO_PAUSE_MODE.get(server_kind or "", "abort")
+
+
+def flushes_after_update(mode: str) -> bool:
+    """Whether the client flushes the servers' prefix cache after a weight update (only when the
+    pause held nothing: abort)."""
+    return mode == "abort"
+
+
+def server_flags_for(mode: str, server_kind: str) -> list[str]:
+    """Server flags a pause mode needs: SGLang in retract mode runs without its radix cache (see
+    the module docstring)."""
+    return ["--disable-radix-cache"] if (server_kind == "sglang" and mode == "retract") else []
+
+
+def cache_namespace(version: int) -> str:
+    """The /generate extra_key of requests sent at weight version `version`."""
+    return f"weights-v{int(version)}"
