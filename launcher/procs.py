@@ -365,9 +365,8 @@ def child_env(
     OMP_NUM_THREADS, unless the user set it (in the launcher's environment or the config's *_env):
     on CPU, this node's cores shared among its processes; on GPU, 1 (as torchrun does). A GPU
     process's CPU tensor work is small (batch assembly, padding), and with the default of one
-    thread per core, OpenMP workers spin after each such op: in an async H200 run the trainer's
-    other threads burned 22.8 CPU-s per 5.4-s training phase, the training thread slowed by 23%,
-    and async reached 1.48x sync; with 1 thread, 2.7 CPU-s, 7% and 1.73x (docs/benchmarks.md).
+    thread per core, OpenMP workers spin after each such op and slow the training thread
+    (measured: docs/benchmarks.md, section 4, OpenMP threads).
     """
     env = {**(os.environ if base is None else base), **spec_env, **extra}
     if "OMP_NUM_THREADS" not in env:

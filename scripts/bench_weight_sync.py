@@ -297,7 +297,7 @@ def logprob_gap(engine, url: str, seed: int) -> dict:
     ids = torch.tensor([prompt + [int(t) for _, t, _ in out]])
     mine = engine.forward({"input_ids": ids, "attention_mask": torch.ones_like(ids)})[0, len(prompt) :]
     gap = (mine - torch.tensor([float(v) for v, _, _ in out])).abs()
-    version = requests.get(url + "/get_weight_version", timeout=30).json()["weight_version"]
+    version = requests.get(url + "/model_info", timeout=30).json()["weight_version"]
     return {"mean": float(gap.mean()), "max": float(gap.max()), "server_version": version}
 
 

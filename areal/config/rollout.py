@@ -41,6 +41,21 @@ class RolloutConfig(Section):
         "naming this key; 0 keeps every group.",
     )
     request_timeout_s: float = Field(3600.0, gt=0, description="Timeout of one generation request.")
+    weight_update_timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="Deadline of each weight load on the servers (a disk folder, a tensor bucket, a broadcast "
+        "bucket) and of the weight-update group's collectives; a server that takes the request and never "
+        "answers (stopped, hung) is named past it. Generous: a 1.5B model loads from disk in about 4 s on an "
+        "H200 and in a few minutes from slow storage at 70B.",
+    )
+    control_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="Deadline of the control calls that answer at once (pause, continue, server information, "
+        "cache flush); a server silent past it is named. A pause in abort mode waits for the server to abort "
+        "what runs, well under a second when healthy.",
+    )
     request_retries: int = Field(3, ge=0, description="Retries of a request after a connection error.")
     setup_timeout_s: float = Field(300.0, gt=0, description="Seconds the client waits for servers to become healthy.")
     server_addrs: list[str] = Field(
@@ -63,10 +78,11 @@ class RolloutConfig(Section):
     )
     server_warmup: Literal["auto", "on", "off"] = Field(
         "auto",
-        description="Before step 0 the trainer sends the servers one burst of greedy 16-token requests "
-        "at the run's generation concurrency and one at its evaluation batch, so that kernels compiled per "
-        "batch shape (SGLang JIT-compiles them on first use) are built before the first step and evaluation. "
-        "auto: on for SGLang servers, off for the built-in server (nothing to compile).",
+        description="Before step 0 the trainer sends the servers short bursts of requests: at the run's "
+        "generation concurrency with its sampling settings, at its evaluation batch (greedy), and both at "
+        "once, so that the kernels SGLang compiles on first use (per batch shape, and for batches mixing "
+        "greedy and sampled requests) are built before the first step and evaluation. auto: on for SGLang "
+        "servers, off for the built-in server (nothing to compile).",
     )
     gil_switch_interval_ms: float | None = Field(
         0.2,

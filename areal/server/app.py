@@ -106,6 +106,7 @@ def build_app(state: ServerState) -> web.Application:
         ("/server_info", h.server_info),
         ("/get_server_info", h.server_info),
         ("/get_weight_version", h.get_weight_version),
+        ("/weight_version", h.get_weight_version),
         ("/v1/models", h.models),
     ):
         add("GET", path, handler)
@@ -400,7 +401,10 @@ class Handlers:
         )
 
     async def get_weight_version(self, request: web.Request) -> web.Response:
-        return web.json_response({"weight_version": self.s.weight_version})
+        """Gone from SGLang 0.5.9 on; its answer: a 404 that names /model_info."""
+        return error(
+            404, "Endpoint '/get_weight_version' or '/weight_version' is deprecated. Please use '/model_info' instead."
+        )
 
     async def flush_cache(self, request: web.Request) -> web.Response:
         """There is no prefix cache to flush (each request prefills its own prompt), but the

@@ -173,9 +173,8 @@ def freeze_long_lived_objects() -> None:
     compiled graphs, imported libraries) out of the garbage collector's reach.
 
     A full collection stops every thread of the process, and in an asynchronous run the rollout
-    client's allocations trigger them while the training thread works: measured with
-    scripts/bench_rollout_client.py, a full collection cost 0.27-0.32 s every other 512-sample
-    batch in a process far smaller than a trainer; after gc.freeze(), 0.01-0.02 s. Objects frozen
+    client's allocations trigger them while the training thread works (their cost with and without
+    gc.freeze(): docs/benchmarks.md, section 8). Objects frozen
     here are never freed by the cycle collector (reference counting still frees them), which
     for what exists after step one is the intent."""
     import gc

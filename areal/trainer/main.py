@@ -239,7 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="areal trainer worker (one rank)")
     p.add_argument("--config", required=True, help="the run's resolved config.yaml")
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    from areal.infra.log_format import setup_process_logging
+
+    setup_process_logging(stream=sys.stderr)
     cfg = load_run_config(args.config)
     if int(os.environ.get("RANK", "0")) == 0:  # rank 0 runs the rollout client thread
         shorten_gil_switch_interval(cfg.rollout.gil_switch_interval_ms)

@@ -302,7 +302,7 @@ def _server_vs_trainer(engine, url: str) -> tuple[float, str]:
             timeout=60,
         ).json()
         out = resp["meta_info"]["output_token_logprobs"]
-        version = requests.get(url + "/get_weight_version", headers=AUTH, timeout=10).json()
+        version = requests.get(url + "/model_info", headers=AUTH, timeout=10).json()
         payload = [[tid for _, tid, _ in out] + [], [lp for lp, _, _ in out]]
         payload.append(str(version.get("weight_version", version)))
     else:

@@ -76,7 +76,7 @@ def test_adapter_push_serves_the_trained_adapter(tmp_path_factory):
         diff = _trainer_logprobs(engine, prompt, out.output_tokens) - torch.tensor(out.output_logprobs)
         assert diff.abs().max() < 1e-4
         assert set(out.output_versions) == {2}
-        assert requests.get(server.url + "/get_weight_version", timeout=10).json()["weight_version"] == "2"
+        assert requests.get(server.url + "/model_info", timeout=10).json()["weight_version"] == "2"
 
         r = requests.post(
             server.url + "/generate",

@@ -172,7 +172,7 @@ def restarted(launcher: Launcher, reason: str, nth: int) -> dict:
         launcher.output,
     )
     assert found, launcher.output
-    served = requests.get(f"http://{found.group(1)}/get_weight_version", timeout=10).json()["weight_version"]
+    served = requests.get(f"http://{found.group(1)}/model_info", timeout=10).json()["weight_version"]
     return {"version": int(found.group(2)), "folder": found.group(3), "served": int(served)}
 
 

@@ -200,7 +200,11 @@ def test_abort_request_by_rid_returns_tokens_so_far(server):
 def test_info_routes(server):
     info = requests.get(server.url + "/get_model_info").json()
     assert info["is_generation"] is True and info["weight_version"] == "default"
-    assert requests.get(server.url + "/get_weight_version").json() == {"weight_version": "default"}
+    assert requests.get(server.url + "/model_info").json()["weight_version"] == "default"
+    gone = requests.get(server.url + "/get_weight_version")  # as SGLang (0.5.9 on): a 404 naming /model_info
+    assert gone.status_code == 404 and "/model_info" in gone.text
+    info, legacy = (requests.get(server.url + route).json() for route in ("/server_info", "/get_server_info"))
+    assert info.keys() == legacy.keys() and info["version"] == legacy["version"] == "areal-builtin"
     assert requests.get(server.url + "/health_generate", timeout=30).status_code == 200
     assert requests.post(server.url + "/flush_cache").status_code == 200
     assert requests.get(server.url + "/v1/models").json()["data"][0]["id"]

@@ -67,7 +67,7 @@ def test_pause_holds_requests_and_continue_resumes(server, reference, mode):
         futures, r = pause_mid_generation(server.url, start, len(PROMPTS), mode=mode)
         assert r["status"] == "ok" and r["requests_held"] == len(PROMPTS) and r["pause_s"] >= 0
         before = stats(server)[0]["generated_tokens"]
-        old_version = requests.get(server.url + "/get_weight_version").json()["weight_version"]
+        old_version = requests.get(server.url + "/model_info").json()["weight_version"]
         new_version = f"{mode}-1"  # as a weight update sets it, while the requests wait
         assert post(server, "/update_weight_version", {"new_version": new_version, "abort_all_requests": False}).ok
         late = pool.submit(generate, server, PROMPTS[0], 5)  # arrives while paused

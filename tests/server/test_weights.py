@@ -37,7 +37,7 @@ def greedy(server):
 
 
 def version(server):
-    return requests.get(server.url + "/get_weight_version").json()["weight_version"]
+    return requests.get(server.url + "/model_info").json()["weight_version"]
 
 
 def test_update_from_disk_changes_outputs_and_version(

@@ -91,7 +91,7 @@ def test_trainer_only_run_against_external_server(tmp_path, server, arith_model)
     expected = [cfg.actor.optimizer.lr * multiplier(n_mb * s - 1) for s in (1, 2, 3, 4)]
     assert [r["train/lr"] for r in steps] == pytest.approx(expected, rel=1e-6)
     assert "eval/accuracy" in rows[0] and "eval/accuracy" in steps[1]  # before training, then every 2
-    assert requests.get(server.url + "/get_weight_version", timeout=10).json()["weight_version"] == "4"
+    assert requests.get(server.url + "/model_info", timeout=10).json()["weight_version"] == "4"
     assert all("weight_update/seconds" in r and r["rollout/staleness_max"] >= 0 for r in steps)
     assert all(
         0 <= r["rollout/staleness_mean"] <= r["rollout/staleness_max"] and 0 <= r["rollout/mixed_version_frac"] <= 1

@@ -175,6 +175,7 @@ class DistributedSender:
             try:
                 joined.set_result(
                     init_custom_process_group(
+                        timeout_s=servers.weight_timeout_s,
                         backend=backend,
                         master_address=master_address,
                         master_port=master_port,
@@ -215,7 +216,7 @@ class DistributedSender:
         pending = update.load_broadcast(meta)
         for _, tensor in bucket:
             dist.broadcast(tensor.to(self.device).contiguous(), src=0, group=self.group)
-        return pending.result()
+        return pending.result(timeout=self.servers.weight_timeout_s)
 
     def destroy(self, timeout_s: float = 60.0) -> None:
         """Tear the group down on both sides at once (a side waiting for the other to finish its

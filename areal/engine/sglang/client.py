@@ -41,7 +41,7 @@ from areal.engine.sglang import protocol
 from areal.engine.sglang.control import ServerControl
 from areal.engine.sglang.http import ServerError, apost_json, auth_headers, fanout, retries_for
 from areal.infra.discovery import discover_server_addrs
-from areal.infra.health import is_healthy
+from areal.infra.health import wait_healthy
 from areal.infra.pause import cache_namespace, resolve_pause_mode
 
 logger = logging.getLogger(__name__)
@@ -123,7 +123,8 @@ class RemoteSGLangEngine(InferenceEngine):
             pause_mode=resolve_pause_mode(self._rcfg.pause_mode, self.server_kind),
             api_key=config.sglang.api_key,
             retries=self._retries,
-            timeout_s=self._rcfg.request_timeout_s,
+            weight_timeout_s=self._rcfg.weight_update_timeout_s,
+            control_timeout_s=self._rcfg.control_timeout_s,
             ranks_per_server=self._tp_size(),
         )
         self._executor = None
@@ -281,17 +282,9 @@ class RemoteSGLangEngine(InferenceEngine):
             time.sleep(0.5)
 
     def _wait_healthy(self, addrs: list[str], timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        pending = list(addrs)
-        while pending:
-            pending = [a for a in pending if not is_healthy(a, timeout=2.0, headers=self._headers)]
-            if pending and time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"inference servers not healthy after {timeout:.0f}s "
-                    f"(rollout.setup_timeout_s): {', '.join(pending)}"
-                )
-            if pending:
-                time.sleep(0.25)
+        wait_healthy(
+            {a: a for a in addrs}, timeout, interval=0.25, headers=self._headers, timeout_key="rollout.setup_timeout_s"
+        )
 
     def destroy(self) -> None:
         """Stop the executor, then any servers this engine started."""

@@ -39,8 +39,8 @@ from areal.infra.pause import PAUSE_MODES, flushes_after_update
 
 logger = logging.getLogger(__name__)
 
-CONTROL_TIMEOUT_S = 60.0  # pause / continue / info / memory answer quickly
-FLUSH_TIMEOUT_S = 60.0  # how long a server may take to drain before its cache is flushed
+CONTROL_TIMEOUT_KEY = "rollout.control_timeout_s"
+WEIGHT_TIMEOUT_KEY = "rollout.weight_update_timeout_s"
 
 
 def pause_report(answers: list[Any]) -> dict[str, float]:
@@ -62,9 +62,12 @@ class ServerControl:
     """Control calls to `addrs` (host:port); see the module docstring.
 
     pause_mode: abort, retract or in_place, already resolved (areal.infra.pause.resolve_pause_mode).
-    timeout_s bounds weight loads (a large model reloads for minutes); control calls that answer
-    at once use CONTROL_TIMEOUT_S. ranks_per_server is each server's tensor-parallel size: a
-    server takes that many ranks of a distributed update group and one tensor payload per rank.
+    weight_timeout_s bounds each weight load (rollout.weight_update_timeout_s: a large model
+    reloads for minutes); control_timeout_s every call that answers at once: pause, continue,
+    information, flush, memory (rollout.control_timeout_s). A server that takes a request and
+    never answers (stopped, hung) is named past them, with the key. ranks_per_server is each
+    server's tensor-parallel size: a server takes that many ranks of a distributed update group
+    and one tensor payload per rank.
     """
 
     def __init__(
@@ -74,7 +77,8 @@ class ServerControl:
         pause_mode: str,
         api_key: str | None = None,
         retries: int = 0,
-        timeout_s: float = 600.0,
+        weight_timeout_s: float = 600.0,
+        control_timeout_s: float = 60.0,
         ranks_per_server: int = 1,
     ):
         if pause_mode not in PAUSE_MODES:
@@ -86,7 +90,8 @@ class ServerControl:
         self.pause_mode = pause_mode
         self.headers = auth_headers(api_key)
         self.retries = retries
-        self.timeout_s = timeout_s
+        self.weight_timeout_s = weight_timeout_s
+        self.control_timeout_s = control_timeout_s
         self.ranks_per_server = ranks_per_server
         self.lora_name: str | None = None  # the adapter /generate requests name (adapter pushes)
         self._paused = threading.Event()
@@ -97,28 +102,32 @@ class ServerControl:
         self._bg = ThreadPoolExecutor(max_workers=4, thread_name_prefix="server-control")
 
     # ---- transport ----------------------------------------------------------------------------
-    def post_all(
-        self, route: str, body_of: Callable[[int, str], dict] | dict, timeout: float | None = None
-    ) -> list[Any]:
+    def post_all(self, route: str, body_of: Callable[[int, str], dict] | dict, *, weights: bool = False) -> list[Any]:
         """POST to every server at once (`body_of(index, addr)` or one shared body); all answers,
-        or one error naming each server that failed."""
+        or one error naming each server that failed. `weights`: a weight load (its deadline is
+        weight_timeout_s, else control_timeout_s)."""
         make = body_of if callable(body_of) else (lambda i, a: body_of)
+        timeout, key = (
+            (self.weight_timeout_s, WEIGHT_TIMEOUT_KEY) if weights else (self.control_timeout_s, CONTROL_TIMEOUT_KEY)
+        )
         return fanout(
             self.addrs,
             lambda i, a: post_json(
-                a, route, make(i, a), timeout=timeout or self.timeout_s, retries=self.retries, headers=self.headers
+                a, route, make(i, a), timeout=timeout, retries=self.retries, headers=self.headers, timeout_key=key
             ),
         )
 
-    def _checked(self, route: str, body_of, timeout: float | None = None) -> list[Any]:
+    def _checked(self, route: str, body_of, *, weights: bool = True) -> list[Any]:
         """post_all for routes that answer {"success": ..., "message": ...}."""
-        answers = self.post_all(route, body_of, timeout)
+        answers = self.post_all(route, body_of, weights=weights)
         for answer in answers:
             protocol.parse_success(route, answer)
         return answers
 
     def get(self, addr: str, route: str) -> Any:
-        return get_json(addr, route, timeout=CONTROL_TIMEOUT_S, headers=self.headers)
+        return get_json(
+            addr, route, timeout=self.control_timeout_s, headers=self.headers, timeout_key=CONTROL_TIMEOUT_KEY
+        )
 
     def close(self) -> None:
         self._bg.shutdown(wait=False, cancel_futures=True)
@@ -194,29 +203,29 @@ class ServerControl:
         for listener in self._listeners:
             listener.pause()
         body = protocol.pause_payload(self.pause_mode)
-        return pause_report(self.post_all(protocol.PAUSE, body, CONTROL_TIMEOUT_S))
+        return pause_report(self.post_all(protocol.PAUSE, body))
 
     def resume(self) -> None:
-        self.post_all(protocol.CONTINUE, protocol.continue_payload(), CONTROL_TIMEOUT_S)
+        self.post_all(protocol.CONTINUE, protocol.continue_payload())
         self._paused.clear()
         for listener in self._listeners:
             listener.resume()
 
-    def flush_cache(self, timeout_s: float = FLUSH_TIMEOUT_S) -> None:
+    def flush_cache(self) -> None:
         """Flush every server's prefix cache once it is idle. SGLang answers 400 while requests are
         pending (from 0.5.10 on after waiting up to `timeout` for them to drain); a refusal is asked
-        again until timeout_s has passed, then it is an error naming the servers."""
-        deadline = time.monotonic() + timeout_s
+        again until control_timeout_s has passed, then it is an error naming the servers and the key."""
+        deadline = time.monotonic() + self.control_timeout_s
         while True:
             left = max(0.0, deadline - time.monotonic())
             try:
-                self.post_all(protocol.flush_route(left), {}, left + CONTROL_TIMEOUT_S)
+                self.post_all(protocol.flush_route(left / 2), {})
                 return
             except RuntimeError as e:
                 if time.monotonic() >= deadline:
                     raise RuntimeError(
-                        f"the servers' prefix cache could not be flushed within {timeout_s:g} s after a weight "
-                        f"update in pause mode {self.pause_mode!r}: requests were still pending ({e})"
+                        f"the servers' prefix cache could not be flushed within {self.control_timeout_s:g} s "
+                        f"({CONTROL_TIMEOUT_KEY}) after a weight update in pause mode {self.pause_mode!r}: {e}"
                     ) from e
             time.sleep(0.2)
 
@@ -289,10 +298,12 @@ class ServerControl:
     def release_memory_occupation(self, tags: list[str] | None = None) -> None:
         """Servers free their KV cache and/or move their weights off the device (tags among
         kv_cache, weights; None: both); generation must be paused and idle."""
-        self.post_all(protocol.RELEASE_MEMORY, protocol.memory_payload(tags, protocol.RELEASE_MEMORY))
+        self.post_all(protocol.RELEASE_MEMORY, protocol.memory_payload(tags, protocol.RELEASE_MEMORY), weights=True)
 
     def resume_memory_occupation(self, tags: list[str] | None = None) -> None:
-        self.post_all(protocol.RESUME_MEMORY, protocol.memory_payload(tags, protocol.RESUME_MEMORY))
+        """Servers take back what release_memory_occupation freed (a weight-sized copy: its deadline
+        is weight_timeout_s)."""
+        self.post_all(protocol.RESUME_MEMORY, protocol.memory_payload(tags, protocol.RESUME_MEMORY), weights=True)
 
 
 class WeightUpdate:

@@ -4,9 +4,8 @@ aiohttp sessions: an aiohttp session is bound to one event loop, and the client'
 on whatever loop calls them (the rollout executor's thread, a test's asyncio.run, a notebook).
 Inside `shared_session()` (the rollout executor's loop runs in one) requests on that loop share one
 session and its keep-alive connections; elsewhere each request opens its own. The session per
-request cost little wall time but a lot of Python: in a profile of the rollout client
-(scripts/bench_rollout_client.py) creating, connecting and closing sessions was ~10% of the
-executor thread's busy time, which in an asynchronous run is taken from the training thread
+request cost little wall time but a lot of Python: creating, connecting and closing sessions
+takes time on the executor thread, which in an asynchronous run is taken from the training thread
 through the GIL. Blocking calls (weight updates, pause/continue) use `requests` in threads so they
 can fan out to every server at once from synchronous trainer code.
 
@@ -129,9 +128,17 @@ async def _post(session, addr: str, route: str, body: dict, timeout: float, head
 
 
 def post_json(
-    addr: str, route: str, body: dict | None, *, timeout: float, retries: int = 0, headers: dict[str, str] | None = None
+    addr: str,
+    route: str,
+    body: dict | None,
+    *,
+    timeout: float,
+    retries: int = 0,
+    headers: dict[str, str] | None = None,
+    timeout_key: str | None = None,
 ) -> Any:
-    """Blocking POST with the same retry rules as `apost_json`."""
+    """Blocking POST with the same retry rules as `apost_json`; a server that takes the connection
+    and does not answer within `timeout` is an error naming it and `timeout_key`, the setting."""
     import requests
 
     last = ""
@@ -141,7 +148,7 @@ def post_json(
         try:
             resp = requests.post(f"http://{addr}{route}", json=body, headers=headers, timeout=timeout)
         except requests.Timeout:
-            raise ServerError(addr, route, f"no answer within {timeout:.0f}s") from None
+            raise ServerError(addr, route, f"no answer within {timeout:g} s{_setting(timeout_key)}") from None
         except requests.ConnectionError as e:
             last = f"connection error: {e}"
             continue
@@ -159,16 +166,24 @@ def post_json(
     raise ServerError(addr, route, f"unreachable after {retries + 1} attempts ({last})")
 
 
-def get_json(addr: str, route: str, *, timeout: float, headers: dict[str, str] | None = None) -> Any:
+def get_json(
+    addr: str, route: str, *, timeout: float, headers: dict[str, str] | None = None, timeout_key: str | None = None
+) -> Any:
     import requests
 
     try:
         resp = requests.get(f"http://{addr}{route}", headers=headers, timeout=timeout)
+    except requests.Timeout:
+        raise ServerError(addr, route, f"no answer within {timeout:g} s{_setting(timeout_key)}") from None
     except requests.RequestException as e:
         raise ServerError(addr, route, f"{type(e).__name__}: {e}") from None
     if resp.status_code >= 400:
         raise ServerError(addr, route, f"HTTP {resp.status_code}: {resp.text[:1000]}")
     return resp.json()
+
+
+def _setting(key: str | None) -> str:
+    return f" ({key}; is the server stopped or hung?)" if key else ""
 
 
 def fanout(addrs: list[str], call: Callable[[int, str], Any]) -> list[Any]:

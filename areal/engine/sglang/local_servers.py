@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from areal.infra.health import is_healthy
+from areal.infra.health import ServerStartupError, wait_healthy
 
 
 def server_kind(cfg) -> str:
@@ -65,26 +65,21 @@ class LocalServers:
 
     def wait_healthy(self, timeout: float, headers: dict[str, str] | None = None) -> None:
         """Block until every server answers /health; fail early with the log of one that died."""
-        deadline = time.monotonic() + timeout
-        pending = set(range(len(self.procs)))
-        while pending:
-            for i in sorted(pending):
-                if self.procs[i].poll() is not None:
-                    raise RuntimeError(
-                        f"inference server {self.addrs[i]} exited with code {self.procs[i].returncode} "
-                        f"during start-up; its log ({self.logs[i]}) ends with:\n{_tail(self.logs[i])}"
-                    )
-                if is_healthy(self.addrs[i], timeout=2.0, headers=headers):
-                    pending.discard(i)
-            if pending and time.monotonic() > deadline:
-                names = ", ".join(self.addrs[i] for i in sorted(pending))
-                raise TimeoutError(
-                    f"inference servers {names} were not healthy after {timeout:.0f}s "
-                    "(rollout.setup_timeout_s); see their logs in "
-                    f"{self.logs[0].parent}"
-                )
-            if pending:
-                time.sleep(0.25)
+        index = {a: i for i, a in enumerate(self.addrs)}
+        try:
+            wait_healthy(
+                {a: a for a in self.addrs},
+                timeout,
+                lambda a: self.procs[index[a]].poll(),
+                0.25,
+                headers=headers,
+                timeout_key="rollout.setup_timeout_s",
+            )
+        except ServerStartupError as e:
+            log = self.logs[index[e.name]]
+            raise type(e)(
+                e.name, f"inference server {e}; its log ({log}) ends with:\n{_tail(log)}", e.returncode
+            ) from None
 
     def stop(self) -> None:
         """SIGTERM every server's process group, then SIGKILL after launcher.shutdown_grace_s."""

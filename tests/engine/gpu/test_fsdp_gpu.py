@@ -67,7 +67,7 @@ def _server_logprob_gap(engine, url: str) -> tuple[float, str]:
     out = resp["meta_info"]["output_token_logprobs"]
     ids = torch.tensor([prompt + [t for _, t, _ in out]])
     lp = engine.forward({"input_ids": ids, "attention_mask": torch.ones_like(ids)})[0, len(prompt) :]
-    version = requests.get(url + "/get_weight_version", timeout=10).json()["weight_version"]
+    version = requests.get(url + "/model_info", timeout=10).json()["weight_version"]
     return float((lp - torch.tensor([v for v, _, _ in out])).abs().max()), version
 
 
