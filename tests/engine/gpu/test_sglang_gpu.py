@@ -16,7 +16,9 @@ pause mode's flags included), against the trainer's own FSDPEngine:
 * the prefix cache never serves keys and values of the old weights to a request sent after an
   update (in_place keeps the radix cache on: each request's namespace is its weight version);
 * release and resume with --enable-memory-saver: the memory really comes back to the device, and
-  the greedy text is unchanged.
+  the greedy text is unchanged;
+* LoRA adapters (actor.lora_push=adapter, SGLang's --enable-lora): loaded under the version's
+  name, served with the trainer's logprobs, unloaded at the next push.
 """
 
 from __future__ import annotations
@@ -317,3 +319,60 @@ def test_release_and_resume_give_the_memory_back(engine, prompt, smollm2):
     assert freed > 5  # mem_fraction_static 0.3 of an H200 is ~40 GiB
     after = generate(engine, prompt)[0]
     assert after.output_tokens == before_text and set(after.output_versions) == {21}
+
+
+def test_lora_adapter_load_and_unload(smollm2, prompt, tmp_path_factory):
+    """actor.lora_push=adapter on SGLang (--enable-lora): the trained adapter is loaded under the
+    version's name, requests name it, its logprobs are the trainer's within bf16, and the next
+    push unloads it."""
+    import requests
+
+    from areal.api.inference import WeightUpdateMeta
+    from areal.engine.fsdp.engine import FSDPEngine
+    from areal.models.shapes import make_batch
+
+    fileroot = str(tmp_path_factory.mktemp("lora"))
+    modules = ["q_proj", "k_proj", "v_proj", "o_proj"]
+    eng = start_engine(
+        smollm2, tmp_path_factory, "abort", enable_lora=True, max_lora_rank=8, lora_target_modules=modules
+    )
+    trainer = FSDPEngine.from_pretrained(
+        smollm2,
+        dtype="bfloat16",
+        learning_rate=1e-3,
+        use_lora=True,
+        lora_rank=8,
+        lora_alpha=16,
+        target_modules=modules,
+        lora_push="adapter",
+        experiment_name="lora",
+        trial_name="t",
+        fileroot=fileroot,
+    )
+    try:
+        from tests.engine.gpu.conftest import nll, token_weight
+
+        batch = make_batch(8, 32, 64, vocab=49152)
+        for _ in range(3):
+            trainer.train_batch(batch, nll, token_weight)  # the adapter's B leaves zero
+        trainer.update_weights(WeightUpdateMeta(type="disk"), inference=eng)
+        assert eng.control.lora_name == "v1"
+        out = generate(eng, prompt, tokens=32, temperature=1.0)[0]
+        ids = torch.tensor([prompt + out.output_tokens])
+        lp = trainer.forward({"input_ids": ids, "attention_mask": torch.ones_like(ids)})[0, len(prompt) :]
+        gap = (lp.float().cpu() - torch.tensor(out.output_logprobs)).abs()
+        print(f"LoRA adapter on SGLang vs trainer: mean |diff| {gap.mean():.4f}, max {gap.max():.4f}")
+        assert gap.mean() < 0.05 and set(out.output_versions) == {1}
+        trainer.train_batch(batch, nll, token_weight)
+        trainer.update_weights(WeightUpdateMeta(type="disk"), inference=eng)
+        assert eng.control.lora_name == "v2"
+        assert set(generate(eng, prompt, tokens=4)[0].output_versions) == {2}
+        gone = requests.post(
+            f"http://{eng.addrs[0]}/generate",
+            json={"input_ids": prompt, "lora_path": "v1", "sampling_params": {"max_new_tokens": 2}},
+            timeout=60,
+        )
+        assert gone.status_code >= 400 or "error" in gone.text.lower()  # v1 was unloaded
+    finally:
+        trainer.destroy()
+        eng.destroy()
