@@ -9,7 +9,10 @@ all but the engines' and servers' per-step INFO records (launcher/console.py).
 The run succeeds when every trainer (or the driver) exits 0. The first process to fail decides
 the exit code; then, as on Ctrl-C or SIGTERM, every process tree is stopped (SIGTERM, SIGKILL
 after launcher.shutdown_grace_s), so no orphan outlives the launcher. A server that stops
-answering /health for launcher.server_health_timeout_s counts as failed too. With
+answering /health for launcher.server_health_timeout_s counts as failed too, and so does any
+process left in the stopped state (SIGSTOP) for launcher.stopped_timeout_s: a stopped trainer
+rank would otherwise hang the run silently, its peers waiting for it in a collective (those fail
+by themselves after actor.collective_timeout_s, and the error then names that key). With
 launcher.restart_failed_servers a failed server is restarted instead, with the trainer's current
 weights (see `Supervisor.restart_server`).
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import re
 import signal
 import sys
 import threading
@@ -124,6 +128,18 @@ def failure_report(name: str, log_path: str | None, reason: str) -> str:
     return "\n".join(lines)
 
 
+def is_stopped(pid: int) -> bool:
+    """Whether a process is in the stopped state ('T': SIGSTOP, SIGTSTP), not merely waiting.
+
+    A debugger's tracing stop ('t', gdb or py-spy attached) does not count."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_STOPPED
+    except psutil.Error:
+        return False
+
+
 def log_path(plan: LaunchPlan, spec: ProcessSpec) -> str:
     return str(Path(plan.run_dir) / "logs" / f"{spec.name}.log")
 
@@ -166,6 +182,10 @@ class Supervisor(abc.ABC):
     def refresh(self) -> None:
         """Update what poll() returns (the Ray backend fetches output and status here)."""
         return None
+
+    def is_stopped(self, name: str) -> bool:
+        """Whether the process is in the stopped state (SIGSTOP), as of the last refresh()."""
+        return False
 
     def publish(self, addrs: list[str]) -> str:
         return str(write_server_addrs(record_root_of(self.cfg), addrs))
@@ -304,6 +324,7 @@ class Supervisor(abc.ABC):
         """
         remaining = set(mains)
         watch = self.health_watch()
+        self.stopped_since: dict[str, float] = {}
         try:
             while remaining:
                 self.refresh()
@@ -323,8 +344,10 @@ class Supervisor(abc.ABC):
                         if watch:
                             watch.reset(name)
                         break  # self.procs changed: poll again from the start
-                    return self.fail(name, exit_code(code) or 1, describe_exit(code))
+                    return self.fail(name, exit_code(code) or 1, describe_exit(code) + self.why_failed(name))
                 failed = self.check_silent(watch)
+                if failed is None:
+                    failed = self.check_stopped(watch)
                 if failed is not None:
                     return failed
                 time.sleep(POLL_S)
@@ -354,6 +377,68 @@ class Supervisor(abc.ABC):
             return failed
         return self.fail(
             name, 1, reason + "; if it is only slow (e.g. loading weights), raise launcher.server_health_timeout_s"
+        )
+
+    def check_stopped(self, watch: HealthWatch | None) -> int | None:
+        """A process left in the stopped state (SIGSTOP) for launcher.stopped_timeout_s: fail the
+        run naming it (a server is restarted instead with launcher.restart_failed_servers).
+
+        A stopped trainer rank would otherwise hang the run silently: the other ranks wait for it
+        in a collective (up to actor.collective_timeout_s) and nothing else watches trainers. Only
+        the stopped state counts, not a debugger's tracing stop, so attaching gdb or py-spy is safe.
+        """
+        timeout = self.cfg.launcher.stopped_timeout_s
+        if not timeout:
+            return None
+        now = time.monotonic()
+        for name, proc in list(self.procs.items()):
+            if proc.poll() is not None or not self.is_stopped(name):
+                self.stopped_since.pop(name, None)
+                continue
+            seconds = now - self.stopped_since.setdefault(name, now)
+            if seconds <= timeout:
+                continue
+            self.stopped_since.pop(name, None)
+            reason = (
+                f"has been in the stopped state (SIGSTOP) for {seconds:.0f} s "
+                f"(launcher.stopped_timeout_s={timeout:g}): the run cannot go on without it"
+            )
+            if name in self.addrs and self.cfg.launcher.restart_failed_servers:
+                failed = self.restart_server(name, reason, 1)
+                if watch:
+                    watch.reset(name)
+                return failed
+            return self.fail(
+                name,
+                1,
+                reason + "; to pause a run on purpose for longer, raise launcher.stopped_timeout_s (null disables it)",
+            )
+        return None
+
+    def why_failed(self, name: str) -> str:
+        """What the log of a failed trainer rank says about a collective that timed out, and the
+        state of the ranks it may have waited for ('' when its log shows no such timeout)."""
+        proc = self.procs[name]
+        proc.wait_output()
+        text = "\n".join(tail_lines(proc.log_path, 200))
+        # gloo's message; then NCCL's watchdog's (WorkNCCL(SeqNum=.., OpType=ALLREDUCE, .. Timeout(ms)=..))
+        found = re.search(r"Timed out waiting (?P<ms>\d+)ms for (?P<op>\w+) operation", text) or re.search(
+            r"OpType=(?P<op>\w+).*?Timeout\(ms\)=(?P<ms>\d+)", text
+        )
+        if not found:
+            return ""
+        ms, op = found.group("ms"), found.group("op")
+        others = [
+            f"{other} ({'stopped' if self.is_stopped(other) else 'running'})"
+            for other, p in self.procs.items()
+            if other != name and other not in self.addrs and p.poll() is None
+        ]
+        return (
+            f": a collective between trainer ranks waited {int(ms) / 1000:g} s for a {op.lower()} "
+            f"(actor.collective_timeout_s={self.cfg.actor.collective_timeout_s:g}) and timed out, so another rank "
+            f"did not take part in time; still running then: {', '.join(others) or 'none'} (see their logs). If a "
+            "rank only works alone for longer (rank 0 gathering a batch, evaluating, saving), raise "
+            "actor.collective_timeout_s"
         )
 
     def hold_servers(self, addrs: list[str]) -> int:
@@ -436,6 +521,9 @@ class LocalRun(Supervisor):
 
     def server_addrs(self, servers: list[ProcessSpec]) -> dict[str, str]:
         return {s.name: f"{advertised_host(s.command)}:{s.port}" for s in servers}
+
+    def is_stopped(self, name: str) -> bool:
+        return is_stopped(self.procs[name].pid)
 
     def teardown(self) -> None:
         running = [p.name for p in self.procs.values() if p.poll() is None]

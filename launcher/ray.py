@@ -28,7 +28,7 @@ from pathlib import Path
 from areal.config import ExperimentConfig
 
 from .console import process_console
-from .local import Supervisor, log_path, say
+from .local import Supervisor, is_stopped, log_path, say
 from .plan import TRAINER_HEAD, LaunchPlan, ProcessSpec
 from .procs import (
     LaunchError,
@@ -134,12 +134,13 @@ class ProcessHost:
         )
         return self.proc.pid
 
-    def drain(self) -> tuple[list[str], int | None]:
-        """New output lines and the exit status (None while running); complete once it exited."""
+    def drain(self) -> tuple[list[str], int | None, bool]:
+        """New output lines, the exit status (None while running; output complete once it exited)
+        and whether the process is in the stopped state (launcher.stopped_timeout_s)."""
         code = self.proc.poll() if self.proc else None
         if code is not None:
             self.proc.wait_output()
-        return self._take(), code
+        return self._take(), code, code is None and self.proc is not None and is_stopped(self.proc.pid)
 
     def healthy(self, addr: str) -> bool:
         from areal.infra.health import is_healthy
@@ -166,12 +167,14 @@ class RemoteProcess:
         self.actor = actor
         self.log_path = log_file
         self.returncode: int | None = None
+        self.stopped = False  # in the stopped state (SIGSTOP) at the last drain
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_file, "a", buffering=1, encoding="utf-8", errors="replace")
         self._log.write(start_banner(name, command) + "\n")
         self._console = process_console(name)
 
-    def take(self, lines: list[str], code: int | None = None) -> None:
+    def take(self, lines: list[str], code: int | None = None, stopped: bool = False) -> None:
+        self.stopped = stopped
         for line in lines:
             if not self._log.closed:
                 self._log.write(line + "\n")
@@ -333,13 +336,16 @@ class RayRun(Supervisor):
         calls = {n: p.actor.drain.remote() for n, p in running.items()}
         for name, ref in calls.items():
             try:
-                lines, code = ray.get(ref, timeout=CALL_TIMEOUT_S)
+                lines, code, stopped = ray.get(ref, timeout=CALL_TIMEOUT_S)
             except ray.exceptions.GetTimeoutError:
                 continue
             except ray.exceptions.RayError as e:  # the actor (or its node) died
                 say(f"the Ray actor running {name} died: {type(e).__name__}: {e}", sys.stderr)
-                lines, code = [], 1
-            running[name].take(lines, code)
+                lines, code, stopped = [], 1, False
+            running[name].take(lines, code, stopped)
+
+    def is_stopped(self, name: str) -> bool:
+        return self.procs[name].stopped
 
     def teardown(self) -> None:
         import ray

@@ -161,6 +161,14 @@ class ActorConfig(Section):
         "(launcher.colocate), through memory: SGLang's /update_weights_from_tensor with CUDA IPC handles "
         "(shared memory on CPU).",
     )
+    collective_timeout_s: float = Field(
+        7200.0,
+        gt=0,
+        description="Seconds a collective between trainer ranks (torch.distributed's default process group: "
+        "gloo on CPU, NCCL on GPU) may wait for the other ranks before it fails with an error. It must exceed "
+        "the longest time one rank works alone while the others wait: rank 0 gathering a batch (one request "
+        "may take rollout.request_timeout_s), evaluating, or saving weights.",
+    )
     weight_update_bucket_mb: int = Field(256, ge=1, description="Bucket size of distributed and tensor weight updates.")
     offload: bool = Field(
         False,

@@ -76,6 +76,14 @@ class LauncherConfig(Section):
         "stopped) fails the run, or is restarted with launcher.restart_failed_servers; null disables "
         "the check. Raise it where weight loads block /health for longer.",
     )
+    stopped_timeout_s: float | None = Field(
+        60.0,
+        gt=0,
+        description="A process of the run (trainer rank, driver, server) that stays in the stopped state "
+        "(SIGSTOP; not a debugger's tracing stop) this long fails the run, naming it (a server is restarted "
+        "instead with launcher.restart_failed_servers); null disables the check. Local backend, and the Ray "
+        "backend through each process's actor.",
+    )
     shutdown_grace_s: float = Field(
         10.0, gt=0, description="Seconds between SIGTERM and SIGKILL when stopping processes."
     )

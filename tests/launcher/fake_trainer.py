@@ -9,6 +9,7 @@ environment asks:
   FAKE_SLEEP_S=s                   sleep s seconds before exiting 0
   FAKE_SPAWN_CHILD=1               start a grandchild that sleeps, pid in the JSON
   FAKE_IGNORE_TERM=1               ignore SIGTERM (the launcher must SIGKILL it)
+  FAKE_STOP_RANK=r                 rank r sends itself SIGSTOP (a hung rank; SIGCONT resumes it)
   FAKE_UNTIL_RESTARTED=name        first wait until the launcher has started process `name` a
                                    second time (two start banners in its log); exit 1 after 120 s
 """
@@ -109,6 +110,9 @@ def main() -> int:
         time.sleep(float(env.get("FAKE_FAIL_AFTER_S", "0")))
         print(f"rank {rank} failing on purpose", flush=True)
         return int(env.get("FAKE_EXIT", "3"))
+    if env.get("FAKE_STOP_RANK") == str(rank):
+        print(f"rank {rank} stopping itself", flush=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
     until = env.get("FAKE_UNTIL_RESTARTED")
     if until and not started_twice(Path(env["AREAL_RUN_DIR"]), until):
         print(f"{until} was never restarted", flush=True)

@@ -131,6 +131,28 @@ def test_failure_tears_down_every_node(tmp_path, cluster, capsys):
     assert len(pids) == 6 and wait_gone(pids) == []
 
 
+def test_stopped_trainer_on_a_ray_node_is_named(tmp_path, cluster, capsys):
+    """launcher.stopped_timeout_s through the Ray backend: each process's actor reports the
+    stopped state with its output, and the launcher fails the run naming the process."""
+    cfg = ray_cfg(
+        tmp_path,
+        cluster,
+        "launcher.stopped_timeout_s=1",
+        '+launcher.trainer_env.FAKE_STOP_RANK="1"',
+        '+launcher.trainer_env.FAKE_SLEEP_S="300"',
+    )
+    rc, _ = run_ray_plan(cfg)
+    err = capsys.readouterr().err
+    assert rc == 1, err
+    log = Path(cfg.run_dir) / "logs" / "trainer-1.log"
+    assert re.search(
+        r"error: trainer-1 has been in the stopped state \(SIGSTOP\) for \d+ s \(launcher.stopped_timeout_s=1\)"
+        rf".*; log: {re.escape(str(log))}",
+        err,
+    ), err
+    assert wait_gone(all_pids(cfg.run_dir)) == []
+
+
 def test_cli_trainer_only_on_two_nodes(tmp_path, cluster):
     """areal-launch end to end with launcher.backend=ray: trainers on two Ray nodes."""
     fileroot = tmp_path / "runs"

@@ -19,6 +19,7 @@ import importlib.util
 import logging
 import os
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Callable
 
@@ -138,10 +139,16 @@ class FSDPEngine(TrainEngine):
                 raise RuntimeError(f"the default process group uses {backend}; CUDA training needs nccl")
         else:
             backend = "cuda:nccl,cpu:gloo" if self.device_type == "cuda" else "gloo"
+            # every collective (and the rendezvous) fails after this instead of waiting forever for a
+            # rank that hangs; the launcher names actor.collective_timeout_s when a rank fails so
+            from areal.config.actor import ActorConfig
+
+            default = ActorConfig.model_fields["collective_timeout_s"].default  # a RefConfig has none
+            timeout = timedelta(seconds=getattr(self.config, "collective_timeout_s", default))
             if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-                dist.init_process_group(backend)
+                dist.init_process_group(backend, timeout=timeout)
             else:  # a plain single process (notebook, script): a one-rank group of our own
-                dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+                dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
             self._owns_process_group = True
         if self.device_type == "cuda":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
