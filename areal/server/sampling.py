@@ -13,6 +13,13 @@ Conventions (checked against SGLang 0.5.x `layers/sampler.py` and `sampling_para
   smallest prefix whose mass reaches top_p (always at least one token).
 * min_new_tokens: until that many tokens exist, stop tokens (EOS and stop_token_ids) get -inf
   logits, as SGLang's min-new-tokens penalizer does; the logprobs see the masked logits.
+* sampling_seed (SGLang's sampling parameter): a row whose request names a seed draws its token
+  from random numbers that depend only on that seed and the token's position in the sequence
+  (prompt included), not on the server's generator, the other requests in the batch or their
+  order. Without it, rows share the server's generator (--random-seed), so what a request draws
+  depends on which requests the scheduler batched with it and in which order, which HTTP arrival
+  order decides. A request resubmitted after an abort (prompt + tokens so far) draws at each
+  position what it would have drawn uninterrupted.
 """
 
 from __future__ import annotations
@@ -36,14 +43,16 @@ class SamplingParams:
     ignore_eos: bool = False
     no_stop_trim: bool = False
     skip_special_tokens: bool = True
+    sampling_seed: int | None = None
 
     @property
     def greedy(self) -> bool:
         return self.temperature < GREEDY_EPS or self.top_k == 1
 
 
-def sample(logits, params: list[SamplingParams], generator=None):
-    """Pick one token per row of `logits` [B, V] with each row's own params.
+def sample(logits, params: list[SamplingParams], generator=None, positions: list[int] | None = None):
+    """Pick one token per row of `logits` [B, V] with each row's own params. `positions[i]` is
+    the position in its sequence of the token row i samples; rows with a sampling_seed need it.
 
     Returns (token_ids [B] long, logprobs [B] float32); see the module docstring for the
     logprob convention.
@@ -57,9 +66,15 @@ def sample(logits, params: list[SamplingParams], generator=None):
     scaled = logits / temps.unsqueeze(1)
     logprobs_all = torch.log_softmax(scaled, dim=-1)
     tokens = torch.argmax(logits, dim=-1)
-    if not bool(greedy.all()):
+    seeded = [i for i, p in enumerate(params) if p.sampling_seed is not None and not p.greedy]
+    if len(seeded) < len(params) and not bool(greedy.all()):
         sampled = _sample_top_k_top_p(scaled, params, generator)
         tokens = torch.where(greedy, tokens, sampled)
+    if seeded:
+        if positions is None:
+            raise ValueError("sample(): rows with a sampling_seed need their positions")
+        rows = torch.tensor(seeded, device=device)
+        tokens[rows] = _sample_seeded(scaled[rows], [params[i] for i in seeded], [positions[i] for i in seeded])
     logprobs = logprobs_all.gather(1, tokens.unsqueeze(1)).squeeze(1)
     return tokens, logprobs
 
@@ -84,6 +99,53 @@ def _sample_top_k_top_p(scaled, params: list[SamplingParams], generator):
     sorted_probs = sorted_probs.masked_fill(mass_before > top_ps.unsqueeze(1), 0.0)
     choice = torch.multinomial(sorted_probs, 1, generator=generator)
     return sorted_idx.gather(1, choice).squeeze(1)
+
+
+def _sample_seeded(scaled, params: list[SamplingParams], positions: list[int]):
+    """One draw per row of `scaled` [R, V] from its top-k / top-p truncated softmax, by the
+    exponential race (argmax of p / E, E ~ Exp(1), picks each token with probability p): each
+    row's E come from a generator seeded by (sampling_seed, position) alone, and the row's draw
+    uses no other row's numbers, so it is the same whatever the batch."""
+    import torch
+
+    probs = torch.softmax(scaled, dim=-1)
+    vocab = scaled.shape[-1]
+    if any(_truncates(p, vocab) for p in params):
+        probs = _truncated(probs, params)
+    race = torch.empty_like(probs)
+    gen = torch.Generator(device=probs.device)
+    for row, (p, pos) in enumerate(zip(params, positions)):
+        gen.manual_seed(_mix(p.sampling_seed, pos))
+        race[row].exponential_(generator=gen)
+    return (probs / race).argmax(dim=-1)
+
+
+def _truncated(probs, params: list[SamplingParams]):
+    """`probs` [B, V] with the tokens outside each row's top-k / top-p set to 0 (not renormalised)."""
+    import torch
+
+    vocab = probs.shape[-1]
+    device = probs.device
+    top_ks = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in params], device=device)
+    top_ps = torch.tensor([p.top_p for p in params], device=device)
+    sorted_probs, sorted_idx = probs.sort(dim=-1, descending=True)
+    ranks = torch.arange(vocab, device=device).unsqueeze(0)
+    sorted_probs = sorted_probs.masked_fill(ranks >= top_ks.unsqueeze(1), 0.0)
+    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+    sorted_probs = sorted_probs.masked_fill(mass_before > top_ps.unsqueeze(1), 0.0)
+    return torch.zeros_like(probs).scatter_(1, sorted_idx, sorted_probs)
+
+
+_MASK64 = (1 << 64) - 1
+
+
+def _mix(seed: int, position: int) -> int:
+    """A 63-bit generator seed from (seed, position): splitmix64's finaliser over both, so
+    neighbouring seeds and positions give unrelated streams."""
+    z = (seed * 0x9E3779B97F4A7C15 + position * 0xBF58476D1CE4E5B9 + 0x94D049BB133111EB) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return (z ^ (z >> 31)) >> 1
 
 
 def _truncates(params: SamplingParams, vocab: int) -> bool:

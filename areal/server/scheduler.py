@@ -364,7 +364,8 @@ class Scheduler:
         # clone(): an inference-mode tensor cannot be edited in place outside inference mode.
         logits = logits.float().clone() if below_min else logits.float()
         mask_stop_tokens(logits, below_min, [seqs[j].stop_ids for j in below_min])
-        tokens, logprobs = sample(logits, [s.params for s in seqs], self.runner.generator)
+        positions = [len(s.input_ids) + len(s.output_ids) for s in seqs]  # of the token sampled now
+        tokens, logprobs = sample(logits, [s.params for s in seqs], self.runner.generator, positions)
         finished = []
         for row, seq, tok, lp in zip(rows, seqs, tokens.tolist(), logprobs.tolist()):
             self._pending[row] = tok

@@ -45,7 +45,6 @@ NEUTRAL_SAMPLING = {
     "structural_tag": None,
     "custom_params": None,
     "logit_bias": None,
-    "sampling_seed": None,
     "spaces_between_special_tokens": True,
     "stream_interval": None,
 }
@@ -91,6 +90,7 @@ IMPLEMENTED_SAMPLING = {
     "ignore_eos",
     "no_stop_trim",
     "skip_special_tokens",
+    "sampling_seed",
 }
 
 
@@ -200,6 +200,7 @@ def parse_sampling(raw: Any, vocab_size: int) -> SamplingParams:
         ignore_eos=get_typed(raw, "ignore_eos", bool, False, where),
         no_stop_trim=get_typed(raw, "no_stop_trim", bool, False, where),
         skip_special_tokens=get_typed(raw, "skip_special_tokens", bool, True, where),
+        sampling_seed=get_typed(raw, "sampling_seed", int, None, where),
     )
 
 
