@@ -20,9 +20,8 @@ the share is kept in two ways:
 
 Release and resume (/release_memory_occupation, /resume_memory_occupation; tags "kv_cache" and
 "weights", none meaning both). Like SGLang, release needs an idle server: no running request and
-none queued. While generation is paused, requests held by pause mode retract (they hold no KV
-cache) may stay queued; they run once the memory is back and generation continues. Otherwise it is
-a 400 telling the caller to pause (mode abort or retract) or let the requests finish. Then:
+none queued, requests held by a pause included (SGLang asserts on them); otherwise it is a 400
+telling the caller to pause with mode abort or let the requests finish. Then:
 * kv_cache: with nothing running no cache is left; admission stops until resume;
 * weights: every parameter and buffer moves to CPU memory (pinned, when CUDA is there) and the
   module keeps an empty placeholder on the device; resume copies them back unchanged;

@@ -465,17 +465,15 @@ class Scheduler:
             )
 
     def check_idle_for_release(self) -> None:
-        """Raise ServerBusy unless no request holds or is about to take the KV cache (worker
-        thread). Requests held by pause mode retract hold none: they may stay queued."""
-        queued = len(self._waiting) if not self._paused else 0
+        """Raise ServerBusy unless the server is idle: no request running or queued, held by a
+        pause included (worker thread). SGLang's release asserts is_fully_idle, which counts its
+        waiting queue, where retract holds requests: the refusal here is its crash there."""
+        queued = len(self._waiting)
         if self._running or queued:
-            held = (
-                " (held by /pause_generation mode in_place, keeping their KV cache)"
-                if self._paused == "in_place" and self._running
-                else ""
-            )
+            held = f" (held by /pause_generation mode {self._paused})" if self._paused else ""
             raise ServerBusy(
-                f"/release_memory_occupation: {len(self._running)} request(s) are running"
-                f"{held} and {queued} queued. Pause generation first (/pause_generation with mode "
-                "'abort' or 'retract') or let the requests finish, then release."
+                f"/release_memory_occupation: {len(self._running)} request(s) are running and {queued} "
+                f"queued{held}; SGLang releases only an idle server (it asserts otherwise). Pause with "
+                "/pause_generation mode 'abort' (the client resubmits what it aborts) or let the requests "
+                "finish, then release."
             )

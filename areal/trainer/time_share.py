@@ -49,9 +49,10 @@ class TimeShare:
             return
         self._memory("generate")
         if self.engine is not None:
-            # nothing runs in a synchronous run now; no request may start either (the weight
-            # update that ends this step continues generation)
-            self.engine.control.pause()
+            # nothing should run in a synchronous run now, and no request may start either: abort
+            # returns a stray request to the client (SGLang asserts when it must release memory with
+            # a request held); the weight update that ends this step continues generation
+            self.engine.control.pause(mode="abort")
             self._timed("release_s", self.engine.control.release_memory_occupation)
         if self.offload:
             self._timed("onload_s", self.actor.onload)

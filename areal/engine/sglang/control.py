@@ -195,14 +195,15 @@ class ServerControl:
         if self.paused:
             listener.pause()
 
-    def pause(self) -> dict[str, float]:
-        """Pause generation on every server (pause_mode); returns what the servers say it cost
-        (see pause_report). A time-shared step pauses before it releases the servers' memory; the
-        weight update that ends the step continues."""
+    def pause(self, mode: str | None = None) -> dict[str, float]:
+        """Pause generation on every server (`mode`, default pause_mode); returns what the servers
+        say it cost (see pause_report). A time-shared step pauses with abort before it releases the
+        servers' memory (SGLang releases only an idle server); the weight update that ends the step
+        continues."""
         self._paused.set()  # first: an aborted request must wait, not resubmit at once
         for listener in self._listeners:
             listener.pause()
-        body = protocol.pause_payload(self.pause_mode)
+        body = protocol.pause_payload(mode or self.pause_mode)
         return pause_report(self.post_all(protocol.PAUSE, body))
 
     def resume(self) -> None:
