@@ -15,7 +15,9 @@ the launcher above it, killed without a teardown): each watches its parent's sen
 daemon thread and exits when it closes, so no worker is left orphaned.
 
 Exceptions raised by the reward propagate to the caller (a crashing reward is a bug to see,
-not a zero to average away); only timeouts become 0.0.
+not a zero to average away); only timeouts become 0.0. A worker that dies (killed from outside,
+out of memory) breaks the pool: the pool is replaced and the sample scored again once; a second
+death while scoring it is an error naming the reward.
 """
 
 from __future__ import annotations
@@ -137,6 +139,7 @@ class RewardRunner:
 
     async def __call__(self, *args, **kwargs) -> float:
         """The reward of one sample, or 0.0 (and a warning) if it ran past the timeout."""
+        crashed = False
         async with self._loop_slots():
             for _ in range(3):
                 pool, generation = self._current_pool()
@@ -150,10 +153,18 @@ class RewardRunner:
                 except BrokenProcessPool:
                     if generation == self._generation:  # a worker died on its own: not a timeout
                         self._replace_pool(generation)
-                        raise RuntimeError(
-                            f"reward {self.spec!r}: its worker process died (crash or out of memory)"
-                        ) from None
-                    # Our own pool replacement (another call timed out) broke this call: retry.
+                        if crashed:
+                            raise RuntimeError(
+                                f"reward {self.spec!r}: its worker process died twice while scoring this sample "
+                                "(a crash or out of memory in the reward itself?)"
+                            ) from None
+                        crashed = True  # killed from outside (OOM killer, an operator) it may be no fault of ours
+                        logger.warning(
+                            "reward %r: a worker process died (killed, or out of memory); pool restarted, "
+                            "scoring the sample again",
+                            self.spec,
+                        )
+                    # else our own pool replacement (another call timed out or crashed) broke this call
             raise RuntimeError(f"reward {self.spec!r}: the worker pool kept being replaced; giving up")
 
     def _loop_slots(self) -> asyncio.Semaphore:

@@ -38,3 +38,15 @@ def raises(prompt, completion, prompt_ids=None, completion_ids=None, **data):
 
 def not_a_number(prompt, completion, prompt_ids=None, completion_ids=None, **data):
     return "high"
+
+
+def dies(prompt, completion, prompt_ids=None, completion_ids=None, marker=None, **data):
+    """Its worker dies (SIGKILL) on "die"; on "die_once" only the first time (the file `marker`
+    notes it), then len() like the others."""
+    import signal
+
+    if completion == "die" or (completion == "die_once" and not Path(marker).exists()):
+        if marker:
+            Path(marker).write_text(str(os.getpid()))
+        os.kill(os.getpid(), signal.SIGKILL)
+    return float(len(completion))

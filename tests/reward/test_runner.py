@@ -127,6 +127,22 @@ def test_reward_exceptions_propagate():
         asyncio.run(main("tests.reward.slow_rewards:not_a_number"))
 
 
+def test_a_worker_killed_from_outside_is_replaced_and_the_sample_scored_again(tmp_path):
+    """A worker that dies once (the OOM killer, an operator's kill) costs a pool restart, not the
+    run; one that dies again on the same sample is an error naming the reward."""
+    spec = "tests.reward.slow_rewards:dies"
+    marker = tmp_path / "died"
+
+    async def main(completion):
+        with RewardRunner(spec, timeout_s=HANG_GUARD_S, max_workers=1) as runner:
+            return await runner("p", completion, [], [], marker=str(marker))
+
+    assert asyncio.run(main("die_once")) == len("die_once")
+    assert wait_gone(int(marker.read_text()))
+    with pytest.raises(RuntimeError, match="reward 'tests.reward.slow_rewards:dies': its worker process died twice"):
+        asyncio.run(main("die"))
+
+
 def test_bad_spec_and_arguments_fail_in_the_caller():
     with pytest.raises(ImportError, match="no_such_module"):
         RewardRunner("no_such_module:fn", timeout_s=1)
