@@ -401,7 +401,8 @@ class Supervisor(abc.ABC):
             self.stopped_since.pop(name, None)
             reason = (
                 f"has been in the stopped state (SIGSTOP) for {seconds:.0f} s "
-                f"(launcher.stopped_timeout_s={timeout:g}): the run cannot go on without it"
+                f"(launcher.stopped_timeout_s={timeout:g}){self.last_phase(name, ', in {}')}: "
+                "the run cannot go on without it"
             )
             if name in self.addrs and self.cfg.launcher.restart_failed_servers:
                 failed = self.restart_server(name, reason, 1)
@@ -414,6 +415,15 @@ class Supervisor(abc.ABC):
                 reason + "; to pause a run on purpose for longer, raise launcher.stopped_timeout_s (null disables it)",
             )
         return None
+
+    def last_phase(self, name: str, form: str) -> str:
+        """form.format('step N PHASE') from a trainer rank's RUN/logs/<name>.phase (the phase it was
+        in: areal/trainer/grpo.py Phases), or '' where there is none (servers, the driver)."""
+        try:
+            text = (Path(self.plan.run_dir) / "logs" / f"{name}.phase").read_text().strip()
+        except OSError:
+            return ""
+        return form.format(text) if text else ""
 
     def why_failed(self, name: str) -> str:
         """What the log of a failed trainer rank says about a collective that timed out, and the
@@ -436,7 +446,8 @@ class Supervisor(abc.ABC):
         return (
             f": a collective between trainer ranks waited {int(ms) / 1000:g} s for a {op.lower()} "
             f"(actor.collective_timeout_s={self.cfg.actor.collective_timeout_s:g}) and timed out, so another rank "
-            f"did not take part in time; still running then: {', '.join(others) or 'none'} (see their logs). If a "
+            f"did not take part in time{self.last_phase(name, ' (it waited in {})')}; still running then: "
+            f"{', '.join(others) or 'none'} (see their logs). If a "
             "rank only works alone for longer (rank 0 gathering a batch, evaluating, saving), raise "
             "actor.collective_timeout_s"
         )

@@ -5,14 +5,27 @@ check that the run either recovers and completes, or stops cleanly, naming what 
     .venv/bin/python scripts/chaos.py --trials 1 --target server --moment weight_update --signal SIGSTOP
 
 Each trial runs `areal-launch --config tiny_arith_cpu.yaml` small (batches of 8, --steps steps,
-fsdp:d2 trainers, a checkpoint every 2 steps, launcher.restart_failed_servers=true and a 5 s
-server health timeout) under its own fileroot, and picks at random (or as given):
+fsdp:d2 trainers, a checkpoint every 2 steps, launcher.restart_failed_servers=true, a 5 s
+server health timeout and a 10 s launcher.stopped_timeout_s; evaluation every 2 steps in
+"evaluation" trials) under its own fileroot, and picks (or takes as given):
 
   target   launcher | server | trainer-0 | trainer-1 | reward (a reward worker of trainer-0)
   moment   generation     (right after a step is logged: the next batch is being generated)
+           training       (as the PPO update starts: RUN/logs/trainer-K.phase says "step N train")
            weight_update  (right after the trainer logs "weight update vN")
            checkpoint     (as soon as checkpoints/step_N.tmp appears: the write is under way)
+           evaluation     (as an evaluation starts: the phase file says "step N eval", N even)
   signal   SIGKILL | SIGSTOP
+
+Targets and moments each go round in a seeded shuffled order (so --trials 5 strikes every kind
+of process, --trials 5 every moment), the signal is drawn at random; the same --seed gives the
+same trials. There is no agent target: an agent workflow runs inside the trainer process (the
+OpenAI-compatible proxy is a thread of trainer rank 0), so there is no separate agent process to
+kill; striking trainer-0 covers it. The launcher's "training" and "evaluation" moments use the
+phase file trainer-0 writes (areal/trainer/grpo.py Phases), trainer-1's its own.
+A SIGSTOPped launcher cannot be noticed by anything of the run (its children keep running and
+block once their output pipes fill): the trial resumes it (SIGCONT) after LAUNCHER_HOLD_S and
+expects the run to go on, as an operator would.
 
 Every wait has a deadline. The outcome is one of
   completed        the run finished every step by itself (e.g. a server restarted in place)
@@ -24,8 +37,7 @@ Every wait has a deadline. The outcome is one of
 and the table says how long from the signal to completion, recovery or exit. A completed or
 recovered run must have logged steps 1..N once each in metrics.jsonl and prompts.jsonl.
 Processes of a run are found by their AREAL_CONFIG environment (launcher/procs.run_processes).
-Not covered yet: the moments "training" and "evaluation" (no log line marks them), and agent
-processes (an agent runs inside the trainer process; there is no separate one to kill).
+tests/scripts/test_chaos.py runs 6 seeded trials in CI.
 """
 
 from __future__ import annotations
@@ -50,11 +62,14 @@ sys.path.insert(0, str(REPO))
 from launcher.procs import run_processes  # noqa: E402
 
 TARGETS = ("launcher", "server", "trainer-0", "trainer-1", "reward")
-MOMENTS = ("generation", "weight_update", "checkpoint")
+MOMENTS = ("generation", "training", "weight_update", "checkpoint", "evaluation")
 SIGNALS = ("SIGKILL", "SIGSTOP")
 EXIT_WITHIN_S = 60.0
 STALL_S = 60.0  # no new step and no exit for this long: hung
 START_DEADLINE_S = 300.0
+LAUNCHER_HOLD_S = 15.0  # a SIGSTOPped launcher is resumed after this long
+STOPPED_TIMEOUT_S = 10  # launcher.stopped_timeout_s of the trial runs
+EVAL_EVERY = 2  # evaluator.freq_steps of "evaluation" trials
 
 
 @dataclass
@@ -70,7 +85,7 @@ class Trial:
 class Run:
     """One areal-launch subprocess whose console goes to a file under the trial's folder."""
 
-    def __init__(self, root: Path, steps: int, extra: list[str], attempt: int):
+    def __init__(self, root: Path, steps: int, extra: list[str], attempt: int, eval_every: int | None = None):
         from areal.infra.ports import next_free_port
 
         self.root = root
@@ -89,13 +104,14 @@ class Run:
             "actor.backend=fsdp:d2",
             "cluster.n_gpus_per_node=3",
             "recover.freq_steps=2",
-            "evaluator.freq_steps=null",
+            f"evaluator.freq_steps={eval_every or 'null'}",
             "saver.save_at_end=false",
             "stats_logger.progress_bar=false",
             "stats_logger.plot=false",
             "launcher.restart_failed_servers=true",
             "launcher.server_health_timeout_s=5",
             "launcher.shutdown_grace_s=3",
+            f"launcher.stopped_timeout_s={STOPPED_TIMEOUT_S}",
             f"launcher.server_base_port={base}",
             f"launcher.trainer_master_port={next_free_port(base + 10)}",
             *extra,
@@ -145,7 +161,12 @@ def wait_until(what: str, condition, deadline_s: float, run: Run | None = None):
     raise TimeoutError(f"no {what} within {deadline_s:g} s")
 
 
-def at_moment(run: Run, moment: str, after_step: int) -> None:
+def rank_of(target: str) -> str:
+    """The trainer rank whose phase file marks a moment for this target."""
+    return "trainer-1" if target == "trainer-1" else "trainer-0"
+
+
+def at_moment(run: Run, moment: str, after_step: int, target: str = "trainer-0") -> None:
     """Return as soon as the run reaches `moment` (after `after_step` steps are logged)."""
     wait_until(f"step {after_step} in metrics.jsonl", lambda: len(run.steps()) >= after_step, START_DEADLINE_S, run)
     if moment == "generation":
@@ -159,6 +180,24 @@ def at_moment(run: Run, moment: str, after_step: int) -> None:
             120,
             run,
         )
+        return
+    if moment in ("training", "evaluation"):
+        phase, even = ("train", False) if moment == "training" else ("eval", True)
+        marker = run.run_dir / "logs" / f"{rank_of(target)}.phase"
+
+        def started():
+            try:
+                found = re.fullmatch(r"step (\d+) (\w+)\s*", marker.read_text())
+            except OSError:
+                return False
+            return (
+                found
+                and found.group(2) == phase
+                and int(found.group(1)) > after_step
+                and (not even or int(found.group(1)) % EVAL_EVERY == 0)
+            )
+
+        wait_until(f"'{phase}' in {marker.name} after step {after_step}", started, 120, run)
         return
     if moment == "checkpoint":
         ckpt = run.run_dir / "checkpoints"
@@ -250,15 +289,20 @@ def complete(run: Run, steps: int) -> str:
     return ""
 
 
-def trial(t: Trial, root: Path, steps: int, kill_after: int) -> Trial:
-    run = Run(root, steps, [], 0)
+def trial(t: Trial, root: Path, steps: int, kill_after: int, relaunch: bool = True) -> Trial:
+    eval_every = EVAL_EVERY if t.moment == "evaluation" else None
+    run = Run(root, steps, [], 0, eval_every)
     try:
-        at_moment(run, t.moment, kill_after)
+        at_moment(run, t.moment, kill_after, t.target)
         pid = target_pid(run, t.target)
         sig = getattr(signal, t.signal)
         t_signal = time.monotonic()
         os.kill(pid, sig)
-        if t.target == "launcher" and sig == signal.SIGKILL:
+        if t.target == "launcher" and sig == signal.SIGSTOP:
+            time.sleep(LAUNCHER_HOLD_S)  # nothing in the run can notice; an operator resumes it
+            os.kill(pid, signal.SIGCONT)
+            state, seconds = watch(run, steps, t_signal)
+        elif t.target == "launcher" and sig == signal.SIGKILL:
             run.proc.wait(30)
             state, seconds = "exit -9", time.monotonic() - t_signal
             if not wait_until_empty(run.config):
@@ -291,8 +335,11 @@ def trial(t: Trial, root: Path, steps: int, kill_after: int) -> Trial:
             exited = "all exited" if seconds <= EXIT_WITHIN_S else "slow exit"
         else:
             exited = "clean exit" if message and seconds <= EXIT_WITHIN_S else f"exit without naming {named}"
+        if not relaunch:
+            t.outcome, t.seconds, t.note = exited, seconds, f"{state} after {seconds:.1f} s; not relaunched"
+            return t
         # relaunch with recover.mode=auto
-        again = Run(root, steps, ["recover.mode=auto"], 1)
+        again = Run(root, steps, ["recover.mode=auto"], 1, eval_every)
         try:
             code = again.proc.wait(START_DEADLINE_S)
         except subprocess.TimeoutExpired:
@@ -327,7 +374,39 @@ def wait_until_empty(config: str) -> list[str]:
     return leftovers(config)
 
 
+def rounds(items: tuple[str, ...], rng: random.Random):
+    """items forever, each round in a new shuffled order: n trials strike every item once n >= len."""
+    while True:
+        order = list(items)
+        rng.shuffle(order)
+        yield from order
+
+
 def main(argv: list[str] | None = None) -> int:
+    results = run_trials(parse_args(argv))
+    print()
+    print("| target | moment | signal | outcome | seconds | note |\n| --- | --- | --- | --- | --- | --- |")
+    for r in results:
+        print(f"| {r.target} | {r.moment} | {r.signal} | {r.outcome} | {r.seconds:.1f} | {r.note} |")
+    print()
+    print("| target | trials | median seconds to recovery or clean exit |\n| --- | --- | --- |")
+    for target, (n, median) in medians(results).items():
+        print(f"| {target} | {n} | {median:.1f} |")
+    return 1 if any(failed(r) for r in results) else 0
+
+
+def medians(results: list[Trial]) -> dict[str, tuple[int, float]]:
+    """Per target: how many trials have a time, and their median seconds."""
+    out = {}
+    for target in TARGETS:
+        times = sorted(r.seconds for r in results if r.target == target and r.seconds == r.seconds)
+        if times:
+            mid = len(times) // 2
+            out[target] = (len(times), times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2)
+    return out
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
@@ -336,13 +415,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--moment", choices=MOMENTS)
     ap.add_argument("--signal", choices=SIGNALS)
     ap.add_argument("--root", default="/tmp/areal_chaos", help="each trial runs under ROOT/trial-K")
-    args = ap.parse_args(argv)
+    ap.add_argument(
+        "--no-relaunch",
+        action="store_true",
+        help="after a clean exit, do not relaunch with recover.mode=auto (quicker: what CI runs; "
+        "the resume itself is tested in tests/launcher/test_faults.py)",
+    )
+    return ap.parse_args(argv)
+
+
+def failed(r: Trial) -> bool:
+    """A trial that hung, left processes, lost or doubled a step, was not recovered, or was never
+    delivered (its moment did not come)."""
+    return r.outcome.startswith(("HUNG", "orphans", "INCOMPLETE", "not delivered")) or "NOT" in r.outcome
+
+
+def run_trials(args) -> list[Trial]:
     rng = random.Random(args.seed)
+    targets, moments = rounds(TARGETS, rng), rounds(MOMENTS, rng)
     results = []
     for k in range(args.trials):
-        t = Trial(
-            args.target or rng.choice(TARGETS), args.moment or rng.choice(MOMENTS), args.signal or rng.choice(SIGNALS)
-        )
+        t = Trial(args.target or next(targets), args.moment or next(moments), args.signal or rng.choice(SIGNALS))
         kill_after = rng.randint(2, max(2, args.steps // 2))
         root = Path(args.root) / f"trial-{args.seed}-{k}"
         if root.exists():
@@ -351,15 +444,10 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(root)
         root.mkdir(parents=True)
         print(f"trial {k}: {t.signal} to {t.target} at {t.moment} after step {kill_after} ({root})", flush=True)
-        results.append(trial(t, root, args.steps, kill_after))
+        results.append(trial(t, root, args.steps, kill_after, relaunch=not args.no_relaunch))
         r = results[-1]
         print(f"  -> {r.outcome} ({r.seconds:.1f} s) {r.note}", flush=True)
-    print()
-    print("| target | moment | signal | outcome | seconds | note |\n| --- | --- | --- | --- | --- | --- |")
-    for r in results:
-        print(f"| {r.target} | {r.moment} | {r.signal} | {r.outcome} | {r.seconds:.1f} | {r.note} |")
-    bad = [r for r in results if r.outcome.startswith(("HUNG", "orphans", "INCOMPLETE")) or "NOT" in r.outcome]
-    return 1 if bad else 0
+    return results
 
 
 if __name__ == "__main__":

@@ -43,6 +43,13 @@ class TrainContext:
     def run_dir(self) -> Path:
         return Path(self.cfg.run_dir)
 
+    @property
+    def phase_marker(self) -> Path:
+        """RUN/logs/trainer-K.phase: the step and phase this rank is in (grpo.Phases writes it)."""
+        folder = self.run_dir / "logs"
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / f"trainer-{self.actor.rank}.phase"
+
     def epoch(self) -> int:
         return self.source.loader_state()["epoch"] if self.source else 0
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from areal.algo.actor import loss_weight_fn, ppo_loss_fn, prepare_ppo_batch, rollout_mismatch_sums, split_minibatches
@@ -25,6 +26,9 @@ class Phases:
     spent meanwhile by the training thread and by the process's other threads (logged as
     cpu/<phase>_main_s and cpu/<phase>_others_s).
 
+    `marker` (RUN/logs/trainer-K.phase, TrainContext.phase_marker) names the phase a rank is in: the
+    launcher quotes it when a rank hangs, and scripts/chaos.py waits on it to strike mid-phase.
+
     The other threads are mostly the rollout client (HTTP, rewards, tensors) in an asynchronous
     run: their CPU time during `train` is time the training thread may have waited for the GIL,
     which is the first thing to look at when training is slower in an async run than in a sync one.
@@ -32,9 +36,13 @@ class Phases:
 
     seconds: dict[str, float] = field(default_factory=dict)
     cpu: dict[str, list[float]] = field(default_factory=dict)  # name -> [main thread, others]
+    marker: Path | None = None  # overwritten with "step N PHASE" as each phase starts
+    step: int = 0
 
     @contextmanager
     def __call__(self, name: str):
+        if self.marker is not None:
+            self.marker.write_text(f"step {self.step} {name}\n")
         t, main, process = time.perf_counter(), time.thread_time(), time.process_time()
         yield
         main, process = time.thread_time() - main, time.process_time() - process
@@ -53,7 +61,7 @@ class Phases:
 def grpo_step(ctx: TrainContext, step: int) -> dict[str, Any]:
     """One training step; returns its metrics."""
     cfg, actor, a = ctx.cfg, ctx.actor, ctx.cfg.actor
-    phases, t0 = Phases(), time.perf_counter()
+    phases, t0 = Phases(marker=ctx.phase_marker, step=step), time.perf_counter()
     with phases("rollout"):
         batch = ctx.source.next_batch()  # with dynamic sampling: only groups whose rewards differ
     with phases("advantages"):
