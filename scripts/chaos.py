@@ -20,9 +20,10 @@ server health timeout and a 10 s launcher.stopped_timeout_s; evaluation every 2 
 Targets and moments each go round in a seeded shuffled order (so --trials 5 strikes every kind
 of process, --trials 5 every moment), the signal is drawn at random; the same --seed gives the
 same trials. There is no agent target: an agent workflow runs inside the trainer process (the
-OpenAI-compatible proxy is a thread of trainer rank 0), so there is no separate agent process to
-kill; striking trainer-0 covers it. The launcher's "training" and "evaluation" moments use the
-phase file trainer-0 writes (areal/trainer/grpo.py Phases), trainer-1's its own.
+OpenAI-compatible proxy, areal/rollout/openai_proxy.py, serves from the rollout client's event
+loop in trainer rank 0), so there is no separate agent process to kill; striking trainer-0 covers
+it. The "training" and "evaluation" moments are read from the phase file of trainer-0
+(areal/trainer/grpo.py Phases), or of trainer-1 when it is the target.
 A SIGSTOPped launcher cannot be noticed by anything of the run (its children keep running and
 block once their output pipes fill): the trial resumes it (SIGCONT) after LAUNCHER_HOLD_S and
 expects the run to go on, as an operator would.

@@ -71,7 +71,7 @@ def test_stopped_trainer_rank_is_named_and_the_run_ends(tmp_path):
         t_stop,
         pids,
         r"error: trainer-1 has been in the stopped state \(SIGSTOP\) for (\d+) s "
-        r"\(launcher\.stopped_timeout_s=5\): .*raise launcher\.stopped_timeout_s.*; log: (\S+)",
+        r"\(launcher\.stopped_timeout_s=5\), in step \d+ \w+: .*raise launcher\.stopped_timeout_s.*; log: (\S+)",
         within_s=5 + 10,  # the timeout, plus polling on a busy machine
     )
     assert int(found.group(1)) >= 5
