@@ -143,7 +143,14 @@ class RewardRunner:
         async with self._loop_slots():
             for _ in range(3):
                 pool, generation = self._current_pool()
-                future = asyncio.wrap_future(pool.submit(_call_in_worker, self.spec, args, kwargs))
+                try:
+                    future = asyncio.wrap_future(pool.submit(_call_in_worker, self.spec, args, kwargs))
+                except BrokenProcessPool:  # a worker died before this call: not its fault
+                    self._replace_pool(generation)
+                    logger.warning(
+                        "reward %r: a worker process had died (killed, or out of memory); pool restarted", self.spec
+                    )
+                    continue
                 try:
                     await self._until_workers_started(future)
                     return await asyncio.wait_for(future, self.timeout_s)

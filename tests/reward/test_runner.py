@@ -143,6 +143,22 @@ def test_a_worker_killed_from_outside_is_replaced_and_the_sample_scored_again(tm
         asyncio.run(main("die"))
 
 
+def test_a_worker_killed_between_calls_is_replaced():
+    """The pool is already broken when the next call comes (chaos.py: a reward worker SIGKILLed
+    while the trainer trained): the call gets a fresh pool."""
+
+    async def main():
+        with RewardRunner(HANG, timeout_s=HANG_GUARD_S, max_workers=1) as runner:
+            pid = int(await runner("p", "pid", [], []))
+            os.kill(pid, 9)
+            assert wait_gone(pid)
+            # until the pool knows (ProcessPoolExecutor's own flag), so the next submit is refused
+            await asyncio.wait_for(until(lambda: runner._pool._broken), HANG_GUARD_S)
+            return await runner("p", "abc", [], [])
+
+    assert asyncio.run(main()) == 3.0
+
+
 def test_bad_spec_and_arguments_fail_in_the_caller():
     with pytest.raises(ImportError, match="no_such_module"):
         RewardRunner("no_such_module:fn", timeout_s=1)
