@@ -93,7 +93,10 @@ class HealthWatch:
 
     servers maps a process name to its host:port; probe(name, addr) -> bool is the check (an
     exception counts as no answer). `silent()` names the first server whose last answer is older
-    than timeout_s, with the seconds since; `reset(name)` restarts its clock (after a restart).
+    than timeout_s and that has failed a probe since, with the seconds since its last answer;
+    `reset(name)` restarts its clock (after a restart). A failed probe is needed because time
+    alone proves nothing when the watcher itself was paused (the launcher SIGSTOPped, the machine
+    suspended): scripts/chaos.py found a launcher resumed after 15 s restarting a healthy server.
     """
 
     def __init__(
@@ -109,6 +112,7 @@ class HealthWatch:
         self._probe = probe
         self._lock = threading.Lock()
         self._last_ok = {name: time.monotonic() for name in servers}
+        self._failed = {name: False for name in servers}  # a probe failed since the last answer
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="health-watch", daemon=True)
         self._thread.start()
@@ -120,22 +124,24 @@ class HealthWatch:
                     ok = self._probe(name, addr)
                 except Exception:  # a probe that fails to run is no answer either
                     ok = False
-                if ok:
-                    with self._lock:
-                        self._last_ok[name] = time.monotonic()
+                with self._lock:
+                    if ok:
+                        self._last_ok[name], self._failed[name] = time.monotonic(), False
+                    else:
+                        self._failed[name] = True
 
     def silent(self) -> tuple[str, float] | None:
         """(name, seconds without an answer) of a server silent for longer than timeout_s."""
         now = time.monotonic()
         with self._lock:
             for name, last in self._last_ok.items():
-                if now - last > self.timeout_s:
+                if now - last > self.timeout_s and self._failed[name]:
                     return name, now - last
         return None
 
     def reset(self, name: str) -> None:
         with self._lock:
-            self._last_ok[name] = time.monotonic()
+            self._last_ok[name], self._failed[name] = time.monotonic(), False
 
     def close(self) -> None:
         self._stop.set()

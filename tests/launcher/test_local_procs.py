@@ -193,6 +193,31 @@ def test_health_watch_names_the_server_that_stops_answering(monkeypatch):
         watch.close()
 
 
+def test_health_watch_does_not_blame_servers_for_its_own_pause(monkeypatch):
+    """The launcher frozen (SIGSTOP, a suspended machine) past the timeout: no probe failed, so no
+    server is silent, however old its last answer."""
+    import threading
+    import types
+
+    clock = [0.0]
+    monkeypatch.setattr(
+        sys.modules[HealthWatch.__module__], "time", types.SimpleNamespace(monotonic=lambda: clock[0], sleep=time.sleep)
+    )
+    probed = threading.Event()
+
+    def probe(name, addr):
+        probed.set()
+        return True
+
+    watch = HealthWatch({"server-0": "a:1"}, timeout_s=0.3, probe=probe, interval_s=0.05)
+    try:
+        assert probed.wait(60), "the watch never probed"
+        clock[0] += 10.0  # no probe ran meanwhile; the next one (if any before the check) answers
+        assert watch.silent() is None
+    finally:
+        watch.close()
+
+
 def test_a_stopped_process_gets_sigterm_not_sigkill():
     """kill_trees sends SIGCONT after SIGTERM: a SIGSTOPped server can shut down cleanly."""
     code = (
