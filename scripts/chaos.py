@@ -281,7 +281,7 @@ def complete(run: Run, steps: int) -> str:
     """'' when metrics.jsonl and prompts.jsonl hold steps 1..steps once each, else what is wrong."""
     from areal.trainer.prompt_log import read_prompts
 
-    logged = run.steps()
+    logged = [s for s in run.steps() if s > 0]  # step 0: the evaluation before training, if any
     if sorted(logged) != list(range(1, steps + 1)):
         return f"metrics.jsonl steps {logged}"
     prompts = read_prompts(run.run_dir)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,15 +56,29 @@ class TrainContext:
 
     # ---- side duties -----------------------------------------------------------------------------
     def save(self, step: int) -> None:
-        from areal.engine.fsdp.checkpoint import TrainerState, save_checkpoint, should_save
+        """The model saves of this step (saver.*); the recovery checkpoint is `checkpoint`."""
+        from areal.engine.fsdp.checkpoint import should_save
 
-        saver, recover = self.cfg.saver, self.cfg.recover
+        saver = self.cfg.saver
         if should_save(step, saver.freq_steps) or (saver.save_at_end and step == self.total_steps):
             name = "final" if step == self.total_steps else f"step_{step:08d}"
             self.actor.save(str(self.run_dir / "models" / name))
             if self.actor.is_rank0:
                 logger.info("step %d: model saved to %s", step, self.run_dir / "models" / name)
+
+    def checkpoint(self, step: int) -> None:
+        """The recovery checkpoint of step N (recover.freq_steps), written once step N is logged.
+
+        A run resumed from it starts at N + 1 and keeps the rows of steps <= N in metrics.jsonl and
+        prompts.jsonl, so they must be on disk first: written inside the step (as it was), a crash
+        between the checkpoint and the log lost step N's rows for good (found by scripts/chaos.py).
+        """
+        from areal.engine.fsdp.checkpoint import TrainerState, save_checkpoint, should_save
+
+        recover = self.cfg.recover
         if should_save(step, recover.freq_steps):
+            self.phase_marker.write_text(f"step {step} checkpoint\n")
+            t0 = time.perf_counter()
             state = TrainerState(
                 step=step,
                 epoch=self.epoch(),
@@ -72,7 +87,12 @@ class TrainContext:
             )
             folder = save_checkpoint(self.actor, self.run_dir, state, keep_last=recover.keep_last)
             if self.actor.is_rank0:
-                logger.info("step %d: checkpoint saved to %s (recover.mode=auto resumes from it)", step, folder)
+                logger.info(
+                    "step %d: checkpoint saved to %s in %.1f s (recover.mode=auto resumes from it)",
+                    step,
+                    folder,
+                    time.perf_counter() - t0,
+                )
 
     def evaluate(self, step: int) -> dict[str, float]:
         freq = self.cfg.evaluator.freq_steps

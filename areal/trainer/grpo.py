@@ -1,7 +1,7 @@
 """The GRPO training loop, phase by phase as the algorithm reads:
 
 prepare batch -> recompute logprobs -> advantages -> PPO update
--> pause, weight update, continue -> version bump -> save / evaluate / log
+-> pause, weight update, continue -> version bump -> save / evaluate / log -> recovery checkpoint
 """
 
 from __future__ import annotations
@@ -172,6 +172,7 @@ def train(ctx: TrainContext) -> None:
     for step in range(ctx.start_step, ctx.total_steps + 1):
         metrics = grpo_step(ctx, step)
         ctx.log(step, metrics)
+        ctx.checkpoint(step)  # after the log: a run resumed from step N's checkpoint has step N's rows
         if step == ctx.start_step:
             freeze_long_lived_objects()
 

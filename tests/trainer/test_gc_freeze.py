@@ -17,7 +17,9 @@ def test_objects_are_frozen_once_after_the_first_step(monkeypatch):
 
     monkeypatch.setattr(gc, "freeze", freeze)
     monkeypatch.setattr(grpo, "grpo_step", lambda ctx, step: events.append(("step", step, gc.get_freeze_count())) or {})
-    ctx = types.SimpleNamespace(start_step=3, total_steps=5, log=lambda step, metrics: None)
+    ctx = types.SimpleNamespace(
+        start_step=3, total_steps=5, log=lambda step, metrics: None, checkpoint=lambda step: None
+    )
     gc.unfreeze()
     try:
         grpo.train(ctx)
