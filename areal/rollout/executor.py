@@ -39,6 +39,13 @@ the record's index in the dataset), every row of a batch from `wait`/`prepare_ba
 episode's record as `record_id` (int64 [B]; -1 for an episode submitted without one), so the
 trainer can say which prompts each step trained on (RUN/prompts.jsonl).
 
+Sampling seeds (areal/rollout/seeds.py): every episode runs with a seed that a workflow turns
+into one `sampling_seed` per request, so what it samples does not depend on which requests the
+servers batched together. prepare_batch derives it from the record's place in the data stream
+(the dataloader's `seed`, epoch, batch and offset, when it has positions; otherwise from the
+submission order), `submit` from the submission order, and rollout_batch takes them as `seeds`
+(none by default: evaluations are greedy).
+
 A failing workflow raises `RolloutError` (with the data record attached) from the next `wait`,
 `prepare_batch` or `rollout_batch`; it never leaves a caller waiting for a result that will not come.
 """
@@ -59,6 +66,7 @@ from typing import Any, Callable, Iterable
 from areal.api.inference import InferenceEngine
 from areal.api.workflow import RolloutWorkflow
 from areal.rollout.batch import concat_padded
+from areal.rollout.seeds import mix, set_episode_seed
 from areal.rollout.staleness import capacity
 
 logger = logging.getLogger(__name__)
@@ -91,6 +99,7 @@ class _Submission:
     seq: int = -1  # submission order of bounded episodes (set by _enqueue)
     origin: dict | None = None  # prepare_batch: where in the dataloader the record came from
     record_id: int | None = None  # prepare_batch: the record's id from the dataloader, if it has ids
+    seed: int | None = None  # the episode's sampling seed (None for a bounded one: from its seq)
 
 
 @dataclass
@@ -243,6 +252,7 @@ class RolloutExecutor:
                 name = getattr(dataloader, "record_id", None)
                 for offset, record in enumerate(_records(batch)):
                     origin = None if where is None else {**where, "offset": where["offset"] + offset}
+                    place = None if origin is None else (origin["epoch"], origin["position"], origin["offset"])
                     self._enqueue(
                         _Submission(
                             record,
@@ -252,6 +262,7 @@ class RolloutExecutor:
                             bounded=True,
                             origin=origin,
                             record_id=None if name is None else name(record),
+                            seed=None if place is None else mix(getattr(dataloader, "seed", 0), *place),
                         )
                     )
             try:
@@ -294,16 +305,21 @@ class RolloutExecutor:
             return dict(self._origins[min(self._origins)]) if self._origins else None
 
     def rollout_batch(
-        self, data: list[Any], workflow: RolloutWorkflow, should_accept: Callable[[dict], bool] | None = None
+        self,
+        data: list[Any],
+        workflow: RolloutWorkflow,
+        should_accept: Callable[[dict], bool] | None = None,
+        seeds: list[int] | None = None,
     ) -> dict[str, Any]:
-        """Run exactly these records and return their accepted episodes in input order.
+        """Run exactly these records and return their accepted episodes in input order;
+        `seeds`: one sampling seed per record (default none: the servers' own generators).
 
         Synchronous (the caller waits, so no sample goes stale): only the concurrency bound
         applies. Dropped episodes are left out; {} if all were dropped.
         """
         sink: queue.Queue = queue.Queue()
-        for record in data:
-            self._enqueue(_Submission(record, workflow, should_accept, sink, bounded=False))
+        for record, seed in zip(data, seeds or [None] * len(data), strict=True):
+            self._enqueue(_Submission(record, workflow, should_accept, sink, bounded=False, seed=seed))
         results = [self._next_result(sink, None, len(data)) for _ in data]
         for r in results:
             if r.error is not None:
@@ -413,6 +429,7 @@ class RolloutExecutor:
 
     async def _episode(self, sub: _Submission) -> None:
         trajectory, error, rejected, dropped_rows = None, None, None, None
+        set_episode_seed(sub.seed)  # this task's own context: its requests' sampling seeds
         try:
             trajectory = await sub.workflow.arun_episode(self.engine, sub.data)
             if trajectory is not None and sub.should_accept is not None and not sub.should_accept(trajectory):
@@ -473,6 +490,8 @@ class RolloutExecutor:
         with self._lock:
             if sub.bounded:
                 sub.seq = next(self._seq)
+                if sub.seed is None:
+                    sub.seed = mix(sub.seq)
                 self._unfinished.add(sub.seq)
                 if sub.origin is not None:
                     self._origins[sub.seq] = sub.origin
