@@ -102,22 +102,22 @@ def _sample_top_k_top_p(scaled, params: list[SamplingParams], generator):
 
 
 def _sample_seeded(scaled, params: list[SamplingParams], positions: list[int]):
-    """One draw per row of `scaled` [R, V] from its top-k / top-p truncated softmax, by the
-    exponential race (argmax of p / E, E ~ Exp(1), picks each token with probability p): each
-    row's E come from a generator seeded by (sampling_seed, position) alone, and the row's draw
-    uses no other row's numbers, so it is the same whatever the batch."""
+    """One draw per row of `scaled` [R, V] from its top-k / top-p truncated softmax, by inverting
+    the row's cumulative distribution at one number in (0, 1) that is a hash of (sampling_seed,
+    position) alone: no other row's numbers and no generator state enter, so the draw is the same
+    whatever the batch. All rows at once (one cumsum and one search, no per-row generator)."""
     import torch
 
     probs = torch.softmax(scaled, dim=-1)
     vocab = scaled.shape[-1]
     if any(_truncates(p, vocab) for p in params):
         probs = _truncated(probs, params)
-    race = torch.empty_like(probs)
-    gen = torch.Generator(device=probs.device)
-    for row, (p, pos) in enumerate(zip(params, positions)):
-        gen.manual_seed(_mix(p.sampling_seed, pos))
-        race[row].exponential_(generator=gen)
-    return (probs / race).argmax(dim=-1)
+    # the top 24 bits of the 63-bit hash, centred in their interval: never 0 or 1
+    u = [((_mix(p.sampling_seed, pos) >> 39) + 0.5) / (1 << 24) for p, pos in zip(params, positions)]
+    cdf = probs.cumsum(dim=-1)
+    target = torch.tensor(u, device=probs.device, dtype=cdf.dtype) * cdf[:, -1]
+    # the first token whose cumulative mass exceeds the target (never one of mass 0)
+    return torch.searchsorted(cdf, target[:, None], right=True).squeeze(1).clamp(max=vocab - 1)
 
 
 def _truncated(probs, params: list[SamplingParams]):
