@@ -46,10 +46,10 @@ class LaunchPlan:
     run_dir: str
     device: str  # "cuda" | "cpu"
     server_kind: str | None  # "sglang" | "builtin" | None when no servers run
-    pause_mode: str | None = None  # rollout.pause_mode resolved for server_kind (areal.infra.pause)
     processes: list[ProcessSpec] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     colocated: bool = False  # servers and trainers share devices (launcher.colocate)
+    pause_mode: str | None = None  # rollout.pause_mode resolved for server_kind (areal.infra.pause)
 
     def by_role(self, role: str) -> list[ProcessSpec]:
         return [p for p in self.processes if p.role == role]
