@@ -14,6 +14,7 @@ recover.mode=auto is left to the full script (docs/reliability.md) and tests/lau
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,9 +23,10 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "chaos.py"
 
 
 @pytest.mark.slow
-def test_six_chaos_trials_end_in_recovery_or_a_named_exit(tmp_path):
+def test_six_chaos_trials_end_in_recovery_or_a_named_exit(tmp_path, monkeypatch):
     spec = importlib.util.spec_from_file_location("chaos", SCRIPT)
     chaos = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "chaos", chaos)  # its dataclass looks itself up there
     spec.loader.exec_module(chaos)
     args = chaos.parse_args(["--trials", "6", "--seed", "5", "--steps", "4", "--no-relaunch", "--root", str(tmp_path)])
     results = chaos.run_trials(args)
