@@ -34,6 +34,9 @@ class ModelRequest:
     stop_token_ids: list[int] = field(default_factory=list)
     ignore_eos: bool = False
     rid: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # SGLang's sampling_seed: the draws depend only on it and the token positions, not on the
+    # requests the server batches this one with (areal/rollout/seeds.py); None: the server's generator
+    sampling_seed: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
 
     @classmethod

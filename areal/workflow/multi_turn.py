@@ -18,6 +18,7 @@ from typing import Any
 
 from areal.api.inference import InferenceEngine, ModelRequest
 from areal.api.workflow import RolloutWorkflow
+from areal.rollout.seeds import request_seed
 from areal.workflow.common import (
     chat_prompt_ids,
     encode,
@@ -76,17 +77,22 @@ class MultiTurnWorkflow(RolloutWorkflow):
         )
 
     async def arun_episode(self, engine: InferenceEngine, data: dict[str, Any]) -> dict[str, Any]:
-        results = await asyncio.gather(*(self._conversation(engine, data) for _ in range(self.gconfig.n_samples)))
+        # one sampling seed per conversation, for all its turns (their positions differ)
+        results = await asyncio.gather(
+            *(self._conversation(engine, data, request_seed(i)) for i in range(self.gconfig.n_samples))
+        )
         return stack_samples([s for s, _ in results], [r for _, r in results])
 
-    async def _conversation(self, engine: InferenceEngine, data: dict[str, Any]) -> tuple[dict, float]:
+    async def _conversation(
+        self, engine: InferenceEngine, data: dict[str, Any], seed: int | None = None
+    ) -> tuple[dict, float]:
         messages = record_messages(data, self.system_prompt)
         prompt_ids = chat_prompt_ids(self.tokenizer, messages)
         prompt_text = self.tokenizer.decode(prompt_ids, skip_special_tokens=True)
         fields = reward_fields(data)
         seq, segments, discount = list(prompt_ids), [], 1.0
         for turn in range(self.max_turns):
-            resp = await engine.agenerate(ModelRequest.from_gconfig(seq, self.gconfig))
+            resp = await engine.agenerate(ModelRequest.from_gconfig(seq, self.gconfig, sampling_seed=seed))
             segments.append(generated(resp))
             seq += resp.output_tokens
             completion = self.tokenizer.decode(resp.output_tokens, skip_special_tokens=True)

@@ -16,6 +16,7 @@ from typing import Any
 
 from areal.api.inference import InferenceEngine, ModelRequest
 from areal.api.workflow import RolloutWorkflow
+from areal.rollout.seeds import request_seed
 from areal.workflow.common import (
     chat_prompt_ids,
     generated,
@@ -62,7 +63,9 @@ class RLVRWorkflow(RolloutWorkflow):
     async def arun_episode(self, engine: InferenceEngine, data: dict[str, Any]) -> dict[str, Any]:
         prompt_ids = chat_prompt_ids(self.tokenizer, record_messages(data, self.system_prompt))
         req = ModelRequest.from_gconfig(prompt_ids, self.gconfig)
-        resps = await asyncio.gather(*(engine.agenerate(req.copy()) for _ in range(self.gconfig.n_samples)))
+        resps = await asyncio.gather(
+            *(engine.agenerate(req.copy(sampling_seed=request_seed(i))) for i in range(self.gconfig.n_samples))
+        )
         prompt_text = self.tokenizer.decode(prompt_ids, skip_special_tokens=True)
         fields = reward_fields(data)
         rewards = await asyncio.gather(

@@ -64,6 +64,7 @@ SAMPLING_KEYS = frozenset(
         "ignore_eos",
         "skip_special_tokens",
         "no_stop_trim",
+        "sampling_seed",
     }
 )
 PAUSE_KEYS = frozenset({"mode"})
@@ -132,6 +133,8 @@ def generate_payload(
         "skip_special_tokens": False,
         "no_stop_trim": True,
     }
+    if req.sampling_seed is not None:
+        sampling["sampling_seed"] = int(req.sampling_seed)
     body = {
         "input_ids": [int(t) for t in input_ids],
         "sampling_params": sampling,
