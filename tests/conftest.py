@@ -37,3 +37,9 @@ def pytest_collection_modifyitems(config, items):
 
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One OpenMP thread per process, in this one and in every server, trainer and launcher the tests
+# start (they inherit it; the launcher keeps a value the user set): a test run starts several
+# processes on a 2-core machine, and one thread per core each oversubscribes it. test_grpo_loop
+# took 110 s with the default and 68 s with 1 on a busy 2-core machine. Tests of the launcher's own
+# default drop it (tests/launcher/helpers.repo_env).
+os.environ.setdefault("OMP_NUM_THREADS", "1")
