@@ -38,6 +38,13 @@ pytestmark = pytest.mark.slow
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 
+@pytest.fixture(autouse=True)
+def launcher_default_threads(monkeypatch):
+    """The launcher passes a user's OMP_NUM_THREADS to every node; without the suite's
+    (tests/conftest.py) these runs see its own per-node default."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+
+
 @pytest.fixture(scope="module")
 def cluster():
     c = ray_cluster_utils.Cluster(
