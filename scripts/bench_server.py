@@ -184,13 +184,30 @@ class SGLangServer:
 def start_sglang(args, model_path, device, dtype, max_running, tokenizer_args, env):
     import sys
 
+    from areal.config.sglang import SGLangConfig
     from areal.infra.health import wait_healthy
+    from areal.infra.host import detect_host_facts
     from areal.infra.ports import free_port
+    from areal.infra.servers import server_command
 
     port = free_port()
-    command = [sys.executable, "-m", "sglang.launch_server", "--model-path", model_path, "--port", str(port)]
-    command += ["--dtype", dtype, "--attention-backend", args.attention_backend, *tokenizer_args]
-    command += ["--mem-fraction-static", str(args.mem_fraction), "--max-running-requests", str(max_running)]
+    cfg = SGLangConfig(
+        model_path=model_path,
+        tokenizer_path=tokenizer_args[1] if tokenizer_args else None,
+        dtype=dtype,
+        attention_backend=args.attention_backend,
+        mem_fraction_static=args.mem_fraction,
+        max_running_requests=max_running,
+    )
+    facts = detect_host_facts()  # the same command line areal-launch gives SGLang
+    command = server_command(
+        cfg,
+        port=port,
+        kind="sglang",
+        python=sys.executable,
+        sglang_version=facts.sglang_version,
+        sglang_flags=facts.sglang_flags,
+    )
     server = SGLangServer(command, port, Path(tempfile.gettempdir()) / f"bench-sglang-{port}.log")
     try:
         addr = server.url.removeprefix("http://")
