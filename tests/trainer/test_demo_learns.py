@@ -40,11 +40,13 @@ def test_tiny_arith_demo_reward_rises(tmp_path):
     rewards = [row["rollout/reward_mean"] for row in rows if row["step"] > 0]
     assert len(rewards) == steps
     first, last = sum(rewards[:10]) / 10, sum(rewards[-10:]) / 10
-    # floors well under what 150 steps measured (reward 0.04 -> 0.79, accuracy 0 -> 1.0; at step 150
-    # of the 250-step demo, seeds 1-10 were at 0.73-1.0), far above chance (0.1)
+    # Floors well under what this 150-step run measured on 2 cores, and far above chance (1 in 19
+    # answers): seeds 1-5 alone gave a reward gain of 0.62-0.84 and final accuracy 0.80-1.0, and a
+    # CI run of seed 1 on a busy machine 0.58. How many samples are one version stale depends on
+    # timing, so the same seed does not give the same run (2026-12-02, benchmarks/cpu/demo_150_steps.json).
     assert first < 0.3 and last > first + 0.4, (first, last)
     evals = [row["eval/accuracy"] for row in rows if "eval/accuracy" in row]
-    assert evals[0] < 0.2 and evals[-1] >= 0.6, evals
+    assert evals[0] < 0.2 and evals[-1] >= 0.35, evals
     assert (run_dir / "metrics.png").read_bytes()[:4] == b"\x89PNG"
     assert (run_dir / "logs" / "server-0.log").exists() and (run_dir / "logs" / "trainer-0.log").exists()
     # a quiet console: progress lines, no per-step engine records (those stay in the trainer's log)
