@@ -28,6 +28,10 @@ class RolloutSource(abc.ABC):
         """Make `version` the actor's weight version, sending the weights wherever rollouts are
         generated (if anywhere); returns the update's figures."""
 
+    def count_trained_batches(self, batches: int) -> None:
+        """A recovered run resumes with `batches` batches trained on (its checkpoint's weight
+        version): a source that bounds staleness counts them. Nothing to do by default."""
+
     @abc.abstractmethod
     def loader_state(self) -> dict[str, Any]:
         """The data position a checkpoint saves (with at least `epoch`)."""

@@ -296,6 +296,18 @@ class RolloutExecutor:
         )
         return now
 
+    def count_trained_batches(self, batches: int) -> None:
+        """A recovered run: the trainer trained on `batches` consumer batches before its checkpoint
+        (one per weight version). Count them as accepted, so that at each version the staleness
+        bound admits what it admitted in the interrupted run. Without this a run resumed at
+        version v could start v more batches at once, samples up to v versions staler than
+        rollout.max_head_offpolicyness allows. Call before any episode is submitted."""
+        with self._lock:
+            if self._accepted or self._inputs or self._running or self._ready:
+                raise RuntimeError("count_trained_batches: episodes were already submitted; call it first")
+            self._accepted = batches * self.consumer_batch_size
+        self._poke()
+
     def resume_state(self) -> dict | None:
         """The dataloader position (epoch, position, offset) of the oldest record whose episode
         the trainer has not received yet, or None when none is out (then the dataloader's own

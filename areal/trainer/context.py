@@ -145,6 +145,7 @@ class TrainContext:
             self._restore_position(loader_state)
         self.start_step = state.step + 1
         self._forget_metrics_from(self.start_step)  # the killed run logged them; they are redone now
+        self.source.count_trained_batches(state.weight_version)  # the staleness bound goes on from there
         self.source.push_weights(state.weight_version)
         logger.info(
             "recovered from %s: resuming at step %d, weight version %d", folder, self.start_step, state.weight_version

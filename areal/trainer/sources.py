@@ -163,6 +163,10 @@ class LiveRollouts(RolloutSource):
 
             write_served_weights(record_root_of(self.cfg), path, version)
 
+    def count_trained_batches(self, batches: int) -> None:
+        if self.engine is not None:
+            self.engine.executor.count_trained_batches(batches)
+
     def loader_state(self) -> dict:
         """The dataloader position to save: that of the oldest prompt not trained on yet. The
         loader itself has run ahead by the episodes queued and running in the executor."""

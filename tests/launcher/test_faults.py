@@ -5,7 +5,8 @@ on the CPU demo task (tiny:arith, a few steps of 8 prompts).
       time with the current weights, the run completes every step; without it, a SIGKILLed
       server stops everything and the error names it and its log;
   trainer rank SIGKILLed (fsdp:d2): everything stops, the last checkpoint is intact
-      and a second areal-launch with recover.mode=auto resumes from it and completes the run;
+      and a second areal-launch with recover.mode=auto resumes from it and completes the run,
+      on the prompts of a run never killed (also with rollout.dynamic_sampling, synchronous);
   server SIGSTOPped: the health watch names it after launcher.server_health_timeout_s;
   SIGINT to areal-launch: every process it started, grandchildren included, is gone.
 
@@ -230,6 +231,46 @@ def test_killed_trainer_rank_stops_everything_and_recover_resumes(tmp_path):
     baseline = run_dir_of(tmp_path / "straight")
     assert compare_prompts(baseline, run_dir, steps=range(1, 7)) == []
     assert read_prompts(run_dir) == read_prompts(baseline)  # even step by step: batches are in order
+
+
+def test_dynamic_sampling_run_resumes_on_the_prompts_of_an_uninterrupted_run(tmp_path):
+    """rollout.dynamic_sampling drops groups of equal rewards and draws more prompts, so which
+    records a step trains on depends on what was sampled. A run killed after a checkpoint and
+    recovered still trains on the prompts of a run that was never killed, step by step, with
+    the same losses bit for bit (the checkpoint restores weights, optimizer and data position
+    exactly). What is sampled must depend on the data and the weights alone, not on timing:
+    synchronous (max_head_offpolicyness=0), sampling seeds, max_overgeneration out of reach
+    (past it groups are kept in the order they finish), and one sequence at a time on the
+    server: a batched forward pass changes a row's logprobs in their last bits, which moved a
+    group across the zero-variance line two steps after a resume
+    (tests/trainer/test_sync_equals_async.py explains the server's part)."""
+    sync = [
+        "rollout.dynamic_sampling=true",
+        "rollout.max_head_offpolicyness=0",
+        "rollout.max_overgeneration=1000",
+        "sglang.max_running_requests=1",
+        "total_train_steps=5",
+        "recover.freq_steps=2",
+    ]
+    launcher = launch(tmp_path, *sync)
+    run_dir = run_dir_of(tmp_path)
+    wait_rows(launcher, run_dir, 3)  # the step-2 checkpoint is written before step 3 starts
+    kill_stops_everything(launcher, run_dir, "trainer-0")
+    resumed = launch(tmp_path, *sync, "recover.mode=auto")
+    assert resumed.wait(300) == 0, resumed.output
+    assert "resuming at step" in resumed.output
+
+    from areal.trainer.prompt_log import read_prompts
+
+    straight = launch(tmp_path / "straight", *sync)
+    assert straight.wait(300) == 0, straight.output
+    baseline = run_dir_of(tmp_path / "straight")
+    assert [r["step"] for r in rows(run_dir)] == [1, 2, 3, 4, 5]
+    assert read_prompts(run_dir) == read_prompts(baseline)
+    assert [r["train/loss"] for r in rows(run_dir)] == [r["train/loss"] for r in rows(baseline)]
+    assert [r["weight_version"] for r in rows(run_dir)] == [1, 2, 3, 4, 5]
+    # the filter did drop groups, so later steps trained on records beyond step x batch
+    assert any(r["rollout/dropped_groups_frac"] > 0 for r in rows(baseline)), rows(baseline)
 
 
 def test_stopped_server_is_named_by_the_health_check(tmp_path):

@@ -131,6 +131,31 @@ def test_synchronous_mode_blocks_until_the_version_moves():
         ex.destroy()
 
 
+def test_a_recovered_run_keeps_the_staleness_bound_of_its_version():
+    """Resumed at weight version 3 with 3 batches trained on, synchronous mode starts one batch
+    at a time, as the interrupted run did at that version (counting from 0 it started 4 at once:
+    samples 3 versions stale under max_head_offpolicyness=0)."""
+    cfg = RolloutConfig(consumer_batch_size=2, max_concurrent_rollouts=8, max_head_offpolicyness=0)
+    engine, ex = make(cfg)
+    engine.version = 3
+    wf = SleepyWorkflow([ex], cfg)
+    two_more = count_admission_passes(ex)
+    try:
+        ex.count_trained_batches(3)
+        for i in range(8):
+            ex.submit({"i": i}, wf)
+        ex.wait(2, timeout=HANG_GUARD_S)
+        two_more()  # whatever the loop may start at version 3 has started
+        assert wf.started == 2 and not wf.violations
+        engine.version = 4
+        ex.wait(2, timeout=HANG_GUARD_S)
+        assert wf.started == 4 and not wf.violations
+        with pytest.raises(RuntimeError, match="call it first"):
+            ex.count_trained_batches(4)
+    finally:
+        ex.destroy()
+
+
 def test_prepare_batch_says_why_it_waits_when_the_version_never_moves(caplog, monkeypatch):
     """A loop that never advances the version waits for ever in synchronous mode; after
     STALL_WARNING_S it is told so, with the key and the version, and it resumes once it moves."""
