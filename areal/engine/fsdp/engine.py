@@ -561,7 +561,10 @@ class FSDPEngine(TrainEngine):
 
         self._require_initialized()
         version = meta.version if meta.version is not None else self._version + 1
-        target = getattr(inference, "control", inference) if inference is not None else self._servers
+        if isinstance(inference, WeightUpdate):  # open already: it has a .control, not to be reopened
+            target = inference
+        else:
+            target = getattr(inference, "control", inference) if inference is not None else self._servers
         if target is None and self.is_rank0:
             raise ValueError(
                 "update_weights needs an InferenceEngine (inference=...) or servers from connect_servers(urls)"
