@@ -4,10 +4,19 @@ check that the run either recovers and completes, or stops cleanly, naming what 
     .venv/bin/python scripts/chaos.py --trials 3 --seed 1            # from the repo root
     .venv/bin/python scripts/chaos.py --trials 1 --target server --moment weight_update --signal SIGSTOP
 
-Each trial runs `areal-launch --config tiny_arith_cpu.yaml` small (batches of 8, --steps steps,
-fsdp:d2 trainers, a checkpoint every 2 steps, launcher.restart_failed_servers=true, a 5 s
-server health timeout and a 10 s launcher.stopped_timeout_s; evaluation every 2 steps in
-"evaluation" trials) under its own fileroot, and picks (or takes as given):
+Each trial runs one of three CPU configs small, under its own fileroot (--config):
+  demo       tiny_arith_cpu.yaml, batches of 8, fsdp:d2 trainers (the default)
+  colocated  the demo time-shared on one device: launcher.colocate=true, synchronous
+             (max_head_offpolicyness=0), actor.offload=true, weights through shared memory;
+             the server releases its memory while the trainer trains, so a strike lands in a
+             release or resume as often as not (one trainer rank: no trainer-1; no server
+             restart: a restarted server would miss the tensor updates, so a lost server ends
+             the run, named, and the relaunch recovers it)
+  agent      calculator_agent_cpu.yaml (the OpenAI-API agent through the proxy), fsdp:d2 (no
+             reward workers: the agent scores its own episodes)
+each with --steps steps, a checkpoint every 2 steps, launcher.restart_failed_servers (but for
+colocated), a 5 s server health timeout and a 10 s launcher.stopped_timeout_s (--stopped-timeout;
+evaluation every 2 steps in "evaluation" trials), and picks (or takes as given):
 
   target   launcher | server | trainer-0 | trainer-1 | reward (a reward worker of trainer-0)
   moment   generation     (right after a step is logged: the next batch is being generated)
@@ -19,10 +28,11 @@ server health timeout and a 10 s launcher.stopped_timeout_s; evaluation every 2 
 
 Targets and moments each go round in a seeded shuffled order (so --trials 5 strikes every kind
 of process, --trials 5 every moment), the signal is drawn at random; the same --seed gives the
-same trials. There is no agent target: an agent workflow runs inside the trainer process (the
-OpenAI-compatible proxy, areal/rollout/openai_proxy.py, serves from the rollout client's event
-loop in trainer rank 0), so there is no separate agent process to kill; striking trainer-0 covers
-it. The "training" and "evaluation" moments are read from the phase file of trainer-0
+same trials; targets a config does not have are left out of its rounds. There is no agent
+target: an agent workflow runs inside the trainer process (the OpenAI-compatible proxy,
+areal/rollout/openai_proxy.py, serves from the rollout client's event loop in trainer rank 0), so
+there is no separate agent process to kill; striking trainer-0 or the server under --config agent
+strikes the agent's episodes mid-call. The "training" and "evaluation" moments are read from the phase file of trainer-0
 (areal/trainer/grpo.py Phases), or of trainer-1 when it is the target.
 A SIGSTOPped launcher cannot be noticed by anything of the run (its children keep running and
 block once their output pipes fill): the trial resumes it (SIGCONT) after LAUNCHER_HOLD_S and
@@ -63,13 +73,58 @@ sys.path.insert(0, str(REPO))
 from launcher.procs import run_processes  # noqa: E402
 
 TARGETS = ("launcher", "server", "trainer-0", "trainer-1", "reward")
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A CPU config the trials run: its file, run folder, overrides and the targets it has."""
+
+    config: str
+    experiment: str
+    overrides: tuple[str, ...]
+    targets: tuple[str, ...]
+
+
+PRESETS = {
+    "demo": Preset(
+        "tiny_arith_cpu.yaml",
+        "tiny_arith_cpu",
+        (
+            "train_dataset.batch_size=8",
+            "actor.backend=fsdp:d2",
+            "cluster.n_gpus_per_node=3",
+            "launcher.restart_failed_servers=true",
+        ),
+        TARGETS,
+    ),
+    "colocated": Preset(
+        "tiny_arith_cpu.yaml",
+        "tiny_arith_cpu",
+        (
+            "train_dataset.batch_size=8",
+            "launcher.colocate=true",
+            "cluster.n_gpus_per_node=1",
+            "actor.weight_update=tensor",
+            "rollout.max_head_offpolicyness=0",
+            "actor.offload=true",
+            "launcher.restart_failed_servers=false",  # a restarted server would miss tensor updates
+        ),
+        ("launcher", "server", "trainer-0", "reward"),
+    ),
+    "agent": Preset(
+        "calculator_agent_cpu.yaml",
+        "calculator_agent_cpu",
+        ("actor.backend=fsdp:d2", "cluster.n_gpus_per_node=3", "launcher.restart_failed_servers=true"),
+        ("launcher", "server", "trainer-0", "trainer-1"),
+    ),
+}
 MOMENTS = ("generation", "training", "weight_update", "checkpoint", "evaluation")
 SIGNALS = ("SIGKILL", "SIGSTOP")
 EXIT_WITHIN_S = 60.0
 STALL_S = 60.0  # no new step and no exit for this long: hung
 START_DEADLINE_S = 300.0
 LAUNCHER_HOLD_S = 15.0  # a SIGSTOPped launcher is resumed after this long
-STOPPED_TIMEOUT_S = 10  # launcher.stopped_timeout_s of the trial runs
+STOPPED_TIMEOUT_S = 10  # launcher.stopped_timeout_s of the trial runs (--stopped-timeout)
 EVAL_EVERY = 2  # evaluator.freq_steps of "evaluation" trials
 
 
@@ -86,11 +141,21 @@ class Trial:
 class Run:
     """One areal-launch subprocess whose console goes to a file under the trial's folder."""
 
-    def __init__(self, root: Path, steps: int, extra: list[str], attempt: int, eval_every: int | None = None):
+    def __init__(
+        self,
+        root: Path,
+        steps: int,
+        extra: list[str],
+        attempt: int,
+        eval_every: int | None = None,
+        preset=None,
+        stopped_timeout_s: float = STOPPED_TIMEOUT_S,
+    ):
         from areal.infra.ports import next_free_port
 
+        preset = preset or PRESETS["demo"]
         self.root = root
-        self.run_dir = root / "tiny_arith_cpu" / "demo"
+        self.run_dir = root / preset.experiment / "demo"
         self.console = root / f"console-{attempt}.log"
         base = next_free_port(20000 + random.randrange(30000))
         args = [
@@ -98,21 +163,18 @@ class Run:
             "-m",
             "launcher.cli",
             "--config",
-            "tiny_arith_cpu.yaml",
+            preset.config,
             f"cluster.fileroot={root}",
-            "train_dataset.batch_size=8",
+            *preset.overrides,
             f"total_train_steps={steps}",
-            "actor.backend=fsdp:d2",
-            "cluster.n_gpus_per_node=3",
             "recover.freq_steps=2",
             f"evaluator.freq_steps={eval_every or 'null'}",
             "saver.save_at_end=false",
             "stats_logger.progress_bar=false",
             "stats_logger.plot=false",
-            "launcher.restart_failed_servers=true",
             "launcher.server_health_timeout_s=5",
             "launcher.shutdown_grace_s=3",
-            f"launcher.stopped_timeout_s={STOPPED_TIMEOUT_S}",
+            f"launcher.stopped_timeout_s={stopped_timeout_s:g}",
             f"launcher.server_base_port={base}",
             f"launcher.trainer_master_port={next_free_port(base + 10)}",
             *extra,
@@ -290,9 +352,17 @@ def complete(run: Run, steps: int) -> str:
     return ""
 
 
-def trial(t: Trial, root: Path, steps: int, kill_after: int, relaunch: bool = True) -> Trial:
+def trial(
+    t: Trial,
+    root: Path,
+    steps: int,
+    kill_after: int,
+    relaunch: bool = True,
+    preset=None,
+    stopped_timeout_s: float = STOPPED_TIMEOUT_S,
+) -> Trial:
     eval_every = EVAL_EVERY if t.moment == "evaluation" else None
-    run = Run(root, steps, [], 0, eval_every)
+    run = Run(root, steps, [], 0, eval_every, preset, stopped_timeout_s)
     try:
         at_moment(run, t.moment, kill_after, t.target)
         pid = target_pid(run, t.target)
@@ -340,7 +410,7 @@ def trial(t: Trial, root: Path, steps: int, kill_after: int, relaunch: bool = Tr
             t.outcome, t.seconds, t.note = exited, seconds, f"{state} after {seconds:.1f} s; not relaunched"
             return t
         # relaunch with recover.mode=auto
-        again = Run(root, steps, ["recover.mode=auto"], 1, eval_every)
+        again = Run(root, steps, ["recover.mode=auto"], 1, eval_every, preset, stopped_timeout_s)
         try:
             code = again.proc.wait(START_DEADLINE_S)
         except subprocess.TimeoutExpired:
@@ -358,7 +428,7 @@ def trial(t: Trial, root: Path, steps: int, kill_after: int, relaunch: bool = Tr
         return t
     finally:
         run.close()
-        left = leftovers(run.config)
+        left = wait_until_empty(run.config)  # helpers such as torch_shm_manager exit shortly after
         if left:
             t.note += f" [left after the trial: {left}]"
             kill_run(run)
@@ -412,6 +482,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--steps", type=int, default=10, help="training steps of each run")
+    ap.add_argument("--config", choices=tuple(PRESETS), default="demo", help="which CPU config the trials run")
+    ap.add_argument(
+        "--stopped-timeout",
+        type=float,
+        default=STOPPED_TIMEOUT_S,
+        help="launcher.stopped_timeout_s of the runs: how long a SIGSTOPped process may stay stopped",
+    )
     ap.add_argument("--target", choices=TARGETS)
     ap.add_argument("--moment", choices=MOMENTS)
     ap.add_argument("--signal", choices=SIGNALS)
@@ -433,7 +510,10 @@ def failed(r: Trial) -> bool:
 
 def run_trials(args) -> list[Trial]:
     rng = random.Random(args.seed)
-    targets, moments = rounds(TARGETS, rng), rounds(MOMENTS, rng)
+    preset = PRESETS[args.config]
+    if args.target and args.target not in preset.targets:
+        raise SystemExit(f"--target {args.target}: --config {args.config} has only {', '.join(preset.targets)}")
+    targets, moments = rounds(preset.targets, rng), rounds(MOMENTS, rng)
     results = []
     for k in range(args.trials):
         t = Trial(args.target or next(targets), args.moment or next(moments), args.signal or rng.choice(SIGNALS))
@@ -445,7 +525,9 @@ def run_trials(args) -> list[Trial]:
             shutil.rmtree(root)
         root.mkdir(parents=True)
         print(f"trial {k}: {t.signal} to {t.target} at {t.moment} after step {kill_after} ({root})", flush=True)
-        results.append(trial(t, root, args.steps, kill_after, relaunch=not args.no_relaunch))
+        results.append(
+            trial(t, root, args.steps, kill_after, not args.no_relaunch, preset, stopped_timeout_s=args.stopped_timeout)
+        )
         r = results[-1]
         print(f"  -> {r.outcome} ({r.seconds:.1f} s) {r.note}", flush=True)
     return results

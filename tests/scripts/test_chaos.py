@@ -9,6 +9,8 @@ evaluation, trainer-0 SIGSTOP in an evaluation. Each must end in a completed run
 each in metrics.jsonl and prompts.jsonl) or in every process exiting within 60 s with an error
 naming the process and its log; never a hang, never a process left behind. The relaunch with
 recover.mode=auto is left to the full script (docs/reliability.md) and tests/launcher/test_faults.py.
+A stopped process may stay stopped 5 s (launcher.stopped_timeout_s; the script's default is 10):
+a process is only ever in that state when signalled, so the shorter wait cannot misfire.
 """
 
 from __future__ import annotations
@@ -28,7 +30,21 @@ def test_six_chaos_trials_end_in_recovery_or_a_named_exit(tmp_path, monkeypatch)
     chaos = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "chaos", chaos)  # its dataclass looks itself up there
     spec.loader.exec_module(chaos)
-    args = chaos.parse_args(["--trials", "6", "--seed", "5", "--steps", "4", "--no-relaunch", "--root", str(tmp_path)])
+    args = chaos.parse_args(
+        [
+            "--trials",
+            "6",
+            "--seed",
+            "5",
+            "--steps",
+            "4",
+            "--no-relaunch",
+            "--stopped-timeout",
+            "5",
+            "--root",
+            str(tmp_path),
+        ]
+    )
     results = chaos.run_trials(args)
     table = "\n".join(f"{r.target} {r.moment} {r.signal}: {r.outcome} ({r.seconds:.1f} s) {r.note}" for r in results)
     print(table)  # shown with pytest -s
