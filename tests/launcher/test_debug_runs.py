@@ -53,7 +53,7 @@ def test_inference_only_run_then_trainer_only_replay(tmp_path):
         "experiment_name=replay",
         "launcher.rollout_n_nodes=0",
         f"rollout.replay_path={run_dir / 'rollouts'}",
-        "total_train_steps=2",
+        "total_train_steps=3",  # one more than the saved batches: the replay starts over
         "launcher.trainer_master_port=29800",
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
@@ -61,6 +61,8 @@ def test_inference_only_run_then_trainer_only_replay(tmp_path):
     assert "weight updates are skipped" in (replay_dir / "logs" / "trainer-0.log").read_text()
     plan = json.loads((replay_dir / "plan.json").read_text())
     assert [p["role"] for p in plan["processes"]] == ["trainer"]
-    steps = [json.loads(line)["step"] for line in (replay_dir / "metrics.jsonl").read_text().splitlines()]
-    assert steps == [1, 2]
+    rows = [json.loads(line) for line in (replay_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == [1, 2, 3]
+    saved = [b["reward_mean"] for b in index["batches"]]
+    assert [row["rollout/reward_mean"] for row in rows] == pytest.approx([saved[0], saved[1], saved[0]], abs=1e-6)
     assert Path(replay_dir / "models" / "final" / "config.json").exists()

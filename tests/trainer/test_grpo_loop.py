@@ -132,44 +132,6 @@ def test_trainer_only_run_against_external_server(tmp_path, server, arith_model)
     assert metrics(cfg2)[-1]["weight_version"] == 6
 
 
-def test_inference_only_driver_then_trainer_only_replay(tmp_path, server, arith_model):
-    addr = server.url.removeprefix("http://")
-    cfg, path = write_config(
-        tmp_path,
-        arith_model,
-        [
-            "launcher.trainer_n_nodes=0",
-            f"rollout.server_addrs=[{addr}]",
-            "launcher.inference_only_batches=2",
-            "train_dataset.batch_size=8",
-        ],
-    )
-    out = run_module("areal.trainer.driver", path).stdout
-    reports = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
-    assert [r["batch"] for r in reports] == [0, 1] and all(r["samples"] == 64 for r in reports)
-    rollouts = Path(cfg.run_dir) / "rollouts"
-    index = json.loads((rollouts / "index.json").read_text())
-    assert len(index["batches"]) == 2 and index["n_samples"] == 8
-
-    cfg2, path2 = write_config(
-        tmp_path,
-        arith_model,
-        [
-            "launcher.rollout_n_nodes=0",
-            f"rollout.replay_path={rollouts}",
-            "total_train_steps=3",
-            "experiment_name=replay",
-            "train_dataset.batch_size=8",
-        ],
-        name="replay",
-    )
-    r = run_module("areal.trainer.main", path2)
-    assert "weight updates are skipped" in r.stderr
-    rows = [m for m in metrics(cfg2) if m["step"] > 0]
-    assert [m["step"] for m in rows] == [1, 2, 3]
-    assert rows[0]["rollout/reward_mean"] == pytest.approx(index["batches"][0]["reward_mean"], abs=1e-6)
-
-
 def test_corrupt_replay_is_rejected_with_the_path(tmp_path, arith_model):
     folder = tmp_path / "rollouts"
     folder.mkdir()
