@@ -134,7 +134,8 @@ class Trial:
     moment: str
     signal: str
     outcome: str = "?"
-    seconds: float = float("nan")
+    seconds: float = float("nan")  # signal -> clean exit, or -> the end of a run that completed by itself
+    recovery_s: float = float("nan")  # signal -> a completed run (by itself, or the relaunch's end)
     note: str = ""
 
 
@@ -399,6 +400,7 @@ def trial(
             problem = complete(run, steps)
             back = "restarted in place" if re.search(r"is back at", text) else "unaffected"
             t.outcome, t.seconds, t.note = ("completed" if not problem else "INCOMPLETE"), seconds, problem or back
+            t.recovery_s = seconds if not problem else float("nan")
             return t
         named = {"launcher": None, "reward": "trainer-0", "server": "server-0"}.get(t.target, t.target)
         message = re.search(rf"error: {named} .*; log: \S+", text) if named else True
@@ -419,6 +421,7 @@ def trial(
         problem = complete(again, steps) if code == 0 else f"relaunch exit {code}"
         t.outcome = f"{exited}, " + ("recovered" if not problem else "NOT recovered")
         t.seconds = seconds
+        t.recovery_s = time.monotonic() - t_signal if not problem else float("nan")
         t.note = problem or f"{state} after {seconds:.1f} s; relaunch completed {steps} steps"
         again.close()
         return t
@@ -456,25 +459,31 @@ def rounds(items: tuple[str, ...], rng: random.Random):
 def main(argv: list[str] | None = None) -> int:
     results = run_trials(parse_args(argv))
     print()
-    print("| target | moment | signal | outcome | seconds | note |\n| --- | --- | --- | --- | --- | --- |")
+    print("| target | moment | signal | outcome | seconds | recovered after | note |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in results:
-        print(f"| {r.target} | {r.moment} | {r.signal} | {r.outcome} | {r.seconds:.1f} | {r.note} |")
+        print(
+            f"| {r.target} | {r.moment} | {r.signal} | {r.outcome} | {r.seconds:.1f} | {r.recovery_s:.1f} | {r.note} |"
+        )
     print()
-    print("| target | trials | median seconds to recovery or clean exit |\n| --- | --- | --- |")
-    for target, (n, median) in medians(results).items():
-        print(f"| {target} | {n} | {median:.1f} |")
+    print("| target | trials | median s to a completed recovery | median s to a clean exit (n) |")
+    print("| --- | --- | --- | --- |")
+    for target in TARGETS:
+        mine = [r for r in results if r.target == target]
+        if mine:
+            exits = [r.seconds for r in mine if r.outcome != "completed"]
+            exit_median = f"{median([x for x in exits if x == x]):.1f} ({len(exits)})" if exits else "-"
+            print(f"| {target} | {len(mine)} | {median([r.recovery_s for r in mine]):.1f} | {exit_median} |")
     return 1 if any(failed(r) for r in results) else 0
 
 
-def medians(results: list[Trial]) -> dict[str, tuple[int, float]]:
-    """Per target: how many trials have a time, and their median seconds."""
-    out = {}
-    for target in TARGETS:
-        times = sorted(r.seconds for r in results if r.target == target and r.seconds == r.seconds)
-        if times:
-            mid = len(times) // 2
-            out[target] = (len(times), times[mid] if len(times) % 2 else (times[mid - 1] + times[mid]) / 2)
-    return out
+def median(values: list[float]) -> float:
+    """The median of the values that are numbers (nan when there are none)."""
+    known = sorted(v for v in values if v == v)
+    if not known:
+        return float("nan")
+    mid = len(known) // 2
+    return known[mid] if len(known) % 2 else (known[mid - 1] + known[mid]) / 2
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
