@@ -150,13 +150,13 @@ async def wave(url: str, prompts, new_tokens: int) -> dict:
     }
 
 
-def start_builtin(args, model_path, device, dtype, max_running, tokenizer_args, env):
+def start_builtin(args, model_path, device, dtype, max_running, tokenizer_path, env):
     from areal.server.testing import start_server
 
     extra = ["--device", device, "--dtype", dtype, "--max-running-requests", str(max_running)]
-    return start_server(
-        model_path, extra_args=[*extra, "--log-level", "warning", *tokenizer_args], timeout=600, env=env
-    )
+    if tokenizer_path:
+        extra += ["--tokenizer-path", tokenizer_path]
+    return start_server(model_path, extra_args=[*extra, "--log-level", "warning"], timeout=600, env=env)
 
 
 class SGLangServer:
@@ -181,7 +181,7 @@ class SGLangServer:
             self.proc.wait(timeout=60)
 
 
-def start_sglang(args, model_path, device, dtype, max_running, tokenizer_args, env):
+def start_sglang(args, model_path, device, dtype, max_running, tokenizer_path, env):
     import sys
 
     from areal.config.sglang import SGLangConfig
@@ -193,7 +193,7 @@ def start_sglang(args, model_path, device, dtype, max_running, tokenizer_args, e
     port = free_port()
     cfg = SGLangConfig(
         model_path=model_path,
-        tokenizer_path=tokenizer_args[1] if tokenizer_args else None,
+        tokenizer_path=tokenizer_path,
         dtype=dtype,
         attention_backend=args.attention_backend,
         mem_fraction_static=args.mem_fraction,
@@ -232,7 +232,7 @@ def main(argv=None) -> dict:
         torch.set_num_threads(args.cpu_threads)
         env = {"OMP_NUM_THREADS": str(args.cpu_threads)}
     levels = sorted(set(args.concurrency) | ({256} if args.with_256 else set()))
-    tokenizer_args = []
+    tokenizer_path = None
     if args.model_path:  # a project name (smollm2:..., tiny:...) becomes its folder
         from areal.models.resolve import resolve_model_path
 
@@ -240,8 +240,7 @@ def main(argv=None) -> dict:
     if args.shape:
         from areal.models.shapes import build_model_dir
 
-        args.model_path, tok_dir = build_model_dir(args.shape, Path(tempfile.gettempdir()) / "areal-bench-train")
-        tokenizer_args = ["--tokenizer-path", tok_dir]
+        args.model_path, tokenizer_path = build_model_dir(args.shape, Path(tempfile.gettempdir()) / "areal-bench-train")
     model_path = args.model_path or str(
         make_tiny_model_dir(
             Path(tempfile.gettempdir()) / f"bench-tiny-h{args.hidden_size}-l{args.num_layers}",
@@ -262,7 +261,7 @@ def main(argv=None) -> dict:
     results, batching = {}, {}
     for program in args.servers:
         start = start_builtin if program == "builtin" else start_sglang
-        server = start(args, model_path, device, dtype, max(levels), tokenizer_args, env)
+        server = start(args, model_path, device, dtype, max(levels), tokenizer_path, env)
         try:
             warm_levels = levels if program == "sglang" else [2]  # SGLang: compile each batch shape first
             for n in warm_levels:

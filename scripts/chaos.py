@@ -148,13 +148,11 @@ class Run:
         steps: int,
         extra: list[str],
         attempt: int,
-        eval_every: int | None = None,
-        preset=None,
-        stopped_timeout_s: float = STOPPED_TIMEOUT_S,
+        eval_every: int | None,
+        preset: Preset,
     ):
         from areal.infra.ports import next_free_port
 
-        preset = preset or PRESETS["demo"]
         self.root = root
         self.run_dir = root / preset.experiment / "demo"
         self.console = root / f"console-{attempt}.log"
@@ -175,7 +173,6 @@ class Run:
             "stats_logger.plot=false",
             "launcher.server_health_timeout_s=5",
             "launcher.shutdown_grace_s=3",
-            f"launcher.stopped_timeout_s={stopped_timeout_s:g}",
             f"launcher.server_base_port={base}",
             f"launcher.trainer_master_port={next_free_port(base + 10)}",
             *extra,
@@ -358,12 +355,13 @@ def trial(
     root: Path,
     steps: int,
     kill_after: int,
-    relaunch: bool = True,
-    preset=None,
-    stopped_timeout_s: float = STOPPED_TIMEOUT_S,
+    relaunch: bool,
+    preset: Preset,
+    stopped_timeout_s: float,
 ) -> Trial:
     eval_every = EVAL_EVERY if t.moment == "evaluation" else None
-    run = Run(root, steps, [], 0, eval_every, preset, stopped_timeout_s)
+    stopped = [f"launcher.stopped_timeout_s={stopped_timeout_s:g}"]
+    run = Run(root, steps, stopped, 0, eval_every, preset)
     try:
         at_moment(run, t.moment, kill_after, t.target)
         pid = target_pid(run, t.target)
@@ -412,7 +410,7 @@ def trial(
             t.outcome, t.seconds, t.note = exited, seconds, f"{state} after {seconds:.1f} s; not relaunched"
             return t
         # relaunch with recover.mode=auto
-        again = Run(root, steps, ["recover.mode=auto"], 1, eval_every, preset, stopped_timeout_s)
+        again = Run(root, steps, [*stopped, "recover.mode=auto"], 1, eval_every, preset)
         try:
             code = again.proc.wait(START_DEADLINE_S)
         except subprocess.TimeoutExpired:
@@ -472,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
         mine = [r for r in results if r.target == target]
         if mine:
             exits = [r.seconds for r in mine if r.outcome != "completed"]
-            exit_median = f"{median([x for x in exits if x == x]):.1f} ({len(exits)})" if exits else "-"
+            exit_median = f"{median(exits):.1f} ({len(exits)})" if exits else "-"
             print(f"| {target} | {len(mine)} | {median([r.recovery_s for r in mine]):.1f} | {exit_median} |")
     return 1 if any(failed(r) for r in results) else 0
 
@@ -534,9 +532,7 @@ def run_trials(args) -> list[Trial]:
             shutil.rmtree(root)
         root.mkdir(parents=True)
         print(f"trial {k}: {t.signal} to {t.target} at {t.moment} after step {kill_after} ({root})", flush=True)
-        results.append(
-            trial(t, root, args.steps, kill_after, not args.no_relaunch, preset, stopped_timeout_s=args.stopped_timeout)
-        )
+        results.append(trial(t, root, args.steps, kill_after, not args.no_relaunch, preset, args.stopped_timeout))
         r = results[-1]
         print(f"  -> {r.outcome} ({r.seconds:.1f} s) {r.note}", flush=True)
     return results

@@ -1,8 +1,10 @@
 """Shared pieces of the FSDP engine tests (no tests here): batches, a simple loss, a plain
-single-process reference step, and a torchrun launcher for the two-process scenarios."""
+single-process reference step, a torchrun launcher for the two-process scenarios, and a trainer
+beside a built-in server it pushes weights to."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -105,3 +107,33 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def trainer_and_server(model_dir: str, fileroot: Path, **engine_kwargs):
+    """(server, engine, client): a built-in server of `model_dir` that may load weight updates
+    under `fileroot`, an FSDPEngine of the same model saving there, and a RemoteSGLangEngine of
+    the server; all stopped on exit."""
+    from areal.config import ExperimentConfig
+    from areal.engine.fsdp.engine import FSDPEngine
+    from areal.engine.sglang.client import RemoteSGLangEngine
+    from areal.server.testing import start_server
+
+    server = start_server(
+        model_dir,
+        extra_args=["--device", "cpu", "--dtype", "float32", "--weight-dirs", str(fileroot)],
+        env={"OMP_NUM_THREADS": "1"},
+    )
+    engine = client = None
+    try:
+        engine = FSDPEngine.from_pretrained(model_dir, dtype="float32", fileroot=str(fileroot), **engine_kwargs)
+        cfg = ExperimentConfig.model_validate({"rollout": {"server_addrs": [server.url], "request_timeout_s": 60}})
+        client = RemoteSGLangEngine(cfg)
+        client.initialize()
+        yield server, engine, client
+    finally:
+        if client is not None:
+            client.destroy()
+        if engine is not None:
+            engine.destroy()
+        server.stop()

@@ -6,7 +6,7 @@ import asyncio
 import requests
 import torch
 
-from tests.engine.test_fsdp_helpers import make_batch, nll_loss, token_weight
+from tests.engine.test_fsdp_helpers import make_batch, nll_loss, token_weight, trainer_and_server
 
 
 def _generate(client, prompt, n=8):
@@ -23,36 +23,21 @@ def _trainer_logprobs(engine, prompt, ids):
 
 def test_adapter_push_serves_the_trained_adapter(tmp_path_factory):
     from areal.api.inference import WeightUpdateMeta
-    from areal.config import ExperimentConfig
-    from areal.engine.fsdp.engine import FSDPEngine
-    from areal.engine.sglang.client import RemoteSGLangEngine
-    from areal.server.testing import make_varied_model_dir, start_server
+    from areal.server.testing import make_varied_model_dir
 
     model_dir = str(make_varied_model_dir(tmp_path_factory.mktemp("varied") / "m", scale=4.0))
-    fileroot = tmp_path_factory.mktemp("fileroot")
-    server = start_server(
+    with trainer_and_server(
         model_dir,
-        extra_args=["--device", "cpu", "--dtype", "float32", "--weight-dirs", str(fileroot)],
-        env={"OMP_NUM_THREADS": "1"},
-    )
-    engine = client = None
-    try:
-        engine = FSDPEngine.from_pretrained(
-            model_dir,
-            dtype="float32",
-            learning_rate=3e-2,
-            use_lora=True,
-            lora_rank=4,
-            lora_alpha=8,
-            lora_push="adapter",
-            max_tokens_per_mb=40,
-            experiment_name="lora",
-            trial_name="t",
-            fileroot=str(fileroot),
-        )
-        cfg = ExperimentConfig.model_validate({"rollout": {"server_addrs": [server.url], "request_timeout_s": 60}})
-        client = RemoteSGLangEngine(cfg)
-        client.initialize()
+        tmp_path_factory.mktemp("fileroot"),
+        learning_rate=3e-2,
+        use_lora=True,
+        lora_rank=4,
+        lora_alpha=8,
+        lora_push="adapter",
+        max_tokens_per_mb=40,
+        experiment_name="lora",
+        trial_name="t",
+    ) as (server, engine, client):
         batch = make_batch(3)
         for _ in range(3):
             engine.train_batch(batch, nll_loss, token_weight)
@@ -86,9 +71,3 @@ def test_adapter_push_serves_the_trained_adapter(tmp_path_factory):
         assert r.status_code == 400  # the trainer unloaded the previous adapter
         assert "'v1' is not loaded" in r.json()["error"]["message"]
         assert "['v2']" in r.json()["error"]["message"]
-    finally:
-        if client is not None:
-            client.destroy()
-        if engine is not None:
-            engine.destroy()
-        server.stop()

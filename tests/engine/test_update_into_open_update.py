@@ -9,29 +9,19 @@ next batch's /generate got a 400 in 3 of 6 colocated CPU runs (scripts/chaos.py 
 
 import requests
 
+from tests.engine.test_fsdp_helpers import trainer_and_server
+
 
 def test_update_weights_into_an_open_update_continues_only_when_the_caller_ends_it(tmp_path):
     from areal.api.inference import WeightUpdateMeta
-    from areal.config import ExperimentConfig
-    from areal.engine.fsdp.engine import FSDPEngine
-    from areal.engine.sglang.client import RemoteSGLangEngine
-    from areal.server.testing import make_varied_model_dir, start_server
+    from areal.server.testing import make_varied_model_dir
 
     model_dir = str(make_varied_model_dir(tmp_path / "m", scale=4.0))
-    fileroot = tmp_path / "fileroot"
-    server = start_server(
-        model_dir,
-        extra_args=["--device", "cpu", "--dtype", "float32", "--weight-dirs", str(fileroot)],
-        env={"OMP_NUM_THREADS": "1"},
-    )
-    engine = client = None
-    try:
-        engine = FSDPEngine.from_pretrained(
-            model_dir, dtype="float32", experiment_name="e", trial_name="t", fileroot=str(fileroot)
-        )
-        cfg = ExperimentConfig.model_validate({"rollout": {"server_addrs": [server.url], "request_timeout_s": 60}})
-        client = RemoteSGLangEngine(cfg)
-        client.initialize()
+    with trainer_and_server(model_dir, tmp_path / "fileroot", experiment_name="e", trial_name="t") as (
+        server,
+        engine,
+        client,
+    ):
 
         class Gate:  # sees every pause and continue of the control
             def __init__(self):
@@ -52,9 +42,3 @@ def test_update_weights_into_an_open_update_continues_only_when_the_caller_ends_
         assert gate.events == ["pause", "continue"] and not client.control.paused
         assert client.get_version() == 1
         assert requests.get(server.url + "/model_info", timeout=10).json()["weight_version"] == "1"
-    finally:
-        if client is not None:
-            client.destroy()
-        if engine is not None:
-            engine.destroy()
-        server.stop()
