@@ -12,7 +12,7 @@ and a spec is always picklable where a closure is not.
 
 Workers end with the process that started them, even when it is SIGKILLed (a trainer rank, or
 the launcher above it, killed without a teardown): each watches its parent's sentinel from a
-daemon thread and exits when it closes, so no worker is left orphaned.
+daemon thread and exits when it closes, so no worker is left orphaned (areal/utils/lifetime.py).
 
 Exceptions raised by the reward propagate to the caller (a crashing reward is a bug to see,
 not a zero to average away); only timeouts become 0.0. A worker that dies (killed from outside,
@@ -23,15 +23,19 @@ death while scoring it is an error naming the reward.
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 import logging
 import multiprocessing
 import os
+import resource
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable
 
+from areal.infra.sockets import OpenFileLimitError
 from areal.reward.registry import resolve_reward_fn
+from areal.utils.lifetime import exit_with_parent
 
 logger = logging.getLogger(__name__)
 
@@ -69,32 +73,9 @@ def _name(target: str | Callable[..., Any]) -> str:
     return target if isinstance(target, str) else getattr(target, "__qualname__", repr(target))
 
 
-def _exit_with_parent() -> None:
-    """Pool initializer: exit this worker as soon as the process that spawned it is gone.
-
-    A spawned worker blocks on its call queue, whose write end it holds itself, so a parent that
-    dies without shutting the pool down would leave it waiting for ever (and reparented to init).
-    The parent's sentinel (a pipe that closes when the parent exits, however it exits) wakes a
-    daemon thread here, which ends the process. Unlike PR_SET_PDEATHSIG it does not depend on
-    which of the parent's threads started the worker.
-    """
-    import threading
-    from multiprocessing.connection import wait
-
-    parent = multiprocessing.parent_process()
-    if parent is None:  # not a multiprocessing child: nothing to watch
-        return
-
-    def watch() -> None:
-        wait([parent.sentinel])
-        os._exit(1)
-
-    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
-
-
 def _new_pool(max_workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(
-        max_workers, mp_context=multiprocessing.get_context("spawn"), initializer=_exit_with_parent
+        max_workers, mp_context=multiprocessing.get_context("spawn"), initializer=exit_with_parent
     )
 
 
@@ -200,10 +181,22 @@ class RewardRunner:
         await asyncio.wait([call, all_started], timeout=self.startup_timeout_s, return_when=asyncio.FIRST_COMPLETED)
 
     def _start_pool(self) -> None:
-        """A fresh pool whose workers all start (and import the reward) right away."""
-        self._pool = _new_pool(self.max_workers)
-        # Submitting max_workers tasks before any worker is idle spawns every worker now.
-        self._warmups = [self._pool.submit(_warm, self.spec) for _ in range(self.max_workers)]
+        """A fresh pool whose workers all start (and import the reward) right away.
+
+        Starting workers takes descriptors (pipes, and the files the spawn reads); in a process
+        out of them, the error names the limit rather than a bare `OSError: Too many open files`."""
+        pool = None
+        try:
+            pool = _new_pool(self.max_workers)
+            # Submitting max_workers tasks before any worker is idle spawns every worker now.
+            warmups = [pool.submit(_warm, self.spec) for _ in range(self.max_workers)]
+        except OSError as exc:
+            if pool is not None:
+                _kill_pool(pool)
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                raise OpenFileLimitError(_out_of_files_message(self.spec, self.max_workers, exc)) from exc
+            raise
+        self._pool, self._warmups = pool, warmups
 
     def _on_timeout(self, generation: int) -> None:
         self.n_timeouts += 1
@@ -220,6 +213,7 @@ class RewardRunner:
         if generation != self._generation or self._pool is None:
             return
         _kill_pool(self._pool)
+        self._pool = None  # a start that fails leaves none, and the next call starts one again
         self._generation += 1
         self._start_pool()
 
@@ -235,6 +229,20 @@ class RewardRunner:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _out_of_files_message(spec: str, workers: int, exc: OSError) -> str:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    fmt = lambda n: "unlimited" if n == resource.RLIM_INFINITY else str(n)  # noqa: E731
+    if exc.errno == errno.ENFILE:
+        where = "the system's table of open files is full (fs.file-max; sysctl -w fs.file-max=...)"
+    else:
+        where = (
+            f"this process has reached its limit on open files (RLIMIT_NOFILE {fmt(soft)}, hard {fmt(hard)}). "
+            "A rollout client holds one socket per generation in flight (rollout.max_concurrent_rollouts x "
+            "gconfig.n_samples): raise the soft limit (ulimit -n, up to ulimit -Hn) or lower that concurrency"
+        )
+    return f"reward {spec!r}: cannot start its {workers} worker process(es) ({exc.strerror}): {where}"
 
 
 def run_reward_with_timeout(

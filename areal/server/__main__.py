@@ -118,13 +118,27 @@ def _model_context_length(config) -> int:
 async def serve(args: ServerArgs) -> None:
     from aiohttp import web
 
+    from areal.infra.sockets import listen_backlog, open_files_needed, raise_open_file_limit
     from areal.server.app import build_app
+    from areal.server.connections import AcceptGuard
 
+    # every request it takes (running or queued) may arrive on a connection of its own, at once
+    concurrency = args.max_running_requests + args.max_queued_requests
+    keys = "--max-running-requests + --max-queued-requests"
+    raise_open_file_limit(open_files_needed(concurrency), what="areal.server", keys=keys)
     state = build_state(args)
     state.scheduler.start()
     runner = web.AppRunner(build_app(state), access_log=None)
     await runner.setup()
-    site = web.TCPSite(runner, args.host, args.port, shutdown_timeout=5.0)
+    state.open_connections = lambda: len(runner.server.connections)  # connections.py
+    backlog = listen_backlog(concurrency, what="areal.server", keys=keys)
+
+    # out of open files while accepting: back-pressure and one warning naming the limit (connections.py)
+    def count_accept_error() -> None:
+        state.accept_out_of_files += 1
+
+    asyncio.get_running_loop().set_exception_handler(AcceptGuard(backlog, on_error=count_accept_error))
+    site = web.TCPSite(runner, args.host, args.port, shutdown_timeout=5.0, backlog=backlog)
     await site.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -151,12 +165,13 @@ def main(argv: list[str] | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+    from areal.infra.sockets import OpenFileLimitError
     from areal.server.engine import ModelLoadError
     from areal.server.memory import MemoryBudgetError
 
     try:
         asyncio.run(serve(args))
-    except (ModelLoadError, MemoryBudgetError) as exc:
+    except (ModelLoadError, MemoryBudgetError, OpenFileLimitError) as exc:
         print(f"areal.server: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:  # e.g. the port is taken

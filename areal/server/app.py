@@ -27,11 +27,13 @@ import logging
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
+from typing import Callable
 
 from aiohttp import web
 
 from areal.infra.pause import PAUSE_MODES
 from areal.server.bodies import error, max_body_bytes, read_json
+from areal.server.connections import close_connections_when_files_run_short
 from areal.server.memory import (
     MEMORY_TAGS,
     DeviceMemoryShort,
@@ -75,6 +77,8 @@ class ServerState:
     memory: MemoryOccupation | None = None  # release/resume; see memory.py
     kv_budget: KVBudget | None = None  # how max_total_num_tokens was reached
     accepted: int = 0  # /generate requests inside the server (held, queued or running)
+    accept_out_of_files: int = 0  # accept() failures for want of descriptors (connections.py)
+    open_connections: Callable[[], int] | None = None  # connections the HTTP server holds (set by serve())
     gate: asyncio.Event = field(default_factory=asyncio.Event)  # set = not paused
     lora_ops: int = 0  # LoRA loads/unloads in progress; requests naming an adapter wait for them
     lora_idle: asyncio.Event = field(default_factory=asyncio.Event)  # set = lora_ops == 0
@@ -96,6 +100,7 @@ def build_app(state: ServerState) -> web.Application:
         client_max_size=max_body_bytes(state.context_length),
     )
     app["state"] = state
+    app.on_response_prepare.append(close_connections_when_files_run_short)  # connections.py
     h = Handlers(state)
     add = app.router.add_route
     for path, handler in (
@@ -364,7 +369,12 @@ class Handlers:
                 "resolved_device": str(self.s.runner.device),
                 "resolved_dtype": str(self.s.runner.dtype).removeprefix("torch."),
                 "batching": stats,
-                "load": {**self.s.scheduler.load(), "accepted": self.s.accepted, "capacity": self.s.capacity},
+                "load": {
+                    **self.s.scheduler.load(),
+                    "accepted": self.s.accepted,
+                    "capacity": self.s.capacity,
+                    "accept_out_of_files": self.s.accept_out_of_files,
+                },
                 "internal_states": [{"batching": stats}],
                 "uptime_s": time.time() - self.s.started,
                 "version": "areal-builtin",

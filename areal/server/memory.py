@@ -210,10 +210,13 @@ def memory_readings(device) -> dict:
     import psutil
     import torch
 
-    rss = psutil.Process().memory_info().rss
+    try:
+        rss = int(psutil.Process().memory_info().rss)
+    except OSError:  # reading /proc takes a descriptor: a server out of them still reports its load
+        rss = None
     out = {
         "device": str(device),
-        "rss_bytes": int(rss),
+        "rss_bytes": rss,
         "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     }
     if device.type == "cuda":
