@@ -45,7 +45,8 @@ class SGLangConfig(Section):
         None,
         ge=0,
         description="Requests a server holds beyond its running batch; more are answered 503 "
-        "(the client retries them). Null: the server's default (built-in 1024, SGLang unbounded).",
+        "(back-pressure: the client asks again, with backoff, within rollout.request_timeout_s). Null: the "
+        "server's default (built-in 1024, SGLang unbounded).",
     )
     max_prefill_tokens: int | None = Field(
         None,

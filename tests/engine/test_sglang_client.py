@@ -291,3 +291,20 @@ def test_retries_outlast_a_server_restart_only_when_the_launcher_restarts_server
     assert n == retries_for(60) and sum(BACKOFF_S[min(i, len(BACKOFF_S) - 1)] for i in range(n)) >= 60
     trainer_only = cfg(restart_failed_servers=True, rollout_n_nodes=0)  # not the launcher's servers
     assert request_retries(trainer_only) == 2
+
+
+def test_a_full_server_is_back_pressure_not_an_error(models):
+    """Six requests at a server that holds two (one running, one queued): the others are answered
+    503 at once, and the client asks again until there is room; every request completes."""
+    server = start_server(
+        models[0],
+        extra_args=["--dtype", "float32", "--max-running-requests", "1", "--max-queued-requests", "1"],
+        env={"OMP_NUM_THREADS": "1"},
+    )
+    eng = RemoteSGLangEngine.from_pretrained(models[0], server_addrs=[server.url], rollout={"request_retries": 0})
+    try:
+        answers = run(eng, greedy(n=6, tokens=16))
+    finally:
+        eng.destroy()
+        server.stop()
+    assert [len(a.output_tokens) for a in answers] == [16] * 6

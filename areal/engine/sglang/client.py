@@ -91,6 +91,21 @@ def check_servers_fit_mode(mode: str, infos: list[dict | None], addrs: list[str]
             )
 
 
+def server_capacity(info: dict | None) -> int | None:
+    """Requests a server holds at most, running and queued (past it, 503): the built-in server's
+    /server_info load.capacity, or SGLang's max_running_requests + max_queued_requests when both
+    are set; None when unbounded or unknown."""
+    if not isinstance(info, dict):
+        return None
+    load = info.get("load")
+    if isinstance(load, dict) and isinstance(load.get("capacity"), int):
+        return load["capacity"]
+    running, queued = info.get("max_running_requests"), info.get("max_queued_requests")
+    if isinstance(running, int) and isinstance(queued, int):
+        return running + queued
+    return None
+
+
 def token_versions(result: protocol.GenerateResult, sent_version: int) -> list[int]:
     """The weight version of each token of one /generate answer: the server's per-token spans,
     else the version it reports at the end, else (no integer version) the client's at sending."""
@@ -129,6 +144,7 @@ class RemoteSGLangEngine(InferenceEngine):
         )
         self._executor = None
         self._initialized = False
+        self.server_capacity: int | None = None  # requests each server holds at most (None: unbounded)
 
     @property
     def control(self) -> ServerControl:
@@ -181,6 +197,9 @@ class RemoteSGLangEngine(InferenceEngine):
         """Start owned servers (from_pretrained), find the servers, wait until all are healthy."""
         if self._initialized:
             return
+        from areal.infra.sockets import raise_open_file_limit
+
+        raise_open_file_limit()  # every request in flight holds a socket
         timeout = self._rcfg.setup_timeout_s
         if self._own_servers is not None:
             addrs = self._own_servers.start()
@@ -199,6 +218,8 @@ class RemoteSGLangEngine(InferenceEngine):
         self._check_server_versions()
         infos = self._control.server_infos()
         self._server_programs = [info.get("version") if info else None for info in infos]
+        capacities = [server_capacity(info) for info in infos]
+        self.server_capacity = None if None in capacities else min(capacities)
         if self._rcfg.server == "auto":  # not named by the launcher's config: known now, resolved once
             self.server_kind = self.server_kind or program_kind(self._server_programs)
             self._control.pause_mode = resolve_pause_mode(self._rcfg.pause_mode, self.server_kind)
@@ -430,12 +451,19 @@ class RemoteSGLangEngine(InferenceEngine):
     def executor(self):
         """The RolloutExecutor over this engine, created on first use."""
         if self._executor is None:
-            from areal.engine.sglang.http import shared_session
             from areal.rollout.executor import RolloutExecutor
 
-            self._executor = RolloutExecutor(self, self._rcfg, loop_scope=shared_session)
+            self._executor = RolloutExecutor(self, self._rcfg, loop_scope=self.session_scope)
             self._control.add_listener(self._executor)  # no episode starts while the servers are paused
         return self._executor
+
+    def session_scope(self, **session_kwargs):
+        """The scope in which an event loop's requests share one HTTP session, with at most
+        server_capacity connections to each server (areal.engine.sglang.http.shared_session;
+        session_kwargs go to aiohttp.ClientSession)."""
+        from areal.engine.sglang.http import shared_session
+
+        return shared_session(limit_per_host=self.server_capacity or 0, **session_kwargs)
 
     def submit(self, data, workflow, should_accept=None) -> None:
         self.executor.submit(data, workflow, should_accept)

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 RETRY_STATUS = {502, 503, 504}  # the server (or a proxy) is restarting or overloaded
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)
+BUSY_BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0)  # a full server (503) makes room as requests finish
 
 
 class ServerError(RuntimeError):
@@ -55,14 +57,18 @@ _LOOP_SESSIONS: dict = {}  # event loop -> the ClientSession its requests share 
 
 
 @contextlib.asynccontextmanager
-async def shared_session(**session_kwargs):
+async def shared_session(limit_per_host: int = 0, **session_kwargs):
     """Within this scope, requests made on the running loop share one ClientSession (keep-alive
-    connections, no connection limit: hundreds of generations are in flight at once).
-    session_kwargs go to aiohttp.ClientSession (e.g. trace_configs)."""
+    connections, no overall limit: hundreds of generations are in flight at once).
+    `limit_per_host`: most connections to one server, the requests it can hold (its running
+    batch plus its queue): a request past it waits here for a connection (back-pressure) instead
+    of being answered 503 and asked again; 0 is no limit. session_kwargs go to
+    aiohttp.ClientSession (e.g. trace_configs)."""
     import aiohttp
 
     loop = asyncio.get_running_loop()
-    session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), **session_kwargs)
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=limit_per_host)
+    session = aiohttp.ClientSession(connector=connector, **session_kwargs)
     _LOOP_SESSIONS[loop] = session
     try:
         yield session
@@ -76,15 +82,18 @@ async def apost_json(
 ) -> Any:
     """POST `body` to http://addr/route and return the JSON answer.
 
-    Connection errors and 502/503/504 are retried `retries` times with backoff; other HTTP
-    errors fail at once (a bad request does not get better by repeating it).
+    Connection errors, 502 and 504 are retried `retries` times with backoff; other HTTP errors
+    fail at once (a bad request does not get better by repeating it). A 503 is a full server
+    (the built-in server past --max-running-requests + --max-queued-requests) or one restarting:
+    back-pressure, so it is asked again, with backoff, for as long as `timeout` allows, and only
+    then is an error that carries the server's own message (which names its limit).
     """
     import aiohttp
 
     last = ""
-    for attempt in range(retries + 1):
-        if attempt:
-            await asyncio.sleep(_backoff(attempt - 1))
+    failures = busy = 0
+    start = time.monotonic()
+    while True:
         try:
             shared = _LOOP_SESSIONS.get(asyncio.get_running_loop())
             if shared is not None and not shared.closed:
@@ -99,19 +108,54 @@ async def apost_json(
                 f"no answer within {timeout:.0f}s (rollout.request_timeout_s); raise it for long generations",
             ) from None
         except aiohttp.ClientConnectionError as e:  # a kept-alive connection to a restarted server too
+            if _out_of_files(e):
+                raise ServerError(addr, route, out_of_files_text()) from e
             last = f"{type(e).__name__}: {e}"
-            continue
-        if status in RETRY_STATUS:
-            last = f"HTTP {status}: {answer[:300]}"
-            continue
-        if status >= 400:
-            raise ServerError(addr, route, f"HTTP {status}: {answer[:1000]}")
-        return answer
-    raise ServerError(
-        addr,
-        route,
-        f"unreachable after {retries + 1} attempts ({last}); is the server "
-        "still running? (retries: rollout.request_retries)",
+        else:
+            if status == 503:
+                waited = time.monotonic() - start
+                if waited >= timeout:
+                    raise ServerError(
+                        addr,
+                        route,
+                        f"still full after {waited:.0f} s (rollout.request_timeout_s): HTTP 503: {answer[:600]}",
+                    )
+                pause = BUSY_BACKOFF_S[min(busy, len(BUSY_BACKOFF_S) - 1)]
+                await asyncio.sleep(min(pause, max(0.0, timeout - waited)))
+                busy += 1
+                continue
+            if status in RETRY_STATUS:
+                last = f"HTTP {status}: {answer[:300]}"
+            elif status >= 400:
+                raise ServerError(addr, route, f"HTTP {status}: {answer[:1000]}")
+            else:
+                return answer
+        failures += 1
+        if failures > retries:
+            raise ServerError(
+                addr,
+                route,
+                f"unreachable after {retries + 1} attempts ({last}); is the server "
+                "still running? (retries: rollout.request_retries)",
+            )
+        await asyncio.sleep(_backoff(failures - 1))
+
+
+def _out_of_files(error: BaseException) -> bool:
+    """A connection that could not be made because this process (or the system) has no
+    descriptor left: retrying only hides the limit."""
+    os_error = getattr(error, "os_error", None)
+    return getattr(os_error, "errno", None) in (errno.EMFILE, errno.ENFILE)
+
+
+def out_of_files_text() -> str:
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return (
+        f"this process is out of open files (RLIMIT_NOFILE {soft}, hard {hard}): every request in flight holds "
+        "a socket (rollout.max_concurrent_rollouts x gconfig.n_samples). Raise the limit (ulimit -n, up to "
+        "ulimit -Hn) or lower that concurrency"
     )
 
 
