@@ -13,12 +13,14 @@ Each trial runs one of three CPU configs small, under its own fileroot (--config
              restart: a restarted server would miss the tensor updates, so a lost server ends
              the run, named, and the relaunch recovers it)
   agent      calculator_agent_cpu.yaml (the OpenAI-API agent through the proxy), fsdp:d2 (no
-             reward workers: the agent scores its own episodes)
+             reward workers: the agent scores its own episodes; the episodes run in agent worker
+             processes of trainer-0, workflow.agent.workers)
 each with --steps steps, a checkpoint every 2 steps, launcher.restart_failed_servers (but for
 colocated), a 5 s server health timeout and a 10 s launcher.stopped_timeout_s (--stopped-timeout;
 evaluation every 2 steps in "evaluation" trials), and picks (or takes as given):
 
   target   launcher | server | trainer-0 | trainer-1 | reward (a reward worker of trainer-0)
+           | agent_worker (an agent worker process of trainer-0: its proxy, client and agents)
   moment   generation     (right after a step is logged: the next batch is being generated)
            training       (as the PPO update starts: RUN/logs/trainer-K.phase says "step N train")
            weight_update  (right after the trainer logs "weight update vN")
@@ -28,11 +30,11 @@ evaluation every 2 steps in "evaluation" trials), and picks (or takes as given):
 
 Targets and moments each go round in a seeded shuffled order (so --trials 5 strikes every kind
 of process, --trials 5 every moment), the signal is drawn at random; the same --seed gives the
-same trials; targets a config does not have are left out of its rounds. There is no agent
-target: an agent workflow runs inside the trainer process (the OpenAI-compatible proxy,
-areal/rollout/openai_proxy.py, serves from the rollout client's event loop in trainer rank 0), so
-there is no separate agent process to kill; striking trainer-0 or the server under --config agent
-strikes the agent's episodes mid-call. The "training" and "evaluation" moments are read from the phase file of trainer-0
+same trials; targets a config does not have are left out of its rounds. Under --config agent,
+striking agent_worker kills or stops the process that runs the agents and their OpenAI proxy
+(areal/rollout/episode_workers.py): trainer-0 names it and exits, past launcher.stopped_timeout_s
+for a SIGSTOP; striking trainer-0 or the server strikes the agents' episodes mid-call.
+The "training" and "evaluation" moments are read from the phase file of trainer-0
 (areal/trainer/grpo.py Phases), or of trainer-1 when it is the target.
 A SIGSTOPped launcher cannot be noticed by anything of the run (its children keep running and
 block once their output pipes fill): the trial resumes it (SIGCONT) after LAUNCHER_HOLD_S and
@@ -72,7 +74,7 @@ sys.path.insert(0, str(REPO))
 
 from launcher.procs import run_processes  # noqa: E402
 
-TARGETS = ("launcher", "server", "trainer-0", "trainer-1", "reward")
+TARGETS = ("launcher", "server", "trainer-0", "trainer-1", "reward", "agent_worker")
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,7 @@ PRESETS = {
             "cluster.n_gpus_per_node=3",
             "launcher.restart_failed_servers=true",
         ),
-        TARGETS,
+        ("launcher", "server", "trainer-0", "trainer-1", "reward"),
     ),
     "colocated": Preset(
         "tiny_arith_cpu.yaml",
@@ -115,7 +117,7 @@ PRESETS = {
         "calculator_agent_cpu.yaml",
         "calculator_agent_cpu",
         ("actor.backend=fsdp:d2", "cluster.n_gpus_per_node=3", "launcher.restart_failed_servers=true"),
-        ("launcher", "server", "trainer-0", "trainer-1"),
+        ("launcher", "server", "trainer-0", "trainer-1", "agent_worker"),
     ),
 }
 MOMENTS = ("generation", "training", "weight_update", "checkpoint", "evaluation")
@@ -275,12 +277,13 @@ def at_moment(run: Run, moment: str, after_step: int, target: str = "trainer-0")
 def target_pid(run: Run, target: str) -> int:
     if target == "launcher":
         return run.proc.pid
-    if target == "reward":
+    if target in ("reward", "agent_worker"):
         trainer = run.pid_of("trainer-0")
-        # spawned pool workers run spawn_main (the resource tracker, also a child, does not)
+        # spawned pool workers run spawn_main (the resource tracker, also a child, does not); the
+        # agent config has no reward workers, so its spawned children are the agent workers
         workers = [p for p in psutil.Process(trainer).children() if "spawn_main" in " ".join(p.cmdline())]
         if not workers:
-            raise RuntimeError("trainer-0 has no reward worker right now")
+            raise RuntimeError(f"trainer-0 has no {target.replace('_', ' ')} right now")
         return workers[0].pid
     name = "server-0" if target == "server" else target
     pid = run.pid_of(name)
@@ -400,7 +403,9 @@ def trial(
             t.outcome, t.seconds, t.note = ("completed" if not problem else "INCOMPLETE"), seconds, problem or back
             t.recovery_s = seconds if not problem else float("nan")
             return t
-        named = {"launcher": None, "reward": "trainer-0", "server": "server-0"}.get(t.target, t.target)
+        named = {"launcher": None, "reward": "trainer-0", "agent_worker": "trainer-0", "server": "server-0"}.get(
+            t.target, t.target
+        )
         message = re.search(rf"error: {named} .*; log: \S+", text) if named else True
         if t.target == "launcher":
             exited = "all exited" if seconds <= EXIT_WITHIN_S else "slow exit"

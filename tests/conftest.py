@@ -20,6 +20,21 @@ def scripted_chat_model_dir(tmp_path_factory):
     return str(build_scripted_chat_model(tmp_path_factory.mktemp("scripted_chat") / "model"))
 
 
+@pytest.fixture(scope="module")
+def scripted_chat_engine(scripted_chat_model_dir):
+    """A RemoteSGLangEngine (consumer batch 2) of a built-in server serving the scripted chat model."""
+    from areal.engine.sglang.client import RemoteSGLangEngine
+    from areal.server.testing import start_server
+
+    server = start_server(scripted_chat_model_dir, extra_args=["--dtype", "float32"], env={"OMP_NUM_THREADS": "1"})
+    eng = RemoteSGLangEngine.from_pretrained(
+        scripted_chat_model_dir, server_addrs=[server.url], rollout={"consumer_batch_size": 2}
+    )
+    yield eng
+    eng.destroy()
+    server.stop()
+
+
 def pytest_collection_modifyitems(config, items):
     """gpu-marked tests skip themselves where CUDA is absent (CI, this machine)."""
     try:

@@ -125,6 +125,14 @@ class AgentConfig(Section):
         ge=1,
         description="Model calls one episode may make; past it the proxy answers HTTP 429 (code episode_call_limit).",
     )
+    workers: int = Field(
+        1,
+        ge=0,
+        description="Processes that run the agent episodes, each with its own event loop, OpenAI proxy and "
+        "client of the servers, so that the agents' Python does not take the trainer's GIL; the trainer "
+        "keeps admission (the staleness bound), pause and the batches. 0 runs them in the trainer's "
+        "process. One process served 2,048 concurrent runs of the tiny CPU agent (docs/reliability.md).",
+    )
     chat_template: str | None = Field(
         None,
         description="Chat template for agent traffic instead of the tokenizer's: 'chatml_tools' (ChatML "

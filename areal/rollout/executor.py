@@ -68,6 +68,7 @@ from areal.api.workflow import RolloutWorkflow
 from areal.rollout.batch import concat_padded
 from areal.rollout.seeds import mix, set_episode_seed
 from areal.rollout.staleness import capacity
+from areal.utils.errors import describe_failure
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +86,7 @@ class RolloutError(RuntimeError):
         self.error = error
         text = repr(data)
         text = text if len(text) <= 500 else text[:500] + "..."
-        super().__init__(f"workflow {type(workflow).__name__} failed on record {text}: {type(error).__name__}: {error}")
+        super().__init__(f"workflow {type(workflow).__name__} failed on record {text}: {describe_failure(error)}")
 
 
 @dataclass

@@ -12,7 +12,9 @@ It serves /v1/chat/completions, /v1/completions and /v1/models on 127.0.0.1 (a f
 areal/chat's request and response shapes (the built-in server's /v1 routes use the same), and
 generates with `engine.agenerate`: the staleness bound, pause/abort-resubmit and per-token
 weight versions apply to agent traffic as to any workflow. The API key says which episode a
-request belongs to (a key not open is a 401).
+request belongs to (a key not open is a 401). It listens with a backlog of `concurrency`, the agent
+calls that may connect in one burst (areal.infra.sockets says why a shallower queue resets them),
+and keeps idle connections open longer than the agents' client does, so the client closes them.
 
 Prompts: a chat call that repeats an earlier call's messages and the reply it got, then adds
 messages, is built on that call's exact tokens (areal/chat/continuation.py), so its prompt
@@ -55,11 +57,16 @@ from areal.chat.response import (
 )
 from areal.chat.template import encode_text, render_chat
 from areal.chat.tool_calls import ParsedReply
+from areal.infra.sockets import listen_backlog
 
 logger = logging.getLogger(__name__)
 
 RUN_SAMPLING = ("temperature", "top_p", "top_k")  # fixed by gconfig (see the module docstring)
 MAX_BODY_BYTES = 64 * 2**20
+# an idle connection stays open this long: longer than the agents' client keeps one
+# (areal.workflow.agent.KEEPALIVE_S), so the client, never the proxy, closes it: a request sent on
+# a connection the server is closing at that moment would fail
+KEEPALIVE_TIMEOUT_S = 3600.0
 
 
 @dataclass
@@ -137,10 +144,13 @@ class OpenAIProxy:
         max_calls: int | None = None,
         host: str = "127.0.0.1",
         model_name: str = "areal-policy",
+        concurrency: int = 128,
     ):
         """`engine`: an InferenceEngine (agenerate); `tokenizer`: the policy's; `gconfig`: the
-        run's GenerationConfig; `chat_template`: Jinja text replacing the tokenizer's."""
+        run's GenerationConfig; `chat_template`: Jinja text replacing the tokenizer's;
+        `concurrency`: the agent calls that may connect at once (the listen backlog)."""
         self.engine, self.tokenizer, self.gconfig = engine, tokenizer, gconfig
+        self.concurrency = concurrency
         self.chat_template, self.context_length, self.max_calls = chat_template, context_length, max_calls
         self.host, self.model_name = host, model_name
         self._episodes: dict[str, Episode] = {}
@@ -156,12 +166,19 @@ class OpenAIProxy:
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_get("/v1/models", self._models)
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, access_log=None, keepalive_timeout=KEEPALIVE_TIMEOUT_S)
         await self._runner.setup()
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.bind((self.host, 0))
         self.port = sock.getsockname()[1]
-        await web.SockSite(self._runner, sock).start()
+        # a step's agents connect in one burst: a queue shallower than it overflows, and the
+        # kernel resets connections the proxy never sees (areal.infra.sockets)
+        backlog = listen_backlog(
+            self.concurrency,
+            what="the agents' OpenAI proxy",
+            keys="rollout.max_concurrent_rollouts x gconfig.n_samples",
+        )
+        await web.SockSite(self._runner, sock, backlog=backlog).start()
         self.loop = asyncio.get_running_loop()
         logger.info("OpenAI proxy for agents at %s", self.base_url)
 

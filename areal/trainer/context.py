@@ -172,9 +172,10 @@ class TrainContext:
     def close(self) -> None:
         if self.stats is not None:
             self.stats.close()
-        self.source.destroy()
+        # before the source: the evaluation workflow's proxy runs on the source's executor loop
         if self.eval_workflow is not None and hasattr(self.eval_workflow, "close"):
             self.eval_workflow.close()
+        self.source.destroy()
 
 
 def seed_everything(seed: int, rank: int) -> None:

@@ -15,6 +15,7 @@ import sys
 import time
 
 from areal.infra.log_format import setup_process_logging
+from areal.infra.sockets import OpenFileLimitError, raise_rollout_client_open_files
 from areal.utils.gil import shorten_gil_switch_interval
 
 logger = logging.getLogger("areal.driver")
@@ -65,9 +66,9 @@ def drive(cfg) -> list[dict]:
             print(json.dumps(report), flush=True)
             reports.append(report)
     finally:
-        engine.destroy()
-        if hasattr(workflow, "close"):
+        if hasattr(workflow, "close"):  # first: its proxy runs on the executor that destroy() stops
             workflow.close()
+        engine.destroy()
     print(f"saved {len(reports)} batches of rollouts to {cfg.run_dir}/rollouts", flush=True)
     return reports
 
@@ -81,6 +82,11 @@ def main(argv: list[str] | None = None) -> int:
     setup_process_logging()
     cfg = load_run_config(args.config)
     shorten_gil_switch_interval(cfg.rollout.gil_switch_interval_ms)
+    try:
+        raise_rollout_client_open_files(cfg, "the rollout driver")
+    except OpenFileLimitError as exc:
+        logger.error("%s", exc)
+        return 1
     drive(cfg)
     return 0
 

@@ -13,6 +13,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from areal.infra.sockets import OpenFileLimitError, raise_open_file_limit, raise_rollout_client_open_files
 from areal.utils.gil import shorten_gil_switch_interval
 
 if TYPE_CHECKING:
@@ -245,6 +246,14 @@ def main(argv: list[str] | None = None) -> int:
     cfg = load_run_config(args.config)
     if int(os.environ.get("RANK", "0")) == 0:  # rank 0 runs the rollout client thread
         shorten_gil_switch_interval(cfg.rollout.gil_switch_interval_ms)
+        # every request in flight holds a socket: fail here, not with 'accept() out of system resource'
+        try:
+            raise_rollout_client_open_files(cfg, "trainer rank 0 (the rollout client)")
+        except OpenFileLimitError as exc:
+            logger.error("%s", exc)
+            return 1
+    else:
+        raise_open_file_limit()
     run(cfg)
     return 0
 

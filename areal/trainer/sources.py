@@ -176,10 +176,12 @@ class LiveRollouts(RolloutSource):
         return broadcast_from_rank0(state)
 
     def destroy(self) -> None:
-        if self.engine is not None:
-            self.engine.destroy()
+        # the workflow first: its proxy and client live on the executor's loop (or in worker
+        # processes that follow the engine's control), which engine.destroy() stops
         if self.workflow is not None and hasattr(self.workflow, "close"):
             self.workflow.close()
+        if self.engine is not None:
+            self.engine.destroy()
 
 
 class ReplayRollouts(RolloutSource):

@@ -34,6 +34,7 @@ Rows carry input_ids, attention_mask, loss_mask, logprobs, versions (per-token w
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import math
@@ -46,6 +47,10 @@ from areal.workflow.common import load_tokenizer, stack_samples, trajectory
 
 STAT_PREFIX = "stat/agent/"  # per-row figures the trainer logs as rollout/agent/<name>
 SAMPLE_MODES = ("conversation", "call")
+SOCKETS_PER_CALL = 3  # the agent's connection, the proxy's end of it, the request to a server
+KEEPALIVE_S = 600.0  # an idle connection of the agents' pool is kept this long (between turns, steps)
+
+logger = logging.getLogger(__name__)
 
 
 class AgentWorkflow(RolloutWorkflow):
@@ -60,12 +65,19 @@ class AgentWorkflow(RolloutWorkflow):
         chat_template: str | None = None,
         context_length: int | None = None,
         request_timeout_s: float = 3600.0,
+        concurrency: int = 128,
+        workers: int = 1,
     ):
         """`run`: the agent function or its import path; `gconfig`: the run's GenerationConfig;
         `tokenizer`: the policy's tokenizer or its path; `chat_template`: a built-in name or a
-        Jinja file replacing the tokenizer's template (see workflow.agent.chat_template)."""
+        Jinja file replacing the tokenizer's template (see workflow.agent.chat_template);
+        `concurrency`: agent runs in flight at once (episodes x n_samples), which sizes the proxy's
+        listen queue and the client's connection pool; `workers`: processes that run the episodes
+        (workflow.agent.workers), 0 runs them on the caller's event loop."""
         if samples not in SAMPLE_MODES:
             raise ValueError(f"workflow.agent.samples={samples!r} is not one of {SAMPLE_MODES}")
+        if workers < 0:
+            raise ValueError(f"workflow.agent.workers={workers} must be 0 (in this process) or more")
         self.run = resolve_agent(run) if isinstance(run, str) else run
         self.gconfig = gconfig
         self.tokenizer = load_tokenizer(tokenizer)
@@ -76,7 +88,23 @@ class AgentWorkflow(RolloutWorkflow):
 
             self.chat_template = resolve_chat_template(chat_template)
         self.context_length, self.request_timeout_s = context_length, request_timeout_s
+        self.concurrency, self.workers = concurrency, workers
+        # what a worker process builds its own copy from (names and paths, not live objects)
+        self._recipe = functools.partial(
+            AgentWorkflow,
+            run,
+            gconfig,
+            tokenizer,
+            samples=samples,
+            max_calls=max_calls,
+            chat_template=chat_template,
+            context_length=context_length,
+            request_timeout_s=request_timeout_s,
+            concurrency=concurrency,
+            workers=0,
+        )
         self._proxy = self._client = self._started = None
+        self._pool = None
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else (self.tokenizer.eos_token_id or 0)
 
@@ -96,10 +124,16 @@ class AgentWorkflow(RolloutWorkflow):
             chat_template=a.chat_template,
             context_length=cfg.sglang.context_length,
             request_timeout_s=cfg.rollout.request_timeout_s,
+            concurrency=agent_concurrency(cfg),
+            workers=a.workers,
             **kwargs,
         )
 
     async def arun_episode(self, engine: InferenceEngine, data: dict[str, Any]) -> dict[str, Any]:
+        if self.workers:
+            from areal.rollout.seeds import episode_seed
+
+            return await self._pool_for(engine).run(data, episode_seed())
         proxy, client = await self._proxy_for(engine)
         runs = await asyncio.gather(*(self._run_once(proxy, client, data) for _ in range(self.gconfig.n_samples)))
         _check_same_figures([figures for _, _, figures in runs], self.run)
@@ -141,40 +175,82 @@ class AgentWorkflow(RolloutWorkflow):
                 chat_template=self.chat_template,
                 context_length=self.context_length,
                 max_calls=self.max_calls,
+                concurrency=self.concurrency,
             )
             self._started = loop.create_task(self._proxy.start())
             self._client = None
         await asyncio.shield(self._started)
         if self._client is None:
-            self._client = openai_client(self._proxy.base_url, self.request_timeout_s)
+            self._client = openai_client(self._proxy.base_url, self.request_timeout_s, self.concurrency)
         return self._proxy, self._client
 
-    def close(self) -> None:
-        """Stop the proxy if its event loop still runs (the executor's loop may be gone)."""
+    @property
+    def pool(self):
+        """The worker processes (an EpisodeWorkers) once the first episode started them, else None."""
+        return self._pool
+
+    def _pool_for(self, engine):
+        """The worker processes of this workflow, for `engine`'s servers (started on first use)."""
+        if self._pool is None or self._pool.engine is not engine:
+            from areal.infra.sockets import open_files_needed
+            from areal.rollout.episode_workers import EpisodeWorkers
+
+            _check_picklable(self._recipe, self.run)
+            if self._pool is not None:
+                self._pool.close()
+            self._pool = EpisodeWorkers(
+                self._recipe,
+                engine,
+                self.workers,
+                name="agent-worker",
+                open_files=open_files_needed(SOCKETS_PER_CALL * self.concurrency),
+                open_files_keys="rollout.max_concurrent_rollouts x gconfig.n_samples",
+            )
+        return self._pool
+
+    async def aclose(self) -> None:
+        """Close the client and the proxy of this process (on the loop they run on)."""
         proxy, client = self._proxy, self._client
         self._proxy = self._client = None
-        loop = getattr(proxy, "loop", None)
-        if loop is None or loop.is_closed() or not loop.is_running():
-            return
-
-        async def shutdown():
-            if client is not None:
-                await client.close()
+        if client is not None:
+            await client.close()
+        if proxy is not None:
             await proxy.stop()
 
+    def close(self) -> None:
+        """Stop the worker processes (each closes its proxy and client), or this process's proxy and
+        client if their event loop still runs: call it before the executor stops."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close()
+        loop = getattr(self._proxy, "loop", None)
+        if loop is None or loop.is_closed() or not loop.is_running():
+            if self._proxy is not None:
+                logger.warning("the agents' OpenAI proxy could not be closed: its event loop has stopped")
+            self._proxy = self._client = None
+            return
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
         if running is loop:
-            loop.create_task(shutdown())
+            loop.create_task(self.aclose())
         else:
-            asyncio.run_coroutine_threadsafe(shutdown(), loop).result(timeout=30)
+            asyncio.run_coroutine_threadsafe(self.aclose(), loop).result(timeout=30)
 
 
-def openai_client(base_url: str, timeout_s: float):
+def agent_concurrency(cfg) -> int:
+    """Agent runs in flight at once: episodes the executor runs together, n_samples runs each."""
+    r = cfg.rollout
+    return (r.max_concurrent_rollouts or r.consumer_batch_size or 1) * cfg.gconfig.n_samples
+
+
+def openai_client(base_url: str, timeout_s: float, concurrency: int = 128):
     """An AsyncOpenAI for the proxy: no retries (a failed call is the agent's to see, and the
-    engine already retried the servers), the rollout request timeout."""
+    engine already retried the servers), the rollout request timeout, and a connection pool as large
+    as the runs in flight that keeps every connection between turns (openai's default keeps 100
+    of 1,000: after each turn the others closed, and the next turn reconnected in a burst).
+    A run past the pool waits for a connection (back-pressure) within the request timeout."""
     try:
         import openai
     except ImportError as exc:
@@ -184,7 +260,43 @@ def openai_client(base_url: str, timeout_s: float):
     for name in ("httpx", "httpx2"):  # the client logs every request at INFO: one line per call
         if logging.getLogger(name).level == logging.NOTSET:
             logging.getLogger(name).setLevel(logging.WARNING)
-    return openai.AsyncOpenAI(base_url=base_url, api_key="per-episode", max_retries=0, timeout=timeout_s)
+    return openai.AsyncOpenAI(
+        base_url=base_url,
+        api_key="per-episode",
+        max_retries=0,
+        timeout=timeout_s,
+        http_client=_pooled_http_client(openai, concurrency, timeout_s),
+    )
+
+
+def _pooled_http_client(openai, concurrency: int, timeout_s: float):
+    """openai's own async HTTP client class (httpx2 from openai 3, httpx before) with the pool sized."""
+    if hasattr(openai, "DefaultAsyncHttpx2Client"):
+        import httpx2 as httpx_module
+
+        cls = openai.DefaultAsyncHttpx2Client
+    else:
+        import httpx as httpx_module
+
+        cls = openai.DefaultAsyncHttpxClient
+    limits = httpx_module.Limits(
+        max_connections=concurrency, max_keepalive_connections=concurrency, keepalive_expiry=KEEPALIVE_S
+    )
+    return cls(limits=limits, timeout=timeout_s)
+
+
+def _check_picklable(recipe, run) -> None:
+    """Worker processes import the agent by name: a lambda or a closure cannot travel."""
+    import pickle
+
+    try:
+        pickle.dumps(recipe)
+    except (pickle.PicklingError, AttributeError, TypeError) as exc:
+        raise ValueError(
+            f"workflow.agent.workers > 0 runs the agent {getattr(run, '__qualname__', run)!r} in worker "
+            f"processes, which import it by name, and it cannot be sent there ({exc}): make it a "
+            "module-level async function (or pass its import path), or set workflow.agent.workers=0"
+        ) from exc
 
 
 def resolve_agent(spec: str):

@@ -3,9 +3,11 @@ workflow's proxy, the built-in server and the FSDP trainer in one run, as CI smo
 
 import json
 import os
+import re
 import subprocess
 import sys
 
+import psutil
 import pytest
 
 from tests.launcher.helpers import REPO, free_ports
@@ -42,4 +44,12 @@ def test_calculator_agent_cpu_run(tmp_path):
         assert 0 <= row["rollout/agent/tool_call_rate"] <= 1 and 0 <= row["rollout/agent/accuracy"] <= 1
         assert row["rollout/gen_tokens"] > 0
     assert rows[0]["step"] == 0 and rows[-1]["eval/n"] == 4  # evaluated before and after training
-    assert "HTTP Request: POST" not in (run_dir / "logs" / "trainer-0.log").read_text()
+    log = (run_dir / "logs" / "trainer-0.log").read_text()
+    assert "HTTP Request: POST" not in log
+    # the agents ran in worker processes (training and evaluation: one each), gone with the run
+    pids = [
+        int(p)
+        for found in re.findall(r"agent-worker process\(es\) run the episodes: pids \[([\d, ]+)\]", log)
+        for p in found.split(",")
+    ]
+    assert len(pids) == 2 and not [p for p in pids if psutil.pid_exists(p)]

@@ -33,3 +33,22 @@ async def fails(client, data):
 
 def not_async(client, data):
     return 1.0
+
+
+async def waits(client, data):
+    """Never ends (until its worker is killed or the episode cancelled)."""
+    import asyncio
+
+    await asyncio.Event().wait()
+
+
+async def one_token(client, data):
+    """One call for one token; the reward says which record the run had."""
+    await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=1)
+    return float(data["i"])
+
+
+async def one_tool_call(client, data):
+    """One call; the reward says which record the run had, and whether the tool call parsed."""
+    reply = await client.chat.completions.create(model="m", messages=ADD, tools=TOOLS)
+    return float(data["i"]) + (0.5 if reply.choices[0].message.tool_calls else 0.0)

@@ -6,10 +6,8 @@ import pytest
 
 from areal.config import validate_config
 from areal.config.rollout import GenerationConfig
-from areal.engine.sglang.client import RemoteSGLangEngine
 from areal.rollout.batch import sample_stats
 from areal.rollout.executor import RolloutError
-from areal.server.testing import start_server
 from areal.workflow.agent import AgentWorkflow
 from areal.workflow.registry import build_workflow
 from tests.scripted_chat import CALL_TEXT, END
@@ -19,22 +17,19 @@ RECORD = {"question": "add 3 and 4", "bonus": 0.25}
 
 
 @pytest.fixture(scope="module")
-def engine(scripted_chat_model_dir):
-    server = start_server(scripted_chat_model_dir, extra_args=["--dtype", "float32"], env={"OMP_NUM_THREADS": "1"})
-    eng = RemoteSGLangEngine.from_pretrained(
-        scripted_chat_model_dir, server_addrs=[server.url], rollout={"consumer_batch_size": 2}
-    )
-    yield eng
-    eng.destroy()
-    server.stop()
+def engine(scripted_chat_engine):
+    return scripted_chat_engine
 
 
 def workflow(model_dir, run, **kw):
+    """The agents run in this process unless a test asks for worker processes (workers=1)."""
+    kw.setdefault("workers", 0)
     return AgentWorkflow(A + run, GenerationConfig(n_samples=2, max_new_tokens=128, temperature=0.0), model_dir, **kw)
 
 
-def test_conversation_rows(engine, scripted_chat_model_dir):
-    wf = workflow(scripted_chat_model_dir, "calculator")
+@pytest.mark.parametrize("workers", [0, 1])
+def test_conversation_rows(engine, scripted_chat_model_dir, workers):
+    wf = workflow(scripted_chat_model_dir, "calculator", workers=workers)
     try:
         batch = engine.rollout_batch([RECORD], wf)
     finally:
@@ -94,9 +89,12 @@ def test_an_agent_without_calls_gives_an_untrainable_row(engine, scripted_chat_m
     assert batch["rewards"].tolist() == [0.5, 0.5] and batch["loss_mask"].sum() == 0
 
 
-@pytest.mark.parametrize("run, error", [("returns_text", "finite numbers"), ("fails", "the agent broke")])
-def test_misbehaving_agents_fail_the_episode_with_a_message(engine, scripted_chat_model_dir, run, error):
-    wf = workflow(scripted_chat_model_dir, run)
+@pytest.mark.parametrize(
+    "run, error, workers",
+    [("returns_text", "finite numbers", 0), ("fails", "the agent broke", 0), ("fails", "the agent broke", 1)],
+)
+def test_misbehaving_agents_fail_the_episode_with_a_message(engine, scripted_chat_model_dir, run, error, workers):
+    wf = workflow(scripted_chat_model_dir, run, workers=workers)
     with pytest.raises(RolloutError, match=error):
         engine.rollout_batch([RECORD], wf)
     wf.close()

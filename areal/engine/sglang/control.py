@@ -195,6 +195,19 @@ class ServerControl:
         if self.paused:
             listener.pause()
 
+    def remove_listener(self, listener: Any) -> None:
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def follow_gate(self, paused: bool) -> None:
+        """Record that another process's control paused (or continued) these servers, without a
+        request: an episode worker's client follows the trainer's gate this way, so that an aborted
+        request waits for continue instead of being resubmitted to paused servers."""
+        if paused:
+            self._paused.set()
+        else:
+            self._paused.clear()
+
     def pause(self, mode: str | None = None) -> dict[str, float]:
         """Pause generation on every server (`mode`, default pause_mode); returns what the servers
         say it cost (see pause_report). A time-shared step pauses with abort before it releases the

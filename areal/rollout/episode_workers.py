@@ -1,0 +1,522 @@
+"""Worker processes that run a workflow's episodes off the trainer's GIL.
+
+An agent episode is Python all the way down: the agent's own code, the openai client (httpx,
+pydantic), the rollout proxy (aiohttp, the chat template, the tokenizer) and the engine's HTTP
+client. Hundreds of them in the trainer's process took its GIL from the training thread: on one
+H200 the agent recipe's recompute pass ran 5.4x slower per token than the RLVR recipe's. Here each
+worker is a spawned process with its own event loop, its own client of the inference servers and
+its own copy of the workflow; the trainer keeps what decides which sample is trained on:
+
+    trainer (rank 0)                                  worker process (one or more)
+    RolloutExecutor: admission under the staleness    receives ("run", id, record, seed, version),
+      bound, submission order, pause, filters          runs workflow.arun_episode(engine, record)
+    workflow.arun_episode -> EpisodeWorkers.run ----> on its loop, answers ("done", id, rows) or
+      awaits the rows                                  ("failed", id, text naming the root cause)
+    ServerControl pause / continue -> pause() /      its client's gate follows (acknowledged
+      resume()                                        before the servers are paused)
+
+Version stamps come from the servers (per token), as in the trainer; the worker's client also
+knows the trainer's weight version (each run message and every continue carry it) for the prefix
+cache namespace and the servers that report none, and the LoRA adapter requests name.
+
+A worker that dies fails the episodes it was running with an error that names it and its exit
+code; the executor raises it as a RolloutError. Workers end with the trainer (lifetime.py) and on
+`close()`: each closes its workflow (proxy, client) and its HTTP session, then exits.
+
+Messages are pickled by `pickle` itself, not multiprocessing's ForkingPickler, so torch tensors
+travel as bytes rather than as shared-memory handles that would outlive the message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import multiprocessing
+import os
+import pickle
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+logger = logging.getLogger(__name__)
+
+ACK_TIMEOUT_S = 10.0  # a pause waits this long for each worker's gate to close
+STOP_TIMEOUT_S = 30.0  # close() waits this long for a worker to exit before killing it
+
+
+class EpisodeWorkerError(RuntimeError):
+    """An episode failed in a worker process, or its worker did (the message says which)."""
+
+
+@dataclass
+class WorkerSpec:
+    """What a worker process needs to build its client and its workflow (picklable)."""
+
+    name: str
+    make_workflow: Callable[[], Any]  # builds the in-process workflow (an importable callable)
+    config: Any  # the ExperimentConfig of the trainer's engine
+    addrs: list[str]
+    version: int
+    lora_name: str | None
+    paused: bool
+    open_files: int = 0  # descriptors the worker needs (areal.infra.sockets)
+    open_files_keys: str = ""
+
+
+@dataclass
+class _Worker:
+    name: str
+    process: Any
+    conn: Any
+    send_lock: threading.Lock = field(default_factory=threading.Lock)
+    pending: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = field(default_factory=dict)
+    acks: dict[int, threading.Event] = field(default_factory=dict)
+    ready: threading.Event = field(default_factory=threading.Event)
+    alive: bool = True
+    fatal: str | None = None
+
+
+def _send(conn, message: tuple, lock: threading.Lock) -> None:
+    """One message on a pipe that several threads write to."""
+    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    with lock:
+        conn.send_bytes(data)
+
+
+class EpisodeWorkers:
+    """`n` worker processes running episodes of the workflow `make_workflow()` builds, against the
+    servers of `engine` (a RemoteSGLangEngine: its config, addresses and control)."""
+
+    def __init__(
+        self,
+        make_workflow: Callable[[], Any],
+        engine,
+        n: int,
+        *,
+        name: str = "episode-worker",
+        open_files: int = 0,
+        open_files_keys: str = "",
+        startup_timeout_s: float | None = None,
+    ):
+        if n < 1:
+            raise ValueError(f"EpisodeWorkers needs at least one worker, got {n}")
+        self.make_workflow, self.engine, self.n, self.name = make_workflow, engine, n, name
+        self.open_files, self.open_files_keys = open_files, open_files_keys
+        self.startup_timeout_s = startup_timeout_s or engine.config.rollout.setup_timeout_s
+        self.stopped_timeout_s = engine.config.launcher.stopped_timeout_s
+        self._workers: list[_Worker] = []
+        self._lock = threading.Lock()  # the worker list, each worker's pending table and alive flag
+        self._start_lock = threading.Lock()
+        self._ids = itertools.count()
+        self._closed = False
+
+    # ---- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Spawn the workers and wait until each has connected to the servers (blocking)."""
+        with self._start_lock:
+            if self._workers or self._closed:
+                return
+            ctx = multiprocessing.get_context("spawn")
+            control = self.engine.control
+            workers = []
+            for i in range(self.n):
+                spec = WorkerSpec(
+                    name=f"{self.name}-{i}",
+                    make_workflow=self.make_workflow,
+                    config=self.engine.config,
+                    addrs=list(self.engine.addrs),
+                    version=self.engine.get_version(),
+                    lora_name=control.lora_name,
+                    paused=control.paused,
+                    open_files=self.open_files,
+                    open_files_keys=self.open_files_keys,
+                )
+                ours, theirs = ctx.Pipe(duplex=True)
+                process = ctx.Process(target=worker_main, args=(theirs, spec), name=spec.name, daemon=True)
+                process.start()
+                theirs.close()
+                worker = _Worker(spec.name, process, ours)
+                threading.Thread(target=self._read, args=(worker,), name=f"{spec.name}-reader", daemon=True).start()
+                workers.append(worker)
+            with self._lock:
+                self._workers = workers
+            self._await_ready(workers)
+            if self.stopped_timeout_s is not None:
+                threading.Thread(target=self._watch_stopped, name=f"{self.name}-watch", daemon=True).start()
+            control.add_listener(self)  # from here on every pause and continue reaches the workers
+            logger.info(
+                "%d %s process(es) run the episodes: pids %s", self.n, self.name, [w.process.pid for w in workers]
+            )
+
+    def _await_ready(self, workers: list[_Worker]) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        for w in workers:
+            w.ready.wait(max(0.0, deadline - time.monotonic()))
+            problem = w.fatal or (None if w.alive else f"{_exit_text(w)} before it was ready")
+            if problem is not None and not w.fatal:  # it died before worker_main could say why
+                problem += (
+                    " (its traceback is on this process's stderr; a script that starts workers needs "
+                    "`if __name__ == '__main__':`, since a spawned process imports the script's main module)"
+                )
+            if problem is None and not w.ready.is_set():
+                problem = (
+                    f"not ready within {self.startup_timeout_s:.0f} s (rollout.setup_timeout_s): it imports the "
+                    "workflow and connects to the servers first"
+                )
+            if problem is not None:
+                self.close()
+                raise EpisodeWorkerError(f"{w.name} (pid {w.process.pid}) could not start: {problem}")
+
+    def close(self) -> None:
+        """Stop every worker: each closes its workflow and client, then exits (killed past
+        STOP_TIMEOUT_S). Episodes still running fail. Safe to call twice."""
+        with self._lock:
+            self._closed = True
+            workers = list(self._workers)
+        self.engine.control.remove_listener(self)
+        for w in workers:
+            if w.alive:
+                try:
+                    _send(w.conn, ("stop",), w.send_lock)
+                except OSError:
+                    pass
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for w in workers:
+            w.process.join(max(0.0, deadline - time.monotonic()))
+            if w.process.is_alive():
+                logger.warning("%s (pid %d) did not stop within %.0f s: killed", w.name, w.process.pid, STOP_TIMEOUT_S)
+                w.process.kill()
+                w.process.join(5)
+            w.conn.close()
+
+    @property
+    def pids(self) -> list[int]:
+        return [w.process.pid for w in self._workers]
+
+    def exit_codes(self) -> list[int | None]:
+        """Each worker's exit code (None while it runs)."""
+        return [w.process.exitcode for w in self._workers]
+
+    def running(self) -> int:
+        """Episodes sent to the workers and not answered yet."""
+        with self._lock:
+            return sum(len(w.pending) for w in self._workers)
+
+    # ---- episodes -----------------------------------------------------------------------------
+
+    async def run(self, data: Any, seed: int | None) -> Any:
+        """The episode's result (what the workflow's arun_episode returns), run in a worker."""
+        if not self._workers:
+            await asyncio.to_thread(self.start)
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        episode_id = next(self._ids)
+        with self._lock:
+            live = [w for w in self._workers if w.alive]
+            if self._closed or not live:
+                raise EpisodeWorkerError(self._gone_text())
+            worker = min(live, key=lambda w: len(w.pending))
+            worker.pending[episode_id] = (loop, future)
+        try:
+            _send(worker.conn, ("run", episode_id, data, seed, self.engine.get_version()), worker.send_lock)
+            return await future
+        except asyncio.CancelledError:
+            if worker.alive:
+                try:
+                    _send(worker.conn, ("cancel", episode_id), worker.send_lock)
+                except OSError:
+                    pass
+            raise
+        finally:
+            with self._lock:
+                worker.pending.pop(episode_id, None)
+
+    def _gone_text(self) -> str:
+        if self._closed:
+            return f"the {self.name} processes were closed"
+        return f"every {self.name} process has exited: " + "; ".join(_exit_text(w) for w in self._workers)
+
+    # ---- the generation gate (a ServerControl listener) ---------------------------------------
+
+    def pause(self) -> int:
+        """Close every worker's gate and wait (ACK_TIMEOUT_S) until each says it did: from then on
+        an aborted request waits there for continue. Returns how many workers confirmed."""
+        waits = self._gate(True)
+        deadline = time.monotonic() + ACK_TIMEOUT_S
+        confirmed = 0
+        for w, event in waits:
+            if event.wait(max(0.0, deadline - time.monotonic())) and w.alive:
+                confirmed += 1
+            elif w.alive:
+                logger.warning(
+                    "%s (pid %d) did not confirm the pause within %.0f s; its requests may reach paused servers",
+                    w.name,
+                    w.process.pid,
+                    ACK_TIMEOUT_S,
+                )
+        return confirmed
+
+    def resume(self) -> None:
+        """Open the gates, with the version the servers now serve and the adapter to name."""
+        self._gate(False)
+
+    def _gate(self, paused: bool) -> list[tuple[_Worker, threading.Event]]:
+        control = self.engine.control
+        seq = next(self._ids)
+        message = ("gate", seq, paused, control.get_version(), control.lora_name)
+        waits = []
+        with self._lock:
+            workers = [w for w in self._workers if w.alive]
+        for w in workers:
+            event = threading.Event()
+            w.acks[seq] = event
+            try:
+                _send(w.conn, message, w.send_lock)
+            except OSError:
+                continue  # dead: its reader fails what it ran
+            waits.append((w, event))
+        return waits
+
+    # ---- a stopped worker is killed and named ----------------------------------------------------
+
+    def _watch_stopped(self) -> None:
+        """A worker left in the stopped state (SIGSTOP) past launcher.stopped_timeout_s would hold
+        its episodes, and the run, for ever: kill it, so that they fail with its name."""
+        import psutil
+
+        since: dict[int, float] = {}
+        while not self._closed:
+            with self._lock:
+                workers = [w for w in self._workers if w.alive]
+            for w in workers:
+                try:
+                    stopped = psutil.Process(w.process.pid).status() == psutil.STATUS_STOPPED
+                except psutil.Error:
+                    stopped = False
+                if not stopped:
+                    since.pop(w.process.pid, None)
+                    continue
+                first = since.setdefault(w.process.pid, time.monotonic())
+                if time.monotonic() - first >= self.stopped_timeout_s:
+                    w.fatal = (
+                        f"was stopped (SIGSTOP) for {self.stopped_timeout_s:g} s (launcher.stopped_timeout_s) "
+                        "and killed"
+                    )
+                    w.process.kill()
+            time.sleep(0.5)
+
+    # ---- the reader thread of each worker -----------------------------------------------------
+
+    def _read(self, w: _Worker) -> None:
+        while True:
+            try:
+                message = pickle.loads(w.conn.recv_bytes())
+            except (EOFError, OSError):
+                break
+            kind = message[0]
+            if kind == "done":
+                self._settle(w, message[1], message[2], None)
+            elif kind == "failed":
+                self._settle(w, message[1], None, EpisodeWorkerError(message[2]))
+            elif kind == "ack":
+                event = w.acks.pop(message[1], None)
+                if event is not None:
+                    event.set()
+            elif kind == "ready":
+                w.ready.set()
+            elif kind == "fatal":
+                w.fatal = message[1]
+        self._on_exit(w)
+
+    def _settle(self, w: _Worker, episode_id: int, result: Any, error: BaseException | None) -> None:
+        with self._lock:
+            entry = w.pending.pop(episode_id, None)
+        if entry is None:
+            return  # cancelled meanwhile
+        loop, future = entry
+        try:
+            loop.call_soon_threadsafe(_resolve, future, result, error)
+        except RuntimeError:  # the waiting loop is gone
+            pass
+
+    def _on_exit(self, w: _Worker) -> None:
+        """The worker's pipe closed: it exited. Fail what it ran, naming it and its exit code."""
+        w.process.join(5)
+        with self._lock:
+            w.alive = False
+            pending, w.pending = w.pending, {}
+            closing = self._closed
+        for event in w.acks.values():
+            event.set()
+        w.ready.set()
+        if not pending:
+            return
+        text = f"{w.name} (pid {w.process.pid}) {_exit_text(w)} while running this episode"
+        if not closing:
+            logger.error("%s; %d episodes lost with it", text, len(pending))
+        for loop, future in pending.values():
+            try:
+                loop.call_soon_threadsafe(_resolve, future, None, EpisodeWorkerError(text))
+            except RuntimeError:
+                pass
+
+
+def _resolve(future: asyncio.Future, result: Any, error: BaseException | None) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+def _exit_text(w: _Worker) -> str:
+    code = w.process.exitcode
+    if w.fatal and w.fatal.startswith("was stopped"):
+        return w.fatal
+    if w.fatal:
+        return f"failed: {w.fatal}"
+    if code is None:
+        return "closed its pipe"
+    if code < 0:
+        import signal
+
+        return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with code {code}"
+
+
+# ---- the worker process ---------------------------------------------------------------------------
+
+
+def worker_main(conn, spec: WorkerSpec) -> None:
+    """Entry of a worker process: build the client and the workflow, then run episodes until told
+    to stop (or until the trainer is gone)."""
+    from areal.infra.log_format import setup_process_logging
+    from areal.infra.sockets import raise_open_file_limit
+    from areal.utils.errors import describe_failure
+    from areal.utils.lifetime import exit_with_parent
+
+    exit_with_parent()
+    setup_process_logging(stream=sys.stderr)
+    lock = threading.Lock()
+    code = 0
+    try:
+        raise_open_file_limit(spec.open_files, what=spec.name, keys=spec.open_files_keys)
+        asyncio.new_event_loop().run_until_complete(_serve(conn, spec, lock))
+    except BaseException as exc:
+        logger.exception("%s failed", spec.name)
+        try:
+            _send(conn, ("fatal", describe_failure(exc)), lock)
+        except OSError:
+            pass
+        code = 1
+    # _serve closed what matters (episodes, proxy, clients, sessions) in order; the interpreter's
+    # own teardown (asyncio.run cancelling what libraries left on the loop) once held a worker
+    # past close()'s 30 s at 2,048 connections, so the worker ends here
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+async def _serve(conn, spec: WorkerSpec, lock: threading.Lock) -> None:
+    from areal.engine.sglang.client import RemoteSGLangEngine
+
+    loop = asyncio.get_running_loop()
+    config = spec.config.model_copy(deep=True)
+    config.rollout.server_addrs = list(spec.addrs)
+    engine = RemoteSGLangEngine(config)
+    control = engine.control
+    control.set_version(spec.version)  # before initialize: it warns when the servers hold another
+    control.lora_name = spec.lora_name
+    control.follow_gate(spec.paused)
+    await asyncio.to_thread(engine.initialize)
+    workflow = await asyncio.to_thread(spec.make_workflow)
+    inbox: asyncio.Queue = asyncio.Queue()
+
+    def read() -> None:
+        """Gate messages are applied here at once (the trainer waits for the ack); the others go to
+        the loop."""
+        while True:
+            try:
+                message = pickle.loads(conn.recv_bytes())
+            except (EOFError, OSError):
+                message = ("stop",)
+            if message[0] == "gate":
+                _, seq, paused, version, lora_name = message
+                if not paused:
+                    control.set_version(version)
+                    control.lora_name = lora_name
+                control.follow_gate(paused)
+                try:
+                    _send(conn, ("ack", seq), lock)
+                except OSError:
+                    message = ("stop",)
+                else:
+                    continue
+            loop.call_soon_threadsafe(inbox.put_nowait, message)
+            if message[0] == "stop":
+                return
+
+    tasks: dict[int, asyncio.Task] = {}
+
+    async def episode(episode_id: int, data: Any, seed: int | None) -> None:
+        from areal.rollout.seeds import set_episode_seed
+        from areal.utils.errors import describe_failure
+
+        set_episode_seed(seed)  # this task's own context
+        try:
+            answer = ("done", episode_id, await workflow.arun_episode(engine, data))
+        except asyncio.CancelledError:
+            return  # the trainer cancelled it, or the worker stops: nobody waits for an answer
+        except Exception as exc:
+            logger.warning("%s: an episode failed", spec.name, exc_info=True)
+            answer = ("failed", episode_id, describe_failure(exc))
+        finally:
+            tasks.pop(episode_id, None)
+        try:
+            _send(conn, answer, lock)
+        except pickle.PicklingError as exc:
+            _send(conn, ("failed", episode_id, f"its result cannot be sent to the trainer: {exc}"), lock)
+
+    threading.Thread(target=read, name=f"{spec.name}-reader", daemon=True).start()
+    try:
+        async with engine.session_scope():
+            _send(conn, ("ready", os.getpid()), lock)
+            while True:
+                message = await inbox.get()
+                if message[0] == "run":
+                    _, episode_id, data, seed, version = message
+                    if version > control.get_version():
+                        control.set_version(version)
+                    tasks[episode_id] = loop.create_task(episode(episode_id, data, seed))
+                elif message[0] == "cancel":
+                    task = tasks.get(message[1])
+                    if task is not None:
+                        task.cancel()
+                elif message[0] == "stop":
+                    break
+            for task in list(tasks.values()):
+                task.cancel()
+            await asyncio.gather(*tasks.values(), return_exceptions=True)
+            if hasattr(workflow, "aclose"):
+                await workflow.aclose()
+        await _cancel_leftovers(spec.name)
+    finally:
+        engine.destroy()
+
+
+async def _cancel_leftovers(name: str, timeout: float = 5.0) -> None:
+    """Cancel the tasks libraries left on the loop; name those that outlive `timeout`."""
+    leftovers = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in leftovers:
+        task.cancel()
+    if leftovers:
+        _, pending = await asyncio.wait(leftovers, timeout=timeout)
+        if pending:
+            logger.warning("%s: %d tasks did not end when cancelled: %s", name, len(pending), list(pending)[:3])

@@ -1,0 +1,81 @@
+"""Agent episodes in worker processes (areal/rollout/episode_workers.py), against a real built-in
+server: the gate follows the trainer's control, a killed worker is named in the error of the
+episodes it ran, close() stops the workers cleanly, and an agent that cannot travel is refused
+with the key that keeps it in-process."""
+
+import os
+import signal
+
+import pytest
+
+from areal.config.rollout import GenerationConfig
+from areal.rollout.executor import RolloutError
+from areal.server.testing import wait_for
+from areal.workflow.agent import AgentWorkflow
+
+A = "tests.workflow.agents:"
+RECORD = {"question": "add 3 and 4", "bonus": 0.25, "i": 0}
+
+
+@pytest.fixture(scope="module")
+def engine(scripted_chat_engine):
+    return scripted_chat_engine
+
+
+def workflow(model_dir, run, **kw):
+    return AgentWorkflow(
+        A + run, GenerationConfig(n_samples=2, max_new_tokens=128, temperature=0.0), model_dir, workers=1, **kw
+    )
+
+
+def episode_in_a_worker(engine, model_dir) -> tuple[AgentWorkflow, int]:
+    """A workflow whose one episode never ends, submitted and running in its worker; the pid."""
+    wf = workflow(model_dir, "waits")
+    engine.submit(RECORD, wf)
+    wait_for(lambda: wf.pool is not None and wf.pool.running() == 1, "the episode to reach its worker", 60)
+    return wf, wf.pool.pids[0]
+
+
+def test_workers_follow_the_gate_and_stop_cleanly(engine, scripted_chat_model_dir):
+    wf = workflow(scripted_chat_model_dir, "one_tool_call")
+    batch = engine.rollout_batch([RECORD], wf)
+    assert batch["rewards"].tolist() == [0.5, 0.5]  # the tool call parsed in the worker
+    pool = wf.pool
+    assert pool.pause() == 1  # the worker confirmed its gate closed
+    pool.resume()
+    with engine.control.weight_update(version=None):  # the control's own pause reaches the worker too
+        pass
+    assert engine.rollout_batch([RECORD], wf)["rewards"].tolist() == [0.5, 0.5]
+    wf.close()
+    assert pool.exit_codes() == [0]  # it stopped by itself (closed its proxy and client), not killed
+    assert pool not in engine.control._listeners
+
+
+def test_a_killed_worker_is_named_in_the_error(engine, scripted_chat_model_dir):
+    wf, pid = episode_in_a_worker(engine, scripted_chat_model_dir)
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(RolloutError, match=rf"agent-worker-0 \(pid {pid}\) was killed by SIGKILL while running"):
+        engine.wait(1, timeout=60)
+    wf.close()
+
+
+def test_an_agent_that_cannot_travel_is_refused_with_the_key(engine, scripted_chat_model_dir):
+    async def local_agent(client, data):
+        return 1.0
+
+    wf = AgentWorkflow(local_agent, GenerationConfig(n_samples=1), scripted_chat_model_dir, workers=1)
+    with pytest.raises(RolloutError, match="workflow.agent.workers=0"):
+        engine.rollout_batch([RECORD], wf)
+    wf.close()
+
+
+def test_a_stopped_worker_is_killed_and_named(engine, scripted_chat_model_dir):
+    engine.config.launcher.stopped_timeout_s = 1.0  # read when the workers start
+    try:
+        wf, pid = episode_in_a_worker(engine, scripted_chat_model_dir)
+        os.kill(pid, signal.SIGSTOP)
+        with pytest.raises(RolloutError, match=r"was stopped \(SIGSTOP\) for 1 s \(launcher.stopped_timeout_s\)"):
+            engine.wait(1, timeout=60)
+    finally:
+        engine.config.launcher.stopped_timeout_s = 60.0
+    wf.close()
