@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from areal.config.rollout import RolloutConfig
+from areal.config.rollout import GenerationConfig, RolloutConfig, WorkflowConfig
 from areal.rollout.executor import RolloutExecutor
 from areal.utils.gil import shorten_gil_switch_interval
 
@@ -46,7 +46,8 @@ def test_entry_points_apply_the_config(switch_interval, monkeypatch, module, ms,
     import importlib
 
     mod = importlib.import_module(module)
-    cfg = type("Cfg", (), {"rollout": RolloutConfig(gil_switch_interval_ms=ms)})()
+    sections = {"rollout": RolloutConfig(gil_switch_interval_ms=ms), "gconfig": GenerationConfig()}
+    cfg = type("Cfg", (), {**sections, "workflow": WorkflowConfig()})()  # what the entry points read
     seen = {}
     monkeypatch.setattr("areal.trainer.main.load_run_config", lambda path: cfg)  # the driver uses it too
     monkeypatch.setattr(

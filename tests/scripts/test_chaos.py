@@ -48,7 +48,7 @@ def test_six_chaos_trials_end_in_recovery_or_a_named_exit(tmp_path, monkeypatch)
     results = chaos.run_trials(args)
     table = "\n".join(f"{r.target} {r.moment} {r.signal}: {r.outcome} ({r.seconds:.1f} s) {r.note}" for r in results)
     print(table)  # shown with pytest -s
-    assert {r.target for r in results} == set(chaos.TARGETS), table
+    assert {r.target for r in results} == set(chaos.PRESETS["demo"].targets), table
     assert {r.moment for r in results} == set(chaos.MOMENTS), table
     assert {r.signal for r in results} == set(chaos.SIGNALS), table
     for r in results:
