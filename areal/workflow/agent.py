@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import itertools
 import logging
 import math
 from collections.abc import Mapping
@@ -49,6 +50,7 @@ STAT_PREFIX = "stat/agent/"  # per-row figures the trainer logs as rollout/agent
 SAMPLE_MODES = ("conversation", "call")
 SOCKETS_PER_CALL = 3  # the agent's connection, the proxy's end of it, the request to a server
 KEEPALIVE_S = 600.0  # an idle connection of the agents' pool is kept this long (between turns, steps)
+POOL_SHARD = 64  # connections per openai client: larger pools scale badly (openai_clients)
 
 logger = logging.getLogger(__name__)
 
@@ -103,7 +105,8 @@ class AgentWorkflow(RolloutWorkflow):
             concurrency=concurrency,
             workers=0,
         )
-        self._proxy = self._client = self._started = None
+        self._proxy = self._clients = self._started = None
+        self._turn = itertools.count()  # which client (pool shard) the next run uses
         self._pool = None
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else (self.tokenizer.eos_token_id or 0)
@@ -134,8 +137,13 @@ class AgentWorkflow(RolloutWorkflow):
             from areal.rollout.seeds import episode_seed
 
             return await self._pool_for(engine).run(data, episode_seed())
-        proxy, client = await self._proxy_for(engine)
-        runs = await asyncio.gather(*(self._run_once(proxy, client, data) for _ in range(self.gconfig.n_samples)))
+        proxy, clients = await self._proxy_for(engine)
+        runs = await asyncio.gather(
+            *(
+                self._run_once(proxy, clients[next(self._turn) % len(clients)], data)
+                for _ in range(self.gconfig.n_samples)
+            )
+        )
         _check_same_figures([figures for _, _, figures in runs], self.run)
         if self.samples == "conversation":
             built = [conversation_row(calls, self.pad_id) for calls, _, _ in runs]
@@ -178,11 +186,11 @@ class AgentWorkflow(RolloutWorkflow):
                 concurrency=self.concurrency,
             )
             self._started = loop.create_task(self._proxy.start())
-            self._client = None
+            self._clients = None
         await asyncio.shield(self._started)
-        if self._client is None:
-            self._client = openai_client(self._proxy.base_url, self.request_timeout_s, self.concurrency)
-        return self._proxy, self._client
+        if self._clients is None:
+            self._clients = openai_clients(self._proxy.base_url, self.request_timeout_s, self.concurrency)
+        return self._proxy, self._clients
 
     @property
     def pool(self):
@@ -209,10 +217,10 @@ class AgentWorkflow(RolloutWorkflow):
         return self._pool
 
     async def aclose(self) -> None:
-        """Close the client and the proxy of this process (on the loop they run on)."""
-        proxy, client = self._proxy, self._client
-        self._proxy = self._client = None
-        if client is not None:
+        """Close the clients and the proxy of this process (on the loop they run on)."""
+        proxy, clients = self._proxy, self._clients
+        self._proxy = self._clients = None
+        for client in clients or ():
             await client.close()
         if proxy is not None:
             await proxy.stop()
@@ -227,7 +235,7 @@ class AgentWorkflow(RolloutWorkflow):
         if loop is None or loop.is_closed() or not loop.is_running():
             if self._proxy is not None:
                 logger.warning("the agents' OpenAI proxy could not be closed: its event loop has stopped")
-            self._proxy = self._client = None
+            self._proxy = self._clients = None
             return
         try:
             running = asyncio.get_running_loop()
@@ -243,6 +251,19 @@ def agent_concurrency(cfg) -> int:
     """Agent runs in flight at once: episodes the executor runs together, n_samples runs each."""
     r = cfg.rollout
     return (r.max_concurrent_rollouts or r.consumer_batch_size or 1) * cfg.gconfig.n_samples
+
+
+def openai_clients(base_url: str, timeout_s: float, concurrency: int) -> list:
+    """Clients for `concurrency` runs at once, each pooling at most POOL_SHARD connections.
+
+    One pool of thousands does not scale: httpcore 1.x (openai < 3) scans every connection of its
+    pool for each idle one on every request and release, quadratic in the pool, and httpcore2
+    (openai 3) slowed too: a second batch of 2,048 runs against an instant server took 37 s and
+    100 s with one pool (CPU, 2026-12-03). Runs are dealt round the shards; each run keeps its."""
+    sizes = [POOL_SHARD] * (concurrency // POOL_SHARD) + (
+        [concurrency % POOL_SHARD] if concurrency % POOL_SHARD else []
+    )
+    return [openai_client(base_url, timeout_s, size) for size in sizes or [1]]
 
 
 def openai_client(base_url: str, timeout_s: float, concurrency: int = 128):

@@ -113,3 +113,17 @@ def test_config_builds_the_agent_workflow(scripted_chat_model_dir, tmp_path):
         workflow(scripted_chat_model_dir, "not_async")
     with pytest.raises(ValueError, match="samples"):
         workflow(scripted_chat_model_dir, "no_calls", samples="turns")
+
+
+def test_runs_are_dealt_over_clients_of_at_most_64_connections():
+    import asyncio
+
+    from areal.workflow.agent import POOL_SHARD, openai_clients
+
+    async def shards():
+        clients = openai_clients("http://127.0.0.1:9/v1", 10.0, 2 * POOL_SHARD + 2)
+        for client in clients:
+            await client.close()
+        return len(clients)
+
+    assert asyncio.run(shards()) == 3 and POOL_SHARD == 64
