@@ -23,16 +23,10 @@ def scripted_chat_model_dir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def scripted_chat_engine(scripted_chat_model_dir):
     """A RemoteSGLangEngine (consumer batch 2) of a built-in server serving the scripted chat model."""
-    from areal.engine.sglang.client import RemoteSGLangEngine
-    from areal.server.testing import start_server
+    from tests.serving import served_engine
 
-    server = start_server(scripted_chat_model_dir, extra_args=["--dtype", "float32"], env={"OMP_NUM_THREADS": "1"})
-    eng = RemoteSGLangEngine.from_pretrained(
-        scripted_chat_model_dir, server_addrs=[server.url], rollout={"consumer_batch_size": 2}
-    )
-    yield eng
-    eng.destroy()
-    server.stop()
+    with served_engine(scripted_chat_model_dir) as engine:
+        yield engine
 
 
 def pytest_collection_modifyitems(config, items):

@@ -17,6 +17,7 @@ set the concurrency, instead of failing later with `accept() out of system resou
 
 from __future__ import annotations
 
+import errno
 import logging
 import resource
 
@@ -83,6 +84,32 @@ def raise_open_file_limit(need: int = 0, *, what: str = "this process", keys: st
             f"(ulimit -Hn {need}, or nofile in /etc/security/limits.conf) or lower {keys or 'the concurrency'}."
         )
     return soft
+
+
+def is_out_of_files(error: BaseException) -> bool:
+    """Whether `error` (an OSError, or a wrapper keeping it as `os_error`, as aiohttp's connector
+    errors do) says that this process or the system has no descriptor left."""
+    os_error = error if isinstance(error, OSError) else getattr(error, "os_error", None)
+    return getattr(os_error, "errno", None) in (errno.EMFILE, errno.ENFILE)
+
+
+def out_of_files_text(error: BaseException | None = None) -> str:
+    """What ran out and what to do, for an error that is_out_of_files: the system's table of open
+    files (ENFILE), or this process's limit, which the rollout client fills with a socket per
+    request in flight."""
+    os_error = error if isinstance(error, OSError) else getattr(error, "os_error", None)
+    if getattr(os_error, "errno", None) == errno.ENFILE:
+        return "the system's table of open files is full (fs.file-max; sysctl -w fs.file-max=...)"
+    soft, hard = (_limit_text(n) for n in resource.getrlimit(resource.RLIMIT_NOFILE))
+    return (
+        f"this process is out of open files (RLIMIT_NOFILE {soft}, hard {hard}): every request in flight holds "
+        "a socket (rollout.max_concurrent_rollouts x gconfig.n_samples). Raise the limit (ulimit -n, up to "
+        "ulimit -Hn) or lower that concurrency"
+    )
+
+
+def _limit_text(limit: int) -> str:
+    return "unlimited" if limit == resource.RLIM_INFINITY else str(limit)
 
 
 def listen_overflows() -> int | None:

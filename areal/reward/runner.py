@@ -23,17 +23,15 @@ death while scoring it is an error naming the reward.
 from __future__ import annotations
 
 import asyncio
-import errno
 import functools
 import logging
 import multiprocessing
 import os
-import resource
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable
 
-from areal.infra.sockets import OpenFileLimitError
+from areal.infra.sockets import OpenFileLimitError, is_out_of_files, out_of_files_text
 from areal.reward.registry import resolve_reward_fn
 from areal.utils.lifetime import exit_with_parent
 
@@ -193,8 +191,11 @@ class RewardRunner:
         except OSError as exc:
             if pool is not None:
                 _kill_pool(pool)
-            if exc.errno in (errno.EMFILE, errno.ENFILE):
-                raise OpenFileLimitError(_out_of_files_message(self.spec, self.max_workers, exc)) from exc
+            if is_out_of_files(exc):
+                raise OpenFileLimitError(
+                    f"reward {self.spec!r}: cannot start its {self.max_workers} worker process(es) "
+                    f"({exc.strerror}): {out_of_files_text(exc)}"
+                ) from exc
             raise
         self._pool, self._warmups = pool, warmups
 
@@ -229,20 +230,6 @@ class RewardRunner:
 
     def __exit__(self, *exc) -> None:
         self.close()
-
-
-def _out_of_files_message(spec: str, workers: int, exc: OSError) -> str:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    fmt = lambda n: "unlimited" if n == resource.RLIM_INFINITY else str(n)  # noqa: E731
-    if exc.errno == errno.ENFILE:
-        where = "the system's table of open files is full (fs.file-max; sysctl -w fs.file-max=...)"
-    else:
-        where = (
-            f"this process has reached its limit on open files (RLIMIT_NOFILE {fmt(soft)}, hard {fmt(hard)}). "
-            "A rollout client holds one socket per generation in flight (rollout.max_concurrent_rollouts x "
-            "gconfig.n_samples): raise the soft limit (ulimit -n, up to ulimit -Hn) or lower that concurrency"
-        )
-    return f"reward {spec!r}: cannot start its {workers} worker process(es) ({exc.strerror}): {where}"
 
 
 def run_reward_with_timeout(

@@ -4,13 +4,13 @@ import pytest
 import torch
 
 from areal.config.rollout import GenerationConfig, RolloutConfig
-from areal.engine.sglang.client import RemoteSGLangEngine
 from areal.rollout.executor import RolloutExecutor
-from areal.server.testing import start_server, wait_for
+from areal.server.testing import wait_for
 from areal.workflow.common import chat_prompt_ids, encode, load_tokenizer
 from areal.workflow.multi_turn import MultiTurnWorkflow
 from areal.workflow.registry import build_workflow, resolve_workflow_class
 from areal.workflow.rlvr import RLVRWorkflow
+from tests.serving import served_engine
 
 R = "tests.workflow.rewards:"
 RECORD = {"question": "1+2=", "answer": "1+2=3\n#### 3", "solution": "3", "prompt": "not a prompt"}
@@ -18,13 +18,8 @@ RECORD = {"question": "1+2=", "answer": "1+2=3\n#### 3", "solution": "3", "promp
 
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir):
-    server = start_server(tiny_model_dir, extra_args=["--dtype", "float32"], env={"OMP_NUM_THREADS": "1"})
-    eng = RemoteSGLangEngine.from_pretrained(
-        tiny_model_dir, server_addrs=[server.url], rollout={"consumer_batch_size": 2}
-    )
-    yield eng
-    eng.destroy()
-    server.stop()
+    with served_engine(tiny_model_dir) as eng:
+        yield eng
 
 
 @pytest.fixture(scope="module")

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
+
+from areal.infra.sockets import is_out_of_files, out_of_files_text
 
 RETRY_STATUS = {502, 503, 504}  # the server (or a proxy) is restarting or overloaded
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)
@@ -108,8 +109,8 @@ async def apost_json(
                 f"no answer within {timeout:.0f}s (rollout.request_timeout_s); raise it for long generations",
             ) from None
         except aiohttp.ClientConnectionError as e:  # a kept-alive connection to a restarted server too
-            if _out_of_files(e):
-                raise ServerError(addr, route, out_of_files_text()) from e
+            if is_out_of_files(e):  # retrying would only hide the limit
+                raise ServerError(addr, route, out_of_files_text(e)) from e
             last = f"{type(e).__name__}: {e}"
         else:
             if status == 503:
@@ -139,24 +140,6 @@ async def apost_json(
                 "still running? (retries: rollout.request_retries)",
             )
         await asyncio.sleep(_backoff(failures - 1))
-
-
-def _out_of_files(error: BaseException) -> bool:
-    """A connection that could not be made because this process (or the system) has no
-    descriptor left: retrying only hides the limit."""
-    os_error = getattr(error, "os_error", None)
-    return getattr(os_error, "errno", None) in (errno.EMFILE, errno.ENFILE)
-
-
-def out_of_files_text() -> str:
-    import resource
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return (
-        f"this process is out of open files (RLIMIT_NOFILE {soft}, hard {hard}): every request in flight holds "
-        "a socket (rollout.max_concurrent_rollouts x gconfig.n_samples). Raise the limit (ulimit -n, up to "
-        "ulimit -Hn) or lower that concurrency"
-    )
 
 
 async def _post(session, addr: str, route: str, body: dict, timeout: float, headers) -> tuple[int, Any]:
