@@ -146,7 +146,13 @@ def _servers(cfg, facts, plan, slots, base_env) -> list[ProcessSpec]:
         node, devices = slots.take("rollout", i, st.tp, st.world_size)
         port = cfg.launcher.server_base_port + i
         command = indexed_server_command(
-            cfg, i, port=port, kind=plan.server_kind, facts=facts, warnings=plan.warnings if i == 0 else None
+            cfg,
+            i,
+            port=port,
+            kind=plan.server_kind,
+            pause_mode=plan.pause_mode,
+            facts=facts,
+            warnings=plan.warnings if i == 0 else None,
         )
         env = {**base_env, **_visible(plan.device, devices), **cfg.launcher.server_env}
         procs.append(ProcessSpec("server", i, node, devices, command, env, port=port))

@@ -65,7 +65,7 @@ class GcClock:
 def main(argv=None) -> dict:
     import tempfile
 
-    from areal.api.inference import WeightUpdateMeta
+    from areal.api.weights import WeightUpdateMeta
     from areal.dataset import load_gsm8k
     from areal.engine.sglang.client import RemoteSGLangEngine
     from areal.models.tiny import make_tiny_model_dir

@@ -55,7 +55,9 @@ from pathlib import Path
 
 import torch
 
+from areal.engine.sglang.control import ServerControl
 from areal.models.shapes import SHAPES, build_model_dir
+from areal.trainer.sources import push_to_control
 
 T0 = time.perf_counter()
 PROMPT_LEN, NEW_TOKENS = 16, 16
@@ -204,7 +206,7 @@ def start_server_for(args, model_dir: str, disk_root: str):
 
 # ---- one update and its split ---------------------------------------------------------------------
 def make_meta(mode: str, version: int, group: str):
-    from areal.api.inference import WeightUpdateMeta
+    from areal.api.weights import WeightUpdateMeta
 
     if mode in ("disk", "tensor"):
         return WeightUpdateMeta(type=mode, version=version)
@@ -226,14 +228,14 @@ def split(mode: str, stats: dict) -> dict:
     return parts
 
 
-def timed_updates(engine, mode: str, version: int, args, group: str) -> tuple[list[dict], int]:
+def timed_updates(engine, control, mode: str, version: int, args, group: str) -> tuple[list[dict], int]:
     samples = []
     for k in range(args.warmup + args.repeats):
         version += 1
         if args.device == "cuda":
             torch.cuda.synchronize()
         wall = time.perf_counter()
-        stats = engine.update_weights(make_meta(mode, version, group))
+        stats = push_to_control(engine, make_meta(mode, version, group), control)
         wall = time.perf_counter() - wall
         if mode == "disk":
             shutil.rmtree(engine.weight_update_path(version), ignore_errors=True)
@@ -314,11 +316,11 @@ def perturb(engine, seed: int) -> None:
         local.add_(noise * scale)
 
 
-def consistency_check(engine, url: str, mode: str, version: int, group: str, seed: int) -> dict:
+def consistency_check(engine, control, url: str, mode: str, version: int, group: str, seed: int) -> dict:
     """Perturb, see the server differ, update once more, see it match (and the version)."""
     perturb(engine, seed)
     before = logprob_gap(engine, url, seed)
-    stats = engine.update_weights(make_meta(mode, version, group))
+    stats = push_to_control(engine, make_meta(mode, version, group), control)
     if mode == "disk":
         shutil.rmtree(engine.weight_update_path(version), ignore_errors=True)
     after = logprob_gap(engine, url, seed)
@@ -366,7 +368,7 @@ def bench_shape(args, shape: str, index: int, result: dict, write) -> dict:
     )
     pool = ThreadPoolExecutor(1)
     server_future = pool.submit(start_server_for, args, model_dir, disk_root)  # loads while the trainer does
-    engine = server = None
+    engine = server = control = None
     try:
         t = time.perf_counter()
         engine = FSDPEngine.from_pretrained(
@@ -387,7 +389,7 @@ def bench_shape(args, shape: str, index: int, result: dict, write) -> dict:
             f"[{shape}] trainer ready in {out['trainer_init_s']:.1f} s ({out['params'] / 1e6:.1f} M "
             f"params), server at {server.url} after {out['server_ready_s']:.1f} s"
         )
-        engine.connect_servers([server.url])
+        control = ServerControl([server.url], pause_mode="abort")
         version, group = 0, f"bench_ws_{index}"
         for mode in args.modes:
             runs = []
@@ -396,7 +398,7 @@ def bench_shape(args, shape: str, index: int, result: dict, write) -> dict:
                 if mb is not None:
                     engine.config.weight_update_bucket_mb = mb
                 log(f"[{shape}] {mode}" + (f", bucket {mb} MB" if mb else ""))
-                samples, version = timed_updates(engine, mode, version, args, group)
+                samples, version = timed_updates(engine, control, mode, version, args, group)
                 runs.append(summarise(samples, mb))
                 r = runs[-1]
                 log(
@@ -407,7 +409,7 @@ def bench_shape(args, shape: str, index: int, result: dict, write) -> dict:
                 write()
             best = min(runs, key=lambda r: r["seconds"])
             version += 1
-            check = consistency_check(engine, server.url, mode, version, group, seed=1000 * index + version)
+            check = consistency_check(engine, control, server.url, mode, version, group, seed=1000 * index + version)
             out["modes"][mode].update(best={k: v for k, v in best.items() if k != "samples"}, check=check)
             write()
     except BaseException:
@@ -415,6 +417,8 @@ def bench_shape(args, shape: str, index: int, result: dict, write) -> dict:
             print(f"server log tail:\n{server.log()[-3000:]}", flush=True)
         raise
     finally:
+        if control is not None:
+            control.close()  # the broadcast group, before the engine's process group
         if engine is not None:
             engine.destroy()
         if server is None:  # the trainer failed first: wait for the server, then stop it

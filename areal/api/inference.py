@@ -1,15 +1,15 @@
-"""Inference-side interfaces: requests and responses in token ids, and the InferenceEngine ABC.
+"""Inference-side interfaces: requests and responses in token ids, the InferenceEngine ABC, and
+the InferenceControl its servers are ordered through.
 
 An InferenceEngine generates; its `control` (areal/engine/sglang/control.py, ServerControl) is the
 one object that pauses the servers, takes the trainer's new weights and continues them:
 
-    with engine.control.weight_update(version) as update:
-        update.load_disk(path)                       # disk: a saved Hugging Face folder
-        update.load_tensors(bucket)                  # tensor: servers on the trainer's device(s)
-        update.load_broadcast(meta).result()         # distributed: the trainer broadcasts meanwhile
+    with engine.control.weight_update(meta) as sink:   # pause (the control's pause mode)
+        actor.update_weights(meta, sink)               # the trainer pushes into the sink
+    # leaving the block: flush where the mode allows, record meta.version, continue
 
-FSDPEngine.update_weights(meta, inference=engine) does exactly that from the trainer's shards.
-The pause mode (abort, retract, in_place; areal.infra.pause) is resolved before the engine starts.
+The weight path is areal/api/weights.py. The pause mode (abort, retract, in_place;
+areal.infra.pause) is resolved before the control is built, and does not change after.
 """
 
 from __future__ import annotations
@@ -17,7 +17,10 @@ from __future__ import annotations
 import abc
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, ContextManager, Literal, Protocol
+
+if TYPE_CHECKING:
+    from .weights import WeightSink, WeightUpdateMeta
 
 
 @dataclass
@@ -77,24 +80,61 @@ class ModelResponse:
         return len(self.output_tokens)
 
 
-@dataclass
-class WeightUpdateMeta:
-    """How a weight update reaches the servers."""
+class GateListener(Protocol):
+    """What follows a control's generation gate (the rollout executor, episode workers)."""
 
-    type: Literal["disk", "distributed", "tensor"]
-    path: str | None = None  # disk: the saved Hugging Face folder
-    version: int | None = None  # the version the servers report after the update
-    # disk, LoRA adapter pushes (actor.lora_push=adapter): path is a peft adapter folder that the
-    # servers load under this name; later /generate requests name it in lora_path
-    lora_name: str | None = None
-    # distributed: the process group between trainer rank 0 (rank 0) and the servers
-    master_address: str = "127.0.0.1"
-    master_port: int = 0
-    group_name: str = "areal_weight_update"
-    backend: Literal["nccl", "gloo"] = "gloo"
-    names: list[str] = field(default_factory=list)
-    dtypes: list[str] = field(default_factory=list)
-    shapes: list[list[int]] = field(default_factory=list)
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+
+class InferenceControl(Protocol):
+    """The control calls of a set of inference servers: the generation gate, weight updates, the
+    served version and the memory hand-off of a time-shared device."""
+
+    lora_name: str | None  # the LoRA adapter /generate requests name (adapter pushes), if any
+
+    @property
+    def addrs(self) -> list[str]:
+        """The servers (host:port), fixed when the control is built."""
+
+    @property
+    def pause_mode(self) -> str:
+        """abort, retract or in_place, fixed when the control is built."""
+
+    @property
+    def paused(self) -> bool: ...
+
+    def pause(self, mode: str | None = None) -> dict[str, float]:
+        """Pause generation on every server (`mode`, default pause_mode); the weight update that
+        follows flushes according to the mode the pause used."""
+
+    def resume(self) -> None:
+        """Continue generation on every server."""
+
+    def add_listener(self, listener: GateListener) -> None:
+        """`listener` pauses and resumes with every pause and continue."""
+
+    def remove_listener(self, listener: GateListener) -> None: ...
+
+    def weight_update(self, meta: WeightUpdateMeta) -> ContextManager[WeightSink]:
+        """Pause, yield the sink the weights are pushed into; then flush where the pause allows,
+        record meta.version and continue."""
+
+    def update_weights(self, meta: WeightUpdateMeta) -> list[dict]:
+        """A whole disk update (meta.path, or an adapter folder with meta.lora_name) in one call."""
+
+    def get_version(self) -> int:
+        """The weight version the servers generate with."""
+
+    def set_version(self, version: int) -> None:
+        """Record the served version without an update (servers that already hold it)."""
+
+    def server_info(self, addr: str) -> dict: ...
+
+    def release_memory_occupation(self, tags: list[str] | None = None) -> None: ...
+
+    def resume_memory_occupation(self, tags: list[str] | None = None) -> None: ...
 
 
 class InferenceEngine(abc.ABC):
@@ -111,8 +151,8 @@ class InferenceEngine(abc.ABC):
 
     @property
     @abc.abstractmethod
-    def control(self):
-        """The ServerControl of these servers: pause / continue, weight updates, memory hand-off."""
+    def control(self) -> InferenceControl:
+        """The control of these servers: pause / continue, weight updates, memory hand-off."""
 
     @abc.abstractmethod
     def get_version(self) -> int:

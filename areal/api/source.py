@@ -9,12 +9,39 @@ method in the same order: implementations may run collectives inside.
 from __future__ import annotations
 
 import abc
-from typing import Any
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
 
-from .train import Batch
+if TYPE_CHECKING:
+    from .inference import InferenceEngine
+    from .train import Batch
+
+
+@dataclass(frozen=True)
+class LoaderPosition:
+    """Where in the data a run stands: `position` batches of epoch `epoch` handed out, the next
+    one starting at its record `offset` (non-zero when a recovered run resumes mid-batch).
+    Checkpoints keep it as a dict (as_dict); dataloaders take it through load_state_dict."""
+
+    epoch: int
+    position: int
+    offset: int = 0
+
+    @classmethod
+    def from_dict(cls, state: dict[str, Any]) -> "LoaderPosition":
+        return cls(int(state["epoch"]), int(state["position"]), int(state.get("offset", 0)))
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
 
 
 class RolloutSource(abc.ABC):
+    @property
+    def rollout_engine(self) -> InferenceEngine | None:
+        """Rank 0's client of the servers that generate (evaluation and warm-up use it); None on
+        the other ranks and for sources without servers."""
+        return None
+
     @abc.abstractmethod
     def next_batch(self) -> Batch:
         """The next step's full batch (the same on every rank; the loop takes its share)."""
@@ -25,16 +52,20 @@ class RolloutSource(abc.ABC):
 
     @abc.abstractmethod
     def push_weights(self, version: int) -> dict[str, float]:
-        """Make `version` the actor's weight version, sending the weights wherever rollouts are
-        generated (if anywhere); returns the update's figures."""
+        """Send the actor's weights as `version` wherever rollouts are generated (if anywhere);
+        returns the update's figures. The caller owns the version."""
 
     def count_trained_batches(self, batches: int) -> None:
         """A recovered run resumes with `batches` batches trained on (its checkpoint's weight
         version): a source that bounds staleness counts them. Nothing to do by default."""
 
     @abc.abstractmethod
-    def loader_state(self) -> dict[str, Any]:
-        """The data position a checkpoint saves (with at least `epoch`)."""
+    def loader_state(self) -> LoaderPosition:
+        """The data position a checkpoint saves."""
+
+    @abc.abstractmethod
+    def restore_position(self, position: LoaderPosition) -> None:
+        """Continue from a checkpoint's data position (a recovered run)."""
 
     @abc.abstractmethod
     def destroy(self) -> None:

@@ -3,22 +3,42 @@
 from __future__ import annotations
 
 import abc
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol, TypedDict
 
-from .inference import WeightUpdateMeta
+if TYPE_CHECKING:
+    import torch
 
-# A batch is a dict of tensors with a leading sequence dimension, right-padded:
-#   input_ids [B, L], attention_mask [B, L] (1 on real tokens), loss_mask [B, L] (1 on generated
-#   tokens), logprobs [B, L] (behaviour policy, from the servers; 0 on the prompt), versions [B, L]
-#   (weight version of each generated token), rewards [B]; the algorithm adds advantages [B, L],
-#   prox_logprobs [B, L] (recomputed by the trainer) and ref_logprobs [B, L] (KL penalty).
-# Other keys pass through untouched; tensors whose first dimension is B are split with the rows.
-Batch = dict[str, Any]
-# loss_fn(logprobs [b, l], entropy [b, l], mb) -> (scalar loss tensor, stats dict of scalars).
-# mb is one micro-batch as a right-padded sub-batch (same keys, on the device); logprobs[i, j] is
-# the log-probability of mb["input_ids"][i, j] given the tokens before it (0 at position 0 and
-# on padding); entropy is that distribution's entropy (no gradient).
-LossFn = Callable[..., Any]
+    from .weights import WeightSink, WeightUpdateMeta
+
+
+class Batch(TypedDict, total=False):
+    """A batch of trajectories: tensors with a leading sequence dimension B, right-padded to L.
+
+    Other keys pass through untouched; tensors whose first dimension is B are split with the rows.
+    """
+
+    input_ids: torch.Tensor  # [B, L]
+    attention_mask: torch.Tensor  # [B, L], 1 on real tokens
+    loss_mask: torch.Tensor  # [B, L], 1 on generated tokens
+    logprobs: torch.Tensor  # [B, L], the behaviour policy's, from the servers; 0 on the prompt
+    versions: torch.Tensor  # [B, L], the weight version of each generated token
+    rewards: torch.Tensor  # [B]
+    # added by the algorithm
+    advantages: torch.Tensor  # [B, L]
+    prox_logprobs: torch.Tensor  # [B, L], recomputed by the trainer (decoupled loss)
+    ref_logprobs: torch.Tensor  # [B, L], the reference policy's (KL penalty)
+
+
+class LossFn(Protocol):
+    """loss_fn(logprobs [b, l], entropy [b, l], mb) -> (scalar loss tensor, stats dict of scalars).
+
+    mb is one micro-batch as a right-padded sub-batch (same keys, on the device); logprobs[i, j] is
+    the log-probability of mb["input_ids"][i, j] given the tokens before it (0 at position 0 and
+    on padding); entropy is that distribution's entropy (no gradient)."""
+
+    def __call__(
+        self, logprobs: torch.Tensor, entropy: torch.Tensor, mb: Batch
+    ) -> tuple[torch.Tensor, dict[str, Any]]: ...
 
 
 class TrainEngine(abc.ABC):
@@ -77,7 +97,7 @@ class TrainEngine(abc.ABC):
 
     @abc.abstractmethod
     def save_train_state(self, path: str) -> None:
-        """Write what exact resumption needs (weights, optimizer, schedule, version) for a recovery checkpoint."""
+        """Write what exact resumption needs (weights, optimizer, schedule) for a recovery checkpoint."""
 
     @abc.abstractmethod
     def load_train_state(self, path: str) -> None:
@@ -85,18 +105,10 @@ class TrainEngine(abc.ABC):
 
     # ---- weights for the servers -----------------------------------------------------------------
     @abc.abstractmethod
-    def update_weights(self, meta: WeightUpdateMeta, inference=None) -> dict[str, float]:
-        """Hand the current weights (disk, distributed or tensor) to the servers' control (an
-        InferenceEngine's, a ServerControl, or an open WeightUpdate; see areal/api/inference.py),
-        set the version to meta.version (or +1), and return the update's seconds and bytes."""
-
-    @abc.abstractmethod
-    def get_version(self) -> int:
-        """Weight version: the number of updates pushed so far."""
-
-    @abc.abstractmethod
-    def set_version(self, version: int) -> None:
-        """Set the weight version (after recovery)."""
+    def update_weights(self, meta: WeightUpdateMeta, sink: WeightSink | None) -> dict[str, float]:
+        """Push the current weights (disk, distributed or tensor) into rank 0's open sink as
+        version meta.version (areal/api/weights.py; None on the other ranks), and return the
+        update's seconds and bytes. The caller owns the version."""
 
     # ---- memory (colocated, time-shared runs) ----------------------------------------------------
     @abc.abstractmethod

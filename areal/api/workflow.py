@@ -17,3 +17,10 @@ class RolloutWorkflow(abc.ABC):
         loss_mask, logprobs, versions, rewards, ...), padded to a common length, or None to drop
         the prompt.
         """
+
+    def close(self) -> None:
+        """Release what the workflow holds (proxies, clients, worker processes); from any thread.
+        Nothing to do by default."""
+
+    async def aclose(self) -> None:
+        """close() from inside the event loop its episodes ran on. Nothing to do by default."""

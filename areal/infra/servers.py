@@ -69,13 +69,13 @@ def server_flags(cfg: SGLangConfig, *, port: int, kind: str) -> list[str]:
 
 
 def indexed_server_command(
-    cfg, index: int, *, port: int, kind: str, facts, warnings: list[str] | None = None
+    cfg, index: int, *, port: int, kind: str, pause_mode: str, facts, warnings: list[str] | None = None
 ) -> list[str]:
     """The command of the run's server `index` (an ExperimentConfig, HostFacts): each server its
     own sampling seed (identical seeds give identical samples inside a GRPO group), disk weight
     loads limited to the run's folders (built-in server), and the flags its pause mode needs
-    (areal.infra.pause)."""
-    from .pause import resolve_pause_mode, server_flags_for
+    (pause_mode, already resolved for kind: areal.infra.pause)."""
+    from .pause import server_flags_for
 
     server_cfg = cfg.sglang.model_copy(
         update={
@@ -91,7 +91,7 @@ def indexed_server_command(
         sglang_version=facts.sglang_version,
         sglang_flags=facts.sglang_flags,
         warnings=warnings,
-        extra_flags=server_flags_for(resolve_pause_mode(cfg.rollout.pause_mode, kind), kind),
+        extra_flags=server_flags_for(pause_mode, kind),
     )
 
 

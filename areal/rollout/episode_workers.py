@@ -57,7 +57,8 @@ class WorkerSpec:
 
     name: str
     make_workflow: Callable[[], Any]  # builds the in-process workflow (an importable callable)
-    config: Any  # the ExperimentConfig of the trainer's engine
+    engine_class: type  # the trainer's InferenceEngine class, built again in the worker from config
+    config: Any  # the ExperimentConfig of the trainer's engine, with its server program and pause mode
     addrs: list[str]
     version: int
     lora_name: str | None
@@ -115,6 +116,14 @@ class EpisodeWorkers:
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
+    def _worker_config(self):
+        """The trainer engine's config with what it resolved: the servers' program and pause mode."""
+        config = self.engine.config.model_copy(deep=True)
+        config.rollout.pause_mode = self.engine.pause_mode
+        if self.engine.server_kind is not None:
+            config.rollout.server = self.engine.server_kind
+        return config
+
     def start(self) -> None:
         """Spawn the workers and wait until each has connected to the servers (blocking)."""
         with self._start_lock:
@@ -127,7 +136,8 @@ class EpisodeWorkers:
                 spec = WorkerSpec(
                     name=f"{self.name}-{i}",
                     make_workflow=self.make_workflow,
-                    config=self.engine.config,
+                    engine_class=type(self.engine),
+                    config=self._worker_config(),
                     addrs=list(self.engine.addrs),
                     version=self.engine.get_version(),
                     lora_name=control.lora_name,
@@ -425,90 +435,104 @@ def worker_main(conn, spec: WorkerSpec) -> None:
 
 
 async def _serve(conn, spec: WorkerSpec, lock: threading.Lock) -> None:
-    from areal.engine.sglang.client import RemoteSGLangEngine
+    engine = await asyncio.to_thread(_connect, spec)
+    try:
+        worker = _WorkerLoop(conn, lock, spec.name, engine, await asyncio.to_thread(spec.make_workflow))
+        threading.Thread(target=worker.read, name=f"{spec.name}-reader", daemon=True).start()
+        async with engine.session_scope():
+            _send(conn, ("ready", os.getpid()), lock)
+            await worker.run()
+        await _cancel_leftovers(spec.name)
+    finally:
+        engine.destroy()
 
-    loop = asyncio.get_running_loop()
+
+def _connect(spec: WorkerSpec):
+    """The worker's own client of the trainer's servers, at the trainer's version and gate."""
     config = spec.config.model_copy(deep=True)
     config.rollout.server_addrs = list(spec.addrs)
-    engine = RemoteSGLangEngine(config)
-    control = engine.control
-    control.set_version(spec.version)  # before initialize: it warns when the servers hold another
-    control.lora_name = spec.lora_name
-    control.follow_gate(spec.paused)
-    await asyncio.to_thread(engine.initialize)
-    workflow = await asyncio.to_thread(spec.make_workflow)
-    inbox: asyncio.Queue = asyncio.Queue()
+    engine = spec.engine_class(config)
+    engine.initialize(served_version=spec.version)
+    engine.control.lora_name = spec.lora_name
+    engine.control.follow_gate(spec.paused)
+    return engine
 
-    def read() -> None:
+
+class _WorkerLoop:
+    """A worker's episodes: the trainer's messages in, each episode's answer out."""
+
+    def __init__(self, conn, lock: threading.Lock, name: str, engine, workflow):
+        self.conn, self.lock, self.name = conn, lock, name
+        self.engine, self.control, self.workflow = engine, engine.control, workflow
+        self.loop = asyncio.get_running_loop()
+        self.inbox: asyncio.Queue = asyncio.Queue()
+        self.tasks: dict[int, asyncio.Task] = {}
+
+    def read(self) -> None:
         """Gate messages are applied here at once (the trainer waits for the ack); the others go to
         the loop."""
         while True:
             try:
-                message = pickle.loads(conn.recv_bytes())
+                message = pickle.loads(self.conn.recv_bytes())
             except (EOFError, OSError):
                 message = ("stop",)
-            if message[0] == "gate":
-                _, seq, paused, version, lora_name = message
-                if not paused:
-                    control.set_version(version)
-                    control.lora_name = lora_name
-                control.follow_gate(paused)
-                try:
-                    _send(conn, ("ack", seq), lock)
-                except OSError:
-                    message = ("stop",)
-                else:
-                    continue
-            loop.call_soon_threadsafe(inbox.put_nowait, message)
+            if message[0] == "gate" and self._follow_gate(message):
+                continue
+            self.loop.call_soon_threadsafe(self.inbox.put_nowait, message)
             if message[0] == "stop":
                 return
 
-    tasks: dict[int, asyncio.Task] = {}
+    def _follow_gate(self, message: tuple) -> bool:
+        """Apply a gate message and acknowledge it; False when the trainer is gone."""
+        _, seq, paused, version, lora_name = message
+        if not paused:
+            self.control.set_version(version)
+            self.control.lora_name = lora_name
+        self.control.follow_gate(paused)
+        try:
+            _send(self.conn, ("ack", seq), self.lock)
+        except OSError:
+            return False
+        return True
 
-    async def episode(episode_id: int, data: Any, seed: int | None) -> None:
+    async def run(self) -> None:
+        """Start, cancel and stop episodes as the trainer says, until it says stop."""
+        while True:
+            message = await self.inbox.get()
+            if message[0] == "run":
+                _, episode_id, data, seed, version = message
+                if version > self.control.get_version():
+                    self.control.set_version(version)
+                self.tasks[episode_id] = self.loop.create_task(self._episode(episode_id, data, seed))
+            elif message[0] == "cancel":
+                task = self.tasks.get(message[1])
+                if task is not None:
+                    task.cancel()
+            elif message[0] == "stop":
+                break
+        for task in list(self.tasks.values()):
+            task.cancel()
+        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+        await self.workflow.aclose()
+
+    async def _episode(self, episode_id: int, data: Any, seed: int | None) -> None:
         from areal.rollout.seeds import set_episode_seed
         from areal.utils.errors import describe_failure
 
         set_episode_seed(seed)  # this task's own context
         try:
-            answer = ("done", episode_id, await workflow.arun_episode(engine, data))
+            answer = ("done", episode_id, await self.workflow.arun_episode(self.engine, data))
         except asyncio.CancelledError:
             return  # the trainer cancelled it, or the worker stops: nobody waits for an answer
         except Exception as exc:
-            logger.warning("%s: an episode failed", spec.name, exc_info=True)
+            logger.warning("%s: an episode failed", self.name, exc_info=True)
             answer = ("failed", episode_id, describe_failure(exc))
         finally:
-            tasks.pop(episode_id, None)
+            self.tasks.pop(episode_id, None)
         try:
-            _send(conn, answer, lock)
+            _send(self.conn, answer, self.lock)
         except pickle.PicklingError as exc:
-            _send(conn, ("failed", episode_id, f"its result cannot be sent to the trainer: {exc}"), lock)
-
-    threading.Thread(target=read, name=f"{spec.name}-reader", daemon=True).start()
-    try:
-        async with engine.session_scope():
-            _send(conn, ("ready", os.getpid()), lock)
-            while True:
-                message = await inbox.get()
-                if message[0] == "run":
-                    _, episode_id, data, seed, version = message
-                    if version > control.get_version():
-                        control.set_version(version)
-                    tasks[episode_id] = loop.create_task(episode(episode_id, data, seed))
-                elif message[0] == "cancel":
-                    task = tasks.get(message[1])
-                    if task is not None:
-                        task.cancel()
-                elif message[0] == "stop":
-                    break
-            for task in list(tasks.values()):
-                task.cancel()
-            await asyncio.gather(*tasks.values(), return_exceptions=True)
-            if hasattr(workflow, "aclose"):
-                await workflow.aclose()
-        await _cancel_leftovers(spec.name)
-    finally:
-        engine.destroy()
+            _send(self.conn, ("failed", episode_id, f"its result cannot be sent to the trainer: {exc}"), self.lock)
 
 
 async def _cancel_leftovers(name: str, timeout: float = 5.0) -> None:

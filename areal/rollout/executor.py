@@ -60,10 +60,11 @@ import queue
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable
 
 from areal.api.inference import InferenceEngine
+from areal.api.source import LoaderPosition
 from areal.api.workflow import RolloutWorkflow
 from areal.rollout.batch import concat_padded
 from areal.rollout.seeds import mix, set_episode_seed
@@ -98,7 +99,7 @@ class _Submission:
     bounded: bool  # counts against the staleness bound (rollout_batch's episodes do not)
     created: float = field(default_factory=time.monotonic)
     seq: int = -1  # submission order of bounded episodes (set by _enqueue)
-    origin: dict | None = None  # prepare_batch: where in the dataloader the record came from
+    origin: LoaderPosition | None = None  # prepare_batch: where in the dataloader the record came from
     record_id: int | None = None  # prepare_batch: the record's id from the dataloader, if it has ids
     seed: int | None = None  # the episode's sampling seed (None for a bounded one: from its seq)
 
@@ -137,7 +138,7 @@ class RolloutExecutor:
         self._ready: list[_Result] = []  # accepted, finished, not yet consumed; by seq
         self._seq = itertools.count()
         self._unfinished: set[int] = set()  # seqs of bounded episodes queued or running
-        self._origins: dict[int, dict] = {}  # seq -> dataloader position, until the trainer has it
+        self._origins: dict[int, LoaderPosition] = {}  # seq -> dataloader position, until the trainer has it
         self._running = 0  # every running episode (the concurrency bound)
         self._running_bounded = 0  # running episodes under the staleness bound
         self._accepted = 0  # accepted episodes under the staleness bound, ever
@@ -252,8 +253,8 @@ class RolloutExecutor:
                 where = _position_of_last_batch(dataloader)
                 name = getattr(dataloader, "record_id", None)
                 for offset, record in enumerate(_records(batch)):
-                    origin = None if where is None else {**where, "offset": where["offset"] + offset}
-                    place = None if origin is None else (origin["epoch"], origin["position"], origin["offset"])
+                    origin = None if where is None else replace(where, offset=where.offset + offset)
+                    place = None if origin is None else (origin.epoch, origin.position, origin.offset)
                     self._enqueue(
                         _Submission(
                             record,
@@ -309,13 +310,13 @@ class RolloutExecutor:
             self._accepted = batches * self.consumer_batch_size
         self._poke()
 
-    def resume_state(self) -> dict | None:
+    def resume_state(self) -> LoaderPosition | None:
         """The dataloader position (epoch, position, offset) of the oldest record whose episode
         the trainer has not received yet, or None when none is out (then the dataloader's own
         state is exact). A recovered run that loads it re-runs exactly the episodes in flight
         at the checkpoint: they were queued, running or finished but not trained on."""
         with self._lock:
-            return dict(self._origins[min(self._origins)]) if self._origins else None
+            return self._origins[min(self._origins)] if self._origins else None
 
     def rollout_batch(
         self,
@@ -575,18 +576,18 @@ def _cycle(dataloader: Iterable):
             raise ValueError(f"the dataloader yielded no batch in epoch {epoch}; check the dataset")
 
 
-def _position_of_last_batch(dataloader) -> dict | None:
+def _position_of_last_batch(dataloader) -> LoaderPosition | None:
     """(epoch, position, offset) of the batch a PromptLoader-like dataloader (state_dict() with
     epoch and position = batches handed out) has just yielded; offset is the batch's first record
     within its batch (non-zero right after resuming mid-batch). None for other dataloaders."""
     state = dataloader.state_dict() if hasattr(dataloader, "state_dict") else None
     if not isinstance(state, dict) or not {"epoch", "position"} <= state.keys():
         return None
-    return {
-        "epoch": int(state["epoch"]),
-        "position": int(state["position"]) - 1,
-        "offset": int(getattr(dataloader, "last_batch_offset", 0)),
-    }
+    return LoaderPosition(
+        epoch=int(state["epoch"]),
+        position=int(state["position"]) - 1,
+        offset=int(getattr(dataloader, "last_batch_offset", 0)),
+    )
 
 
 def _with_record_ids(taken: list[_Result]) -> list[dict]:

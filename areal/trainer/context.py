@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from areal.api.source import LoaderPosition
+
 if TYPE_CHECKING:
     from areal.api.source import RolloutSource
     from areal.api.train import TrainEngine
@@ -33,6 +35,7 @@ class TrainContext:
     total_steps: int
     steps_per_epoch: int
     start_step: int = 1
+    version: int = 0  # the weight version: updates pushed so far (the loop owns it; checkpoints keep it)
     eval_records: list[dict[str, Any]] | None = None  # rank 0, when evaluating
     eval_workflow: RolloutWorkflow | None = None  # rank 0, when evaluating
     stats: StatsLogger | None = None  # rank 0
@@ -52,7 +55,7 @@ class TrainContext:
         return folder / f"trainer-{self.actor.rank}.phase"
 
     def epoch(self) -> int:
-        return self.source.loader_state()["epoch"] if self.source else 0
+        return self.source.loader_state().epoch if self.source else 0
 
     # ---- side duties -----------------------------------------------------------------------------
     def save(self, step: int) -> None:
@@ -82,8 +85,8 @@ class TrainContext:
             state = TrainerState(
                 step=step,
                 epoch=self.epoch(),
-                weight_version=self.actor.get_version(),
-                extra={"loader": self.source.loader_state()},
+                weight_version=self.version,
+                extra={"loader": self.source.loader_state().as_dict()},
             )
             folder = save_checkpoint(self.actor, self.run_dir, state, keep_last=recover.keep_last)
             if self.actor.is_rank0:
@@ -105,7 +108,7 @@ class TrainContext:
         from .sources import broadcast_from_rank0
 
         result = None
-        engine = getattr(self.source, "engine", None)
+        engine = self.source.rollout_engine
         if engine is not None and self.eval_workflow is not None:
             batch = engine.rollout_batch(self.eval_records, self.eval_workflow)
             rewards = batch["rewards"].float()
@@ -142,23 +145,15 @@ class TrainContext:
         state = restore_checkpoint(self.actor, folder)
         loader_state = state.extra.get("loader")
         if loader_state:
-            self._restore_position(loader_state)
+            self.source.restore_position(LoaderPosition.from_dict(loader_state))
         self.start_step = state.step + 1
         self._forget_metrics_from(self.start_step)  # the killed run logged them; they are redone now
         self.source.count_trained_batches(state.weight_version)  # the staleness bound goes on from there
         self.source.push_weights(state.weight_version)
+        self.version = state.weight_version
         logger.info(
             "recovered from %s: resuming at step %d, weight version %d", folder, self.start_step, state.weight_version
         )
-
-    def _restore_position(self, loader_state: dict) -> None:
-        """Put the source back at the checkpoint's data position: a source that keeps its own
-        (ReplayRollouts: the next saved batch) restores it; otherwise its prompt loader does."""
-        restore = getattr(self.source, "load_loader_state", None)
-        if restore is not None:
-            restore(loader_state)
-        elif getattr(self.source, "loader", None) is not None:
-            self.source.loader.load_state_dict(loader_state)
 
     def _forget_metrics_from(self, step: int) -> None:
         if self.stats is not None:
@@ -173,7 +168,7 @@ class TrainContext:
         if self.stats is not None:
             self.stats.close()
         # before the source: the evaluation workflow's proxy runs on the source's executor loop
-        if self.eval_workflow is not None and hasattr(self.eval_workflow, "close"):
+        if self.eval_workflow is not None:
             self.eval_workflow.close()
         self.source.destroy()
 

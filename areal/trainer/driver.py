@@ -15,8 +15,6 @@ import sys
 import time
 
 from areal.infra.log_format import setup_process_logging
-from areal.infra.sockets import OpenFileLimitError, raise_rollout_client_open_files
-from areal.utils.gil import shorten_gil_switch_interval
 
 logger = logging.getLogger("areal.driver")
 
@@ -66,26 +64,21 @@ def drive(cfg) -> list[dict]:
             print(json.dumps(report), flush=True)
             reports.append(report)
     finally:
-        if hasattr(workflow, "close"):  # first: its proxy runs on the executor that destroy() stops
-            workflow.close()
+        workflow.close()  # first: its proxy runs on the executor that destroy() stops
         engine.destroy()
     print(f"saved {len(reports)} batches of rollouts to {cfg.run_dir}/rollouts", flush=True)
     return reports
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .main import load_run_config
+    from .main import load_run_config, prepare_rollout_client_process
 
     p = argparse.ArgumentParser(description="areal rollout driver (inference-only runs)")
     p.add_argument("--config", required=True, help="the run's resolved config.yaml")
     args = p.parse_args(argv)
     setup_process_logging()
     cfg = load_run_config(args.config)
-    shorten_gil_switch_interval(cfg.rollout.gil_switch_interval_ms)
-    try:
-        raise_rollout_client_open_files(cfg, "the rollout driver")
-    except OpenFileLimitError as exc:
-        logger.error("%s", exc)
+    if not prepare_rollout_client_process(cfg, "the rollout driver"):
         return 1
     drive(cfg)
     return 0

@@ -79,7 +79,8 @@ def grpo_step(ctx: TrainContext, step: int) -> dict[str, Any]:
             for mb in split_minibatches(local, a.ppo_n_minibatches)
         ]
     with phases("weight_update"):
-        update = ctx.source.push_weights(actor.get_version() + 1)  # the version bump
+        update = ctx.source.push_weights(ctx.version + 1)
+        ctx.version += 1  # the version bump, once the servers hold it
     with phases("save"):
         ctx.save(step)
     with phases("eval"):
@@ -136,7 +137,7 @@ def _metrics(step, ctx, batch, train_stats, update, evaluation, phases, step_s, 
     out = {
         "step": step,
         "epoch": ctx.epoch(),
-        "weight_version": ctx.actor.get_version(),
+        "weight_version": ctx.version,
         "rollout/reward_mean": float(rewards.mean()),
         "rollout/reward_std": float(rewards.std()),
         "rollout/n_samples": int(rewards.numel()),
@@ -145,7 +146,7 @@ def _metrics(step, ctx, batch, train_stats, update, evaluation, phases, step_s, 
         "throughput/samples_per_s": rewards.numel() / max(step_s, 1e-9),
     }
     if "versions" in batch:
-        out.update(_staleness(batch["versions"], batch["loss_mask"].bool(), ctx.actor.get_version() - 1))
+        out.update(_staleness(batch["versions"], batch["loss_mask"].bool(), ctx.version - 1))
     if "overlong_penalty" in batch:
         penalty = batch["overlong_penalty"].float()
         out["rollout/overlong_frac"] = float((penalty < 0).float().mean())

@@ -110,7 +110,7 @@ def warm_up_servers(cfg, source, eval_records) -> None:
     (greedy), then both at once (an asynchronous run evaluates while the next batch generates)."""
     from areal.api.inference import ModelRequest
 
-    engine = getattr(source, "engine", None)
+    engine = source.rollout_engine
     mode = cfg.rollout.server_warmup
     if engine is None or mode == "off" or (mode == "auto" and engine.server_kind != "sglang"):
         return
@@ -223,7 +223,7 @@ def run(cfg) -> None:
                     {
                         "step": 0,
                         "epoch": 0,
-                        "weight_version": ctx.actor.get_version(),
+                        "weight_version": ctx.version,
                         "rollout/reward_mean": None,
                         "train/loss": None,
                         "timing/step_s": 0.0,
@@ -236,6 +236,19 @@ def run(cfg) -> None:
         ctx.actor.destroy()
 
 
+def prepare_rollout_client_process(cfg, what: str) -> bool:
+    """Set up the process that runs cfg's rollout client: a short GIL switch interval, and an
+    open-file limit for every request in flight (each holds a socket: fail here, not with
+    'accept() out of system resource'). False, with the reason logged, when the limit is too low."""
+    shorten_gil_switch_interval(cfg.rollout.gil_switch_interval_ms)
+    try:
+        raise_rollout_client_open_files(cfg, what)
+    except OpenFileLimitError as exc:
+        logger.error("%s", exc)
+        return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="areal trainer worker (one rank)")
     p.add_argument("--config", required=True, help="the run's resolved config.yaml")
@@ -245,12 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_process_logging(stream=sys.stderr)
     cfg = load_run_config(args.config)
     if int(os.environ.get("RANK", "0")) == 0:  # rank 0 runs the rollout client thread
-        shorten_gil_switch_interval(cfg.rollout.gil_switch_interval_ms)
-        # every request in flight holds a socket: fail here, not with 'accept() out of system resource'
-        try:
-            raise_rollout_client_open_files(cfg, "trainer rank 0 (the rollout client)")
-        except OpenFileLimitError as exc:
-            logger.error("%s", exc)
+        if not prepare_rollout_client_process(cfg, "trainer rank 0 (the rollout client)"):
             return 1
     else:
         raise_open_file_limit()

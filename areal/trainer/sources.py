@@ -11,16 +11,19 @@ Every trainer rank calls the same methods (collectives inside); only rank 0 talk
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import time
 from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
-from areal.api.inference import WeightUpdateMeta
-from areal.api.source import RolloutSource
+from areal.api.source import LoaderPosition, RolloutSource
+from areal.api.weights import WeightUpdateMeta
 
 if TYPE_CHECKING:
+    from areal.api.inference import InferenceControl
     from areal.api.train import Batch, TrainEngine
     from areal.api.workflow import RolloutWorkflow
     from areal.config.experiment import ExperimentConfig
@@ -39,19 +42,29 @@ def broadcast_from_rank0(obj: Any) -> Any:
     return box[0]
 
 
-def weight_update_meta(cfg: ExperimentConfig, version: int) -> WeightUpdateMeta:
+def weight_update_meta(cfg: ExperimentConfig) -> WeightUpdateMeta:
+    """How this run's updates travel (actor.weight_update); each update adds its version."""
     import torch
 
     if cfg.actor.weight_update in ("disk", "tensor"):
-        return WeightUpdateMeta(type=cfg.actor.weight_update, version=version)
+        return WeightUpdateMeta(type=cfg.actor.weight_update)
     from areal.infra.ports import free_port
 
     return WeightUpdateMeta(
         type="distributed",
-        version=version,
         master_port=free_port(),
         backend="nccl" if torch.cuda.is_available() else "gloo",
     )
+
+
+def push_to_control(actor: TrainEngine, meta: WeightUpdateMeta, control: InferenceControl | None) -> dict[str, float]:
+    """Every rank: push the actor's weights into the update that `control` opens (rank 0's; None
+    on the others). Returns the update's figures, with the control's stages as weight_update/..."""
+    opened = control.weight_update(meta) if control is not None else contextlib.nullcontext()
+    with opened as sink:
+        stats = actor.update_weights(meta, sink)
+    report = sink.report if sink is not None else {}
+    return {**stats, **{f"weight_update/{k}": v for k, v in report.items()}}
 
 
 class LiveRollouts(RolloutSource):
@@ -98,33 +111,27 @@ class LiveRollouts(RolloutSource):
 
     def push_weights(self, version: int) -> dict[str, float]:
         """Send the trainer's weights; servers then report `version`. Rank 0's server control
-        pauses the servers, takes the weights, flushes where the pause mode allows and continues
+        pauses the servers, takes the weights, flushes where the pause allows and continues
         (ServerControl.weight_update); the memory hand-off of a time-shared step runs inside."""
-        import contextlib
-
-        if self._meta is None or self._meta.type != "distributed":
-            self._meta = broadcast_from_rank0(weight_update_meta(self.cfg, version) if self.engine else None)
-        self._meta.version = version
+        if self._meta is None:  # one rendezvous for the run: the broadcast group lives across updates
+            self._meta = broadcast_from_rank0(weight_update_meta(self.cfg) if self.engine else None)
+        meta = dataclasses.replace(self._meta, version=version)
         work: dict[str, float] = {}
-        opened = self.engine.control.weight_update(version) if self.engine is not None else contextlib.nullcontext()
-        with opened as update:
+        opened = self.engine.control.weight_update(meta) if self.engine is not None else contextlib.nullcontext()
+        with opened as sink:
             # read while nothing runs: a step's figures then end where the next step's begin, and
             # no token of the next batch (which starts at continue) lands in this step's window
             work = self.server_work()
             self.time_share.weights_to_server()
-            stats = self.actor.update_weights(self._meta, inference=update)
+            stats = self.actor.update_weights(meta, sink)
             self.time_share.to_server()
-            # an adapter folder (lora_push=adapter) is no model a restarted server could load
-            if (
-                self.engine is not None
-                and self._meta.type == "disk"
-                and self._meta.path
-                and self._meta.lora_name is None
-            ):
-                self._record_served_weights(self._meta.path, version)
+            # only a full-model folder: an adapter folder (lora_push=adapter) is no model a
+            # restarted server could load
+            if sink is not None and sink.folder is not None:
+                self._record_served_weights(sink.folder, version)
         # rank 0's pause, flush and continue: in an asynchronous run, the part of the update that
         # waits for in-flight generation (the servers' own share in server_pause_s)
-        report = update.report if update is not None else {}
+        report = sink.report if sink is not None else {}
         return {
             **stats,
             **{f"weight_update/{k}": v for k, v in report.items()},
@@ -167,18 +174,27 @@ class LiveRollouts(RolloutSource):
         if self.engine is not None:
             self.engine.executor.count_trained_batches(batches)
 
-    def loader_state(self) -> dict:
+    @property
+    def rollout_engine(self) -> RemoteSGLangEngine | None:
+        return self.engine
+
+    def loader_state(self) -> LoaderPosition:
         """The dataloader position to save: that of the oldest prompt not trained on yet. The
         loader itself has run ahead by the episodes queued and running in the executor."""
         state = None
         if self.loader is not None:
-            state = (self.engine.resume_state() if self.engine is not None else None) or self.loader.state_dict()
+            state = self.engine.resume_state() if self.engine is not None else None
+            state = state or LoaderPosition.from_dict(self.loader.state_dict())
         return broadcast_from_rank0(state)
+
+    def restore_position(self, position: LoaderPosition) -> None:
+        if self.loader is not None:
+            self.loader.load_state_dict(position.as_dict())
 
     def destroy(self) -> None:
         # the workflow first: its proxy and client live on the executor's loop (or in worker
         # processes that follow the engine's control), which engine.destroy() stops
-        if self.workflow is not None and hasattr(self.workflow, "close"):
+        if self.workflow is not None:
             self.workflow.close()
         if self.engine is not None:
             self.engine.destroy()
@@ -213,18 +229,18 @@ class ReplayRollouts(RolloutSource):
 
     def push_weights(self, version: int) -> dict[str, float]:
         if not self.push:
-            self.actor.set_version(version)
             return {"skipped": 1.0}
-        return self.actor.update_weights(WeightUpdateMeta(type="disk", version=version), inference=self.external)
+        control = self.external.control if self.external is not None else None
+        return push_to_control(self.actor, WeightUpdateMeta(type="disk", version=version), control)
 
-    def loader_state(self) -> dict:
+    def loader_state(self) -> LoaderPosition:
         """The replay position to save: batches handed out so far (they cycle through the index)."""
-        return {"epoch": 0, "position": self.position}
+        return LoaderPosition(epoch=0, position=self.position)
 
-    def load_loader_state(self, state: dict) -> None:
+    def restore_position(self, position: LoaderPosition) -> None:
         """Continue where a recovered run stopped: the next batch is the one after the last
         trained before its checkpoint (not the first again)."""
-        self.position = int(state["position"])
+        self.position = position.position
 
     def destroy(self) -> None:
         if self.external is not None:

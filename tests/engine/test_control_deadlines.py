@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from areal.api.inference import WeightUpdateMeta
+from areal.api.weights import WeightUpdateMeta
 from areal.engine.sglang.control import ServerControl
 from areal.server.testing import start_server
 
@@ -24,7 +24,7 @@ def test_a_stopped_server_is_named_within_the_weight_update_deadline(server, tin
     control = ServerControl([addr], pause_mode="abort", weight_timeout_s=2.0, control_timeout_s=1.0)
     try:
         with pytest.raises(RuntimeError) as caught:
-            with control.weight_update(1) as update:  # paused: the server answered
+            with control.weight_update(WeightUpdateMeta("disk", version=1)) as update:  # paused: the server answered
                 os.kill(server.proc.pid, signal.SIGSTOP)  # ...and stops inside the update
                 update.load_disk(tiny_model_dir)
         message = str(caught.value)

@@ -252,8 +252,7 @@ def scenario_recover_a(args) -> dict:
     torch.manual_seed(1234)
     e = _recover_engine(args)
     _train_steps(e, 2)
-    e.set_version(2)
-    save_checkpoint(e, e.fileroot + "/recover/t", TrainerState(step=2, dataloader_position=2))
+    save_checkpoint(e, e.fileroot + "/recover/t", TrainerState(step=2, dataloader_position=2, weight_version=2))
     lrs, sums = _train_steps(e, 2)
     params = _full_params(e)
     if e.is_rank0:
@@ -272,7 +271,7 @@ def scenario_recover_b(args) -> dict:
     state = restore_checkpoint(e, found[0])
     lrs, sums = _train_steps(e, 2)
     params = _full_params(e)
-    out = {"resumed_step": state.step, "weight_version": e.get_version(), "lrs": lrs, "batch_sums": sums}
+    out = {"resumed_step": state.step, "weight_version": state.weight_version, "lrs": lrs, "batch_sums": sums}
     if e.is_rank0:
         out["max_param_diff_vs_a"] = _max_diff(params, torch.load(Path(args.out) / "params_a.pt"))[0]
     e.destroy()
@@ -315,26 +314,30 @@ def _server_vs_trainer(engine, url: str) -> tuple[float, str]:
 
 
 def scenario_update(args) -> dict:
-    from areal.api.inference import WeightUpdateMeta
-    from areal.engine.fsdp import weight_sync
+    from areal.api.weights import WeightUpdateMeta
+    from areal.engine.sglang import broadcast
+    from areal.engine.sglang.control import ServerControl
+    from areal.trainer.sources import push_to_control
 
-    weight_sync.JOIN_TIMEOUT_S = 30.0  # fail fast against a server speaking another rendezvous
+    broadcast.JOIN_TIMEOUT_S = 30.0  # fail fast against a server speaking another rendezvous
     e = _engine(args.model, dp_size=2, lr=3e-2, experiment_name="upd", trial_name="t", fileroot=args.fileroot)
-    e.connect_servers([args.server], api_key=SERVER_KEY)
+    control = ServerControl([args.server], pause_mode="abort", api_key=SERVER_KEY) if e.is_rank0 else None
     batch = make_batch(3)
     for _ in range(3):
         e.train_batch(e.dp_shard(batch), nll_loss, token_weight)
     out = {"before_max_diff": _server_vs_trainer(e, args.server)[0]}
-    out["distributed"] = e.update_weights(WeightUpdateMeta(type="distributed", backend="gloo", version=1))
+    out["distributed"] = push_to_control(e, WeightUpdateMeta(type="distributed", backend="gloo", version=1), control)
     out["distributed_max_diff"], _ = _server_vs_trainer(e, args.server)
     e.train_batch(e.dp_shard(batch), nll_loss, token_weight)
-    out["disk"] = e.update_weights(WeightUpdateMeta(type="disk", version=2))
+    out["disk"] = push_to_control(e, WeightUpdateMeta(type="disk", version=2), control)
     out["disk_max_diff"], out["server_version"] = _server_vs_trainer(e, args.server)
     out["disk_path"] = e.weight_update_path(2)
     for version in (3, 4):  # older folders go once the servers serve a newer version
-        e.update_weights(WeightUpdateMeta(type="disk", version=version))
+        push_to_control(e, WeightUpdateMeta(type="disk", version=version), control)
     out["update_folders"] = sorted(p.name for p in Path(e.weight_update_path(4)).parent.iterdir())
     out["server_version_after_pruning"] = _server_vs_trainer(e, args.server)[1]
+    if control is not None:
+        control.close()  # the broadcast group, before the engine's process group
     e.destroy()
     return out
 

@@ -22,8 +22,9 @@ def _trainer_logprobs(engine, prompt, ids):
 
 
 def test_adapter_push_serves_the_trained_adapter(tmp_path_factory):
-    from areal.api.inference import WeightUpdateMeta
+    from areal.api.weights import WeightUpdateMeta
     from areal.server.testing import make_varied_model_dir
+    from areal.trainer.sources import push_to_control
 
     model_dir = str(make_varied_model_dir(tmp_path_factory.mktemp("varied") / "m", scale=4.0))
     with trainer_and_server(
@@ -48,7 +49,7 @@ def test_adapter_push_serves_the_trained_adapter(tmp_path_factory):
             _trainer_logprobs(engine, prompt, base.output_tokens) - torch.tensor(base.output_logprobs)
         ).abs().max() > 1e-3  # training moved it
 
-        stats = engine.update_weights(WeightUpdateMeta(type="disk"), inference=client)
+        stats = push_to_control(engine, WeightUpdateMeta(type="disk", version=1), client.control)
         assert stats["weight_update/bytes"] > 0
         out = _generate(client, prompt)
         diff = _trainer_logprobs(engine, prompt, out.output_tokens) - torch.tensor(out.output_logprobs)
@@ -56,7 +57,7 @@ def test_adapter_push_serves_the_trained_adapter(tmp_path_factory):
         assert out.output_versions == [1] * len(out.output_tokens)
 
         engine.train_batch(batch, nll_loss, token_weight)
-        engine.update_weights(WeightUpdateMeta(type="disk"), inference=client)  # v2; v1 unloaded
+        push_to_control(engine, WeightUpdateMeta(type="disk", version=2), client.control)  # v1 unloaded
         out = _generate(client, prompt)
         diff = _trainer_logprobs(engine, prompt, out.output_tokens) - torch.tensor(out.output_logprobs)
         assert diff.abs().max() < 1e-4

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from areal.api.inference import ModelRequest, WeightUpdateMeta
+from areal.api.inference import ModelRequest
+from areal.api.weights import WeightUpdateMeta
 from areal.engine.sglang.client import RemoteSGLangEngine
 from areal.engine.sglang.http import ServerError
 from areal.server.testing import free_port, make_varied_model_dir, pause_mid_generation, start_server, wait_for
@@ -90,15 +91,14 @@ def test_disk_weight_update_changes_outputs_and_versions_on_both(engine, models)
 
 
 @pytest.mark.parametrize("mode", ["retract", "abort", "in_place"])
-def test_requests_live_through_a_paused_weight_update(engine, models, monkeypatch, mode):
+def test_requests_live_through_a_paused_weight_update(engine, models, mode):
     """Requests in flight when the servers pause for an update finish with every token labelled
     by the version that produced it. abort: they come back aborted and the client resubmits the
     rest after continue; retract (the default) and in_place: the servers hold them, finish them
     after continue and report where the version changed. The update asks the servers for no
-    flush (the built-in server, like SGLang, refuses one while requests are held)."""
+    flush (the built-in server, like SGLang, refuses one while requests are held): the update's
+    flush follows the mode of the pause in effect, not the control's own."""
     assert engine.pause_mode == "retract"  # rollout.pause_mode auto, on built-in servers
-    monkeypatch.setattr(engine.control, "pause_mode", mode)
-    assert engine.pause_mode == mode
     count_key = "requests_aborted" if mode == "abort" else "requests_held"
     reqs = [ModelRequest(input_ids=[1, 5, 6], max_new_tokens=160, ignore_eos=True) for _ in range(4)]
     per_server = len(reqs) // len(engine.addrs)  # the client spreads them evenly
@@ -121,7 +121,7 @@ def test_requests_live_through_a_paused_weight_update(engine, models, monkeypatc
                     lambda: (every_request_running() and "running") or (fut.done() and "finished"),
                     "the four requests running on the servers",
                 )
-                report = engine.control.pause()
+                report = engine.control.pause(mode)
                 # ...and the pause caught all four still so, unless a fast machine finished one in
                 # between: then the round is void, and repeated
                 if seen == "running" and report[count_key] == len(reqs):
@@ -131,7 +131,7 @@ def test_requests_live_through_a_paused_weight_update(engine, models, monkeypatc
                 assert time.monotonic() < deadline, "no pause caught the four requests mid-generation"
             done_at_pause = {a: n - start[a] for a, n in generated().items()}
             assert report["server_pause_s"] >= 0
-            with engine.control.weight_update(2) as update:  # paused already: it continues at the end
+            with engine.control.weight_update(WeightUpdateMeta("disk", version=2)) as update:  # paused already
                 update.load_disk(models[1])
                 assert not fut.done()  # waiting for continue, not failed (a failure would also show below)
                 if mode != "abort":  # the servers hold them (abort: the client does, until continue)
@@ -157,42 +157,17 @@ def test_distributed_weight_update(engine, models):
     """The trainer side (this process, rank 0) broadcasts model A over gloo while the servers
     receive; afterwards greedy outputs are model A's again."""
     import torch
-    import torch.distributed as dist
     from transformers import AutoModelForCausalLM
-
-    from areal.utils.dist_group import init_custom_process_group
 
     engine.control.update_weights(WeightUpdateMeta("disk", path=models[0], version=3))
     expected = run(engine, greedy(1))[0].output_tokens
     engine.control.update_weights(WeightUpdateMeta("disk", path=models[1], version=4))
     assert run(engine, greedy(1))[0].output_tokens != expected
     state = AutoModelForCausalLM.from_pretrained(models[0], dtype=torch.float32).state_dict()
-    meta = WeightUpdateMeta(
-        "distributed",
-        version=5,
-        master_port=free_port(),
-        backend="gloo",
-        group_name="test_group",
-        names=list(state),
-        dtypes=["float32"] * len(state),
-        shapes=[list(t.shape) for t in state.values()],
-    )
-    joined = engine.control.init_weights_update_group(meta)
-    group = init_custom_process_group(
-        backend="gloo",
-        master_address="127.0.0.1",
-        master_port=meta.master_port,
-        world_size=3,
-        rank=0,
-        group_name="test_group",
-    )
-    joined.result(timeout=60)
-    with engine.control.weight_update(5) as update:
-        loaded = update.load_broadcast(meta)
-        for tensor in state.values():
-            dist.broadcast(tensor.contiguous(), src=0, group=group)
-        loaded.result(timeout=60)
-    dist.destroy_process_group(group)
+    # the control joins the group beside the servers on first use, then broadcasts the bucket
+    meta = WeightUpdateMeta("distributed", version=5, master_port=free_port(), backend="gloo", group_name="test_group")
+    with engine.control.weight_update(meta) as update:
+        update.load_bucket(list(state.items()))
     assert engine.get_version() == 5
     resp = run(engine, greedy(1))[0]
     assert resp.output_tokens == expected and set(resp.output_versions) == {5}

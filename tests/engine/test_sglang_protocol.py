@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from areal.api.inference import ModelRequest, WeightUpdateMeta
+from areal.api.inference import ModelRequest
+from areal.api.weights import WeightUpdateMeta
 from areal.engine.sglang import protocol
 
 DATA = Path(__file__).parent / "data"

@@ -1,8 +1,8 @@
-"""FSDPEngine.update_weights handed a WeightUpdate that its caller opened (`with
-control.weight_update(v) as update`, as a time-shared step does to resume the server's memory
-around the load) loads into it and leaves pause and continue to the caller.
+"""FSDPEngine.update_weights pushes into the sink its caller opened (`with
+control.weight_update(meta) as sink`, as a time-shared step does to resume the server's memory
+around the load) and leaves pause and continue to the caller.
 
-It used to take the WeightUpdate's `.control` for the control and open a second update inside,
+It once took the WeightUpdate's `.control` for the control and open a second update inside,
 whose end continued generation while a time-shared server's KV cache was still released: the
 next batch's /generate got a 400 in 3 of 6 colocated CPU runs (scripts/chaos.py --config colocated).
 """
@@ -13,7 +13,7 @@ from tests.engine.test_fsdp_helpers import trainer_and_server
 
 
 def test_update_weights_into_an_open_update_continues_only_when_the_caller_ends_it(tmp_path):
-    from areal.api.inference import WeightUpdateMeta
+    from areal.api.weights import WeightUpdateMeta
     from areal.server.testing import make_varied_model_dir
 
     model_dir = str(make_varied_model_dir(tmp_path / "m", scale=4.0))
@@ -35,8 +35,9 @@ def test_update_weights_into_an_open_update_continues_only_when_the_caller_ends_
 
         gate = Gate()
         client.control.add_listener(gate)
-        with client.control.weight_update(1) as update:
-            stats = engine.update_weights(WeightUpdateMeta(type="disk", version=1), inference=update)
+        meta = WeightUpdateMeta(type="disk", version=1)
+        with client.control.weight_update(meta) as update:
+            stats = engine.update_weights(meta, update)
             assert gate.events == ["pause"] and client.control.paused  # still paused: the caller's turn
             assert update.loads == 1 and stats["weight_update/bytes"] > 0
         assert gate.events == ["pause", "continue"] and not client.control.paused

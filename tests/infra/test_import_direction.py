@@ -1,6 +1,8 @@
 """Who may import whom: the library (areal/) never imports the launcher, areal/infra, which
-the launcher imports, never imports torch, transformers or sglang, and no modules import each
-other (directly or through others, at the top or inside a function)."""
+the launcher imports, never imports torch, transformers or sglang, the trainer engine never
+imports the servers' client (it pushes weights into a sink), the rollout layer never imports an
+engine, and no modules import each other (directly or through others, at the top or inside a
+function)."""
 
 import ast
 from pathlib import Path
@@ -33,6 +35,26 @@ def test_shared_helpers_stay_torch_free():
         for p in (REPO / "areal" / "infra").rglob("*.py")
     }
     assert {p: m for p, m in offenders.items() if m} == {}
+
+
+def _imports_under(folder: Path, forbidden: str) -> dict[str, list[str]]:
+    """The modules under `folder` that import `forbidden` (a dotted prefix) anywhere in them."""
+    found = {}
+    for p in folder.rglob("*.py"):
+        hits = sorted(
+            m for m in _imports_anywhere(p, _module_name(p)) if m == forbidden or m.startswith(forbidden + ".")
+        )
+        if hits:
+            found[str(p.relative_to(REPO))] = hits
+    return found
+
+
+def test_the_trainer_engine_never_imports_the_server_client():
+    assert _imports_under(REPO / "areal" / "engine" / "fsdp", "areal.engine.sglang") == {}
+
+
+def test_the_rollout_layer_never_imports_an_engine():
+    assert _imports_under(REPO / "areal" / "rollout", "areal.engine") == {}
 
 
 def _module_name(path: Path) -> str:

@@ -164,7 +164,7 @@ def test_resume_state_is_exact_with_dropped_groups():
     def loader(state=None):
         lo = PromptLoader(rows, 4, seed=5)
         if state is not None:
-            lo.load_state_dict(state)
+            lo.load_state_dict(state.as_dict())
         return lo
 
     full, _ = train(loader(), 10, seed=0)

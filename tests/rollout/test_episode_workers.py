@@ -8,6 +8,7 @@ import signal
 
 import pytest
 
+from areal.api.weights import WeightUpdateMeta
 from areal.config.rollout import GenerationConfig
 from areal.rollout.executor import RolloutError
 from areal.server.testing import wait_for
@@ -43,7 +44,7 @@ def test_workers_follow_the_gate_and_stop_cleanly(engine, scripted_chat_model_di
     pool = wf.pool
     assert pool.pause() == 1  # the worker confirmed its gate closed
     pool.resume()
-    with engine.control.weight_update(version=None):  # the control's own pause reaches the worker too
+    with engine.control.weight_update(WeightUpdateMeta("disk")):  # the control's own pause reaches the worker too
         pass
     assert engine.rollout_batch([RECORD], wf)["rewards"].tolist() == [0.5, 0.5]
     wf.close()

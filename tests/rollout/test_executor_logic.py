@@ -12,6 +12,7 @@ import time
 import pytest
 import torch
 
+from areal.api.source import LoaderPosition
 from areal.api.workflow import RolloutWorkflow
 from areal.config.rollout import RolloutConfig
 from areal.rollout.executor import RolloutError, RolloutExecutor
@@ -422,16 +423,16 @@ def test_resume_state_restarts_at_the_first_record_not_trained_on():
     def loader(state=None):
         lo = PromptLoader(records, 4, seed=5)
         if state is not None:
-            lo.load_state_dict(state)
+            lo.load_state_dict(state.as_dict())
         return lo
 
     full, _ = train(loader(), 10, seed=0)
     ahead = loader()
     first, state = train(ahead, 3, seed=1)
-    assert state == {"epoch": 0, "position": 3, "offset": 0}
+    assert state == LoaderPosition(epoch=0, position=3, offset=0)
     assert ahead.state_dict()["position"] > 3  # the loader itself ran ahead by the backlog
     second, state2 = train(loader(state), 3, seed=2)
-    assert state2 == {"epoch": 1, "position": 0, "offset": 2}  # mid-batch, next epoch
+    assert state2 == LoaderPosition(epoch=1, position=0, offset=2)  # mid-batch, next epoch
     third, _ = train(loader(state2), 4, seed=3)
     assert first + second + third == full
     assert len(full) == 30 and not any(i % 5 == 4 for i in full)

@@ -8,7 +8,8 @@ import time
 import pytest
 import torch
 
-from areal.api.inference import ModelRequest, WeightUpdateMeta
+from areal.api.inference import ModelRequest
+from areal.api.weights import WeightUpdateMeta
 from areal.api.workflow import RolloutWorkflow
 from areal.engine.sglang.client import RemoteSGLangEngine
 from areal.rollout.staleness import staleness_limit

@@ -12,7 +12,7 @@ import openai
 import pytest
 import requests
 
-from areal.api.inference import WeightUpdateMeta
+from areal.api.weights import WeightUpdateMeta
 from areal.chat.template import encode_text, render_chat
 from areal.config.rollout import GenerationConfig
 from areal.engine.sglang.client import RemoteSGLangEngine

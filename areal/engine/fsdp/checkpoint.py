@@ -88,7 +88,6 @@ def save_checkpoint(engine, run_dir: str | Path, state: TrainerState, *, keep_la
                 shutil.rmtree(tmp)  # debris of a crash during an earlier save
             (tmp / "rng").mkdir(parents=True)
     dist.barrier()
-    state.weight_version = engine.get_version()
     with _writing(tmp, run_dir):
         engine.save_train_state(str(tmp / "train_state"))
         torch.save(_rng_state(), tmp / "rng" / f"rank{dist.get_rank()}.pt")
@@ -191,7 +190,8 @@ def _read_failure(folder: Path, problem: str) -> str:
 
 
 def restore_checkpoint(engine, folder: str | Path) -> TrainerState:
-    """Load engine weights/optimizer/schedule, this rank's RNG and the weight version."""
+    """Load engine weights/optimizer/schedule and this rank's RNG; returns the saved state (the
+    caller takes its weight version back)."""
     import torch.distributed as dist
     from torch.distributed.checkpoint.api import CheckpointException
 
@@ -206,7 +206,6 @@ def restore_checkpoint(engine, folder: str | Path) -> TrainerState:
         engine.load_train_state(str(folder / "train_state"))
     except (Exception, CheckpointException) as e:  # DCP's CheckpointException is a BaseException
         raise CheckpointReadError(_read_failure(folder, f"its train_state cannot be loaded ({_first_line(e)})")) from e
-    engine.set_version(state.weight_version)
     try:
         _set_rng_state(torch.load(rng_file, weights_only=False))
     except Exception as e:

@@ -25,8 +25,8 @@ from typing import Any, Callable
 
 import torch
 
-from areal.api.inference import WeightUpdateMeta
 from areal.api.train import Batch, LossFn, TrainEngine
+from areal.api.weights import WeightSink, WeightUpdateMeta
 
 from . import packing, state, weight_sync
 from .optim import build_optimizer, build_scheduler, clip_grad_norm
@@ -73,10 +73,7 @@ class FSDPEngine(TrainEngine):
         self._device_type = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.attn_implementation = attn_implementation
         self.model = self.optimizer = self.scheduler = self.tokenizer = self.mesh = None
-        self._version = 0
         self._owns_process_group = False
-        self._servers = None  # ServerControl from connect_servers(), used when no InferenceEngine is given
-        self._sender: weight_sync.DistributedSender | None = None
         self.offloaded = False  # parameters and optimizer state are in CPU memory (offload())
 
     @classmethod
@@ -340,29 +337,7 @@ class FSDPEngine(TrainEngine):
                 "train_batch: the loss weights sum to 0 over all ranks (no loss tokens?); skipping the optimizer step"
             )
             return {"loss": 0.0, "grad_norm": 0.0, "lr": self.lr, "skipped": 1.0}
-        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-        # Weighted sums stay on the device until the step ends: reading a statistic back per
-        # micro-batch (float()) would stall the host until the GPU had finished that micro-batch.
-        stat_sums: dict[str, torch.Tensor] = {}
-        n_tokens = 0
-        for k, (mb, sub, w) in enumerate(zip(mbs, subs, weights)):
-            self.model.set_requires_gradient_sync(k == len(mbs) - 1)
-            logits = self._logits(mb)
-            if sub is None:
-                (logits.sum() * 0.0).backward()  # keeps FSDP's collectives in step
-                continue
-            lp, ent = packing.token_logprobs(
-                logits, mb.input_ids[0].to(self.device), mb.seqlens, temperature=temperature
-            )
-            width = max(mb.seqlens)
-            loss, stats = loss_fn(packing.unpack(lp, mb, width), packing.unpack(ent, mb, width), sub)
-            # FSDP averages gradients over the dp ranks; multiplying by dp_size turns that into a sum.
-            (loss * (w / total) * self.dp_size).backward()
-            loss_sum += loss.detach().double() * (w / total)
-            n_tokens += mb.n_tokens
-            for key, value in stats.items():
-                term = torch.as_tensor(value, device=self.device).detach().double() * (w / total)
-                stat_sums[key] = stat_sums[key] + term if key in stat_sums else term
+        loss_sum, stat_sums, n_tokens = self._backward_microbatches(mbs, subs, weights, total, loss_fn, temperature)
         grad_norm = clip_grad_norm(self.model.parameters(), self.config.optimizer.gradient_clipping)
         lr = self.lr
         if torch.isfinite(torch.tensor(grad_norm)):
@@ -385,6 +360,35 @@ class FSDPEngine(TrainEngine):
         out.update({f"loss_fn/{k}": v for k, v in self._sum_over_dp(stat_sums).items()})
         out["step_s"] = time.perf_counter() - t0
         return out
+
+    def _backward_microbatches(self, mbs, subs, weights, total: float, loss_fn: LossFn, temperature: float):
+        """Forward and backward of each micro-batch, its loss weighted by weight / total; returns
+        this rank's weighted loss sum, loss_fn stat sums (tensors) and the tokens it trained on.
+        A dummy micro-batch (None) only keeps FSDP's collectives in step."""
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        # Weighted sums stay on the device until the step ends: reading a statistic back per
+        # micro-batch (float()) would stall the host until the GPU had finished that micro-batch.
+        stat_sums: dict[str, torch.Tensor] = {}
+        n_tokens = 0
+        for k, (mb, sub, w) in enumerate(zip(mbs, subs, weights)):
+            self.model.set_requires_gradient_sync(k == len(mbs) - 1)
+            logits = self._logits(mb)
+            if sub is None:
+                (logits.sum() * 0.0).backward()
+                continue
+            lp, ent = packing.token_logprobs(
+                logits, mb.input_ids[0].to(self.device), mb.seqlens, temperature=temperature
+            )
+            width = max(mb.seqlens)
+            loss, stats = loss_fn(packing.unpack(lp, mb, width), packing.unpack(ent, mb, width), sub)
+            # FSDP averages gradients over the dp ranks; multiplying by dp_size turns that into a sum.
+            (loss * (w / total) * self.dp_size).backward()
+            loss_sum += loss.detach().double() * (w / total)
+            n_tokens += mb.n_tokens
+            for key, value in stats.items():
+                term = torch.as_tensor(value, device=self.device).detach().double() * (w / total)
+                stat_sums[key] = stat_sums[key] + term if key in stat_sums else term
+        return loss_sum, stat_sums, n_tokens
 
     def _sum_over_dp(self, values: dict[str, torch.Tensor]) -> dict[str, float]:
         """Sum per-rank weighted stats (0-d tensors) over data-parallel ranks (keys may differ
@@ -497,7 +501,7 @@ class FSDPEngine(TrainEngine):
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
         dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=path)
         if self.is_rank0:
-            torch.save({"scheduler": self.scheduler.state_dict(), "version": self._version}, Path(path) / "engine.pt")
+            torch.save({"scheduler": self.scheduler.state_dict()}, Path(path) / "engine.pt")
         dist.barrier()
 
     def load_train_state(self, path: str) -> None:
@@ -516,97 +520,57 @@ class FSDPEngine(TrainEngine):
         set_state_dict(self.model, self.optimizer, model_state_dict=sd["model"], optim_state_dict=sd["optim"])
         extra = torch.load(Path(path) / "engine.pt", weights_only=False)
         self.scheduler.load_state_dict(extra["scheduler"])
-        self._version = int(extra["version"])
 
-    # ---- weight updates --------------------------------------------------------------------------
-    def connect_servers(
-        self,
-        urls: list[str],
-        *,
-        ranks_per_server: int = 1,
-        api_key: str | None = None,
-        pause_mode: str = "abort",
-    ) -> None:
-        """Push weights to servers at `urls` (host:port or http://host:port) without an
-        InferenceEngine; a ServerControl (areal/engine/sglang/control.py) speaks to them.
-        ranks_per_server: each server's tensor-parallel size (a server with tp ranks takes that
-        many ranks of the distributed weight-update group). api_key: the servers' bearer key
-        (sglang.api_key). pause_mode: how they pause for an update (abort, retract, in_place)."""
-        from areal.engine.sglang.control import ServerControl
-
-        if not urls:
-            raise ValueError("connect_servers needs server URLs, e.g. ['http://127.0.0.1:30000']")
-        self._servers = ServerControl(
-            list(urls), pause_mode=pause_mode, api_key=api_key, ranks_per_server=ranks_per_server
-        )
-
+    # ---- weight updates -------------------------------------------------------------------------
     def weight_update_path(self, version: int) -> str:
         return weight_sync.disk_update_path(self.fileroot, self.experiment_name, self.trial_name, version)
 
-    def update_weights(self, meta: WeightUpdateMeta, inference=None) -> dict[str, float]:
-        """Push the current weights to the servers and bump the version (collective).
+    def update_weights(self, meta: WeightUpdateMeta, sink: WeightSink | None) -> dict[str, float]:
+        """Push the current weights into `sink` as version meta.version (collective).
 
-        `inference` on rank 0: an InferenceEngine (its control), a ServerControl, or a WeightUpdate
-        a caller has already opened (`with control.weight_update(v) as update`) to do more while the
-        servers are paused; None uses the servers of connect_servers(). This engine only produces
-        the weights and hands them over; the control object pauses, flushes and continues.
-        disk: rank 0 saves the HF folder (meta.path or weight_update_path(version)) and the
-        servers load it. distributed: a bucketed broadcast. tensor (servers on this process's
-        device): buckets of full tensors handed over as CUDA IPC handles (shared memory on CPU).
+        `sink` on rank 0: the open WeightSink of the servers' control (`with
+        control.weight_update(meta) as sink`), which pauses, flushes and continues the servers;
+        None on the other ranks, which only take part in the gathers. This engine only produces
+        the weights. disk: rank 0 saves the HF folder (meta.path or weight_update_path(version))
+        and the servers load it. distributed and tensor: full tensors, bucket by bucket (the sink
+        broadcasts them, or hands them over as CUDA IPC handles; shared memory on CPU).
         Returns seconds and bytes, and the seconds of its phases (weight_update/gather_s,
         transfer_s, ...: see UpdateStats).
         """
-
-        from areal.engine.sglang.control import WeightUpdate
-
-        self._require_initialized()
-        version = meta.version if meta.version is not None else self._version + 1
-        if isinstance(inference, WeightUpdate):  # open already: it has a .control, not to be reopened
-            target = inference
-        else:
-            target = getattr(inference, "control", inference) if inference is not None else self._servers
-        if target is None and self.is_rank0:
-            raise ValueError(
-                "update_weights needs an InferenceEngine (inference=...) or servers from connect_servers(urls)"
-            )
-        if self.is_rank0 and not isinstance(target, WeightUpdate):
-            with target.weight_update(version) as update:
-                stats = self._push(meta, version, update)
-            return {**stats, **{f"weight_update/{k}": v for k, v in update.report.items()}}
-        return self._push(meta, version, target if self.is_rank0 else None)
-
-    def _push(self, meta: WeightUpdateMeta, version: int, update) -> dict[str, float]:
-        """Every rank: gather and hand the weights to `update` (rank 0's WeightUpdate; None elsewhere)."""
         import torch.distributed as dist
 
+        self._require_initialized()
+        if meta.version is None:
+            raise ValueError("update_weights needs the version the servers report after it: WeightUpdateMeta.version")
+        if self.is_rank0 and sink is None:
+            raise ValueError("update_weights on rank 0 needs an open sink: `with control.weight_update(meta) as sink`")
         t0 = time.perf_counter()
         timer = weight_sync.PhaseTimer(sync=torch.cuda.synchronize if self.device_type == "cuda" else None)
         if meta.type == "disk":
-            nbytes = self._update_from_disk(meta, version, update, timer)
+            nbytes = self._update_from_disk(meta, sink, timer)
         elif meta.type in ("distributed", "tensor"):
-            nbytes = self._update_in_buckets(meta, version, update, timer)
+            nbytes = self._update_in_buckets(meta, sink, timer)
         else:
             raise ValueError(
                 f"weight update type {meta.type!r} is not 'disk', 'distributed' or 'tensor' (actor.weight_update)"
             )
         dist.barrier()
-        self._version = version
-        stats = weight_sync.UpdateStats(time.perf_counter() - t0, nbytes, version, meta.type, timer.seconds)
+        stats = weight_sync.UpdateStats(time.perf_counter() - t0, nbytes, meta.version, meta.type, timer.seconds)
         if self.is_rank0:
-            logger.info("weight update v%d (%s): %.2f s, %.1f MB", version, meta.type, stats.seconds, nbytes / 2**20)
+            logger.info(
+                "weight update v%d (%s): %.2f s, %.1f MB", meta.version, meta.type, stats.seconds, nbytes / 2**20
+            )
         return stats.as_dict()
 
-    def _update_from_disk(self, meta: WeightUpdateMeta, version: int, update, timer: weight_sync.PhaseTimer) -> int:
+    def _update_from_disk(self, meta: WeightUpdateMeta, sink: WeightSink | None, timer: weight_sync.PhaseTimer) -> int:
         if self.config.use_lora and self.config.lora_push == "adapter":
-            return self._push_adapter(meta, version, update, timer)
-        path = meta.path or self.weight_update_path(version)
+            return self._push_adapter(meta, sink, timer)
+        path = meta.path or self.weight_update_path(meta.version)
         nbytes = self.save(path, timer=timer)
         if self.is_rank0:
-            meta.path, meta.version = path, version
             with timer.phase("load"):
-                replies = update.load_disk(path)
-            timer.add_server_seconds("server_load", replies or [])
-            self._prune_disk_updates(path, version)
+                sink.load_disk(path)
+            self._prune_disk_updates(path, meta.version)
         return nbytes
 
     def _prune_disk_updates(self, path: str, version: int) -> None:
@@ -615,41 +579,30 @@ class FSDPEngine(TrainEngine):
         if path == self.weight_update_path(version):
             weight_sync.prune_disk_updates(Path(path).parent, version)
 
-    def _push_adapter(self, meta: WeightUpdateMeta, version: int, update, timer: weight_sync.PhaseTimer) -> int:
+    def _push_adapter(self, meta: WeightUpdateMeta, sink: WeightSink | None, timer: weight_sync.PhaseTimer) -> int:
         """lora_push=adapter: write a peft adapter folder; servers load it as LoRA `v{version}`
         through SGLang's /load_lora_adapter route and report `version`; the previous adapter is
         unloaded, and later /generate requests name `v{version}` in lora_path."""
         import torch.distributed as dist
         from safetensors.torch import save_file
 
-        path = meta.path or self.weight_update_path(version)
+        path = meta.path or self.weight_update_path(meta.version)
         tensors = {k: v for k, v in state.iter_adapter_state(self.model, keep=self.is_rank0) if v is not None}
         if self.is_rank0:
             Path(path).mkdir(parents=True, exist_ok=True)
             save_file(tensors, str(Path(path) / "adapter_model.safetensors"), metadata={"format": "pt"})
             self.model.peft_config["default"].save_pretrained(path)
-            meta.path, meta.version, meta.lora_name = path, version, f"v{version}"
             with timer.phase("load"):
-                update.load_adapter(path, meta.lora_name)
-            self._prune_disk_updates(path, version)
+                sink.load_adapter(path, f"v{meta.version}")
+            self._prune_disk_updates(path, meta.version)
         dist.barrier()
         return sum(t.numel() * t.element_size() for t in tensors.values())
 
-    def _update_in_buckets(self, meta: WeightUpdateMeta, version: int, update, timer: weight_sync.PhaseTimer) -> int:
+    def _update_in_buckets(self, meta: WeightUpdateMeta, sink: WeightSink | None, timer: weight_sync.PhaseTimer) -> int:
         """Distributed (broadcast) and tensor (IPC handles) updates: full tensors, bucket by bucket,
-        all handed to the one WeightUpdate (generation stays paused across the buckets)."""
-        on_device = meta.type == "tensor" or meta.backend == "nccl"
-        if self.is_rank0 and meta.type == "distributed" and self._sender is None:
-            self._sender = weight_sync.DistributedSender(
-                update.control,
-                backend=meta.backend,
-                group_name=meta.group_name,
-                master_address=meta.master_address,
-                master_port=meta.master_port,
-                device=str(self.device) if on_device else "cpu",
-            )
-        bucket_bytes = self.config.weight_update_bucket_mb * 2**20
+        all pushed into the one sink (generation stays paused across the buckets)."""
         # NCCL broadcasts and IPC handles leave full tensors on the GPU (no host round trip)
+        on_device = meta.type == "tensor" or meta.backend == "nccl"
         named = state.iter_full_state(
             self.model,
             keep=self.is_rank0,
@@ -659,22 +612,13 @@ class FSDPEngine(TrainEngine):
             to_cpu=not on_device,
         )
         nbytes = 0
+        bucket_bytes = self.config.weight_update_bucket_mb * 2**20
         for bucket in timer.iterate("gather", weight_sync.buckets(named, bucket_bytes)):
             nbytes += sum(t.numel() * t.element_size() for _, t in bucket if t is not None)
             if self.is_rank0:
                 with timer.phase("transfer"):
-                    if meta.type == "distributed":
-                        replies = self._sender.send_bucket(update, bucket)
-                    else:
-                        replies = update.load_tensors(bucket)
-                timer.add_server_seconds("server_load", replies)
+                    sink.load_bucket(bucket)
         return nbytes
-
-    def get_version(self) -> int:
-        return self._version
-
-    def set_version(self, version: int) -> None:
-        self._version = int(version)
 
     # ---- offload (colocated, time-shared runs) ----------------------------------------------------
     def offload(self) -> dict[str, float]:
@@ -712,15 +656,6 @@ class FSDPEngine(TrainEngine):
         """Free the model and optimizer; tear down groups this engine created (not the caller's)."""
         import torch.distributed as dist
 
-        if self._sender is not None:
-            try:
-                self._sender.destroy()
-            except Exception as exc:  # the servers may already be gone at shutdown
-                logger.warning("destroying the weight update group failed: %s", exc)
-            self._sender = None
-        if self._servers is not None:
-            self._servers.close()
-            self._servers = None
         self.model = self.optimizer = self.scheduler = None
         if self._owns_process_group and dist.is_initialized():
             dist.destroy_process_group()

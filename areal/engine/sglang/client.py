@@ -37,9 +37,10 @@ import time
 from typing import Any
 
 from areal.api.inference import InferenceEngine, ModelRequest, ModelResponse
+from areal.api.source import LoaderPosition
 from areal.engine.sglang import protocol
-from areal.engine.sglang.control import ServerControl
-from areal.engine.sglang.http import ServerError, apost_json, auth_headers, fanout, retries_for
+from areal.engine.sglang.control import ServerControl, read_server_infos
+from areal.engine.sglang.http import ServerError, apost_json, auth_headers, fanout, get_json, retries_for
 from areal.infra.discovery import discover_server_addrs
 from areal.infra.health import wait_healthy
 from areal.infra.pause import cache_namespace, resolve_pause_mode
@@ -132,16 +133,7 @@ class RemoteSGLangEngine(InferenceEngine):
         self.request_counts: dict[str, int] = {}
         self._rr = 0
         self._lock = threading.Lock()
-        # the servers are known after initialize(); versions may be set before
-        self._control = ServerControl(
-            [],
-            pause_mode=resolve_pause_mode(self._rcfg.pause_mode, self.server_kind),
-            api_key=config.sglang.api_key,
-            retries=self._retries,
-            weight_timeout_s=self._rcfg.weight_update_timeout_s,
-            control_timeout_s=self._rcfg.control_timeout_s,
-            ranks_per_server=self._tp_size(),
-        )
+        self._control: ServerControl | None = None  # built by initialize(), with the servers and the mode
         self._executor = None
         self._initialized = False
         self.server_capacity: int | None = None  # requests each server holds at most (None: unbounded)
@@ -149,6 +141,8 @@ class RemoteSGLangEngine(InferenceEngine):
     @property
     def control(self) -> ServerControl:
         """The one object that pauses these servers, updates their weights and continues them."""
+        if self._control is None:
+            raise RuntimeError("RemoteSGLangEngine.control exists once initialize() has found the servers")
         return self._control
 
     @classmethod
@@ -193,47 +187,79 @@ class RemoteSGLangEngine(InferenceEngine):
 
     # ---- setup ------------------------------------------------------------------------------
 
-    def initialize(self) -> None:
-        """Start owned servers (from_pretrained), find the servers, wait until all are healthy."""
+    def initialize(self, *, served_version: int = 0) -> None:
+        """Start owned servers (from_pretrained), find the servers, wait until all are healthy,
+        and build their control with the pause mode resolved for their program.
+
+        served_version: the weight version the servers hold (a process joining a running run's
+        servers); tokens whose server reports no version are attributed to it."""
         if self._initialized:
             return
         from areal.infra.sockets import raise_open_file_limit
 
         raise_open_file_limit()  # every request in flight holds a socket
-        timeout = self._rcfg.setup_timeout_s
-        if self._own_servers is not None:
-            addrs = self._own_servers.start()
-            self._own_servers.wait_healthy(timeout, self._headers)
-            self.server_kind = self._own_servers.kind
-        else:
-            addrs = self._discover(timeout)
-            self._wait_healthy(addrs, timeout)
+        addrs = self._find_servers(self._rcfg.setup_timeout_s)
+        info_routes: dict[str, str] = {}
+        infos = read_server_infos(addrs, self._get, info_routes)
+        self._server_programs = [info.get("version") if info else None for info in infos]
+        capacities = [server_capacity(info) for info in infos]
+        self.server_capacity = None if None in capacities else min(capacities)
+        if self._rcfg.server == "auto":  # not named by the launcher's config: known now
+            self.server_kind = self.server_kind or program_kind(self._server_programs)
+        mode = self._resolved_pause_mode()
+        check_servers_fit_mode(mode, infos, addrs)
+        self._control = ServerControl(
+            addrs,
+            pause_mode=mode,
+            api_key=self.config.sglang.api_key,
+            retries=self._retries,
+            weight_timeout_s=self._rcfg.weight_update_timeout_s,
+            control_timeout_s=self._rcfg.control_timeout_s,
+            ranks_per_server=self._tp_size(),
+            info_routes=info_routes,
+        )
+        self._control.set_version(served_version)
         self.addrs = addrs
-        self._control.addrs = list(addrs)
         self._inflight = {a: 0 for a in addrs}
         self.request_counts = {a: 0 for a in addrs}
         self._initialized = True
         logger.info("inference servers ready: %s", ", ".join(addrs))
+        logger.info("weight updates pause generation with mode %s (rollout.pause_mode=%s)", mode, self._rcfg.pause_mode)
         self._check_server_count()
         self._check_server_versions()
-        infos = self._control.server_infos()
-        self._server_programs = [info.get("version") if info else None for info in infos]
-        capacities = [server_capacity(info) for info in infos]
-        self.server_capacity = None if None in capacities else min(capacities)
-        if self._rcfg.server == "auto":  # not named by the launcher's config: known now, resolved once
-            self.server_kind = self.server_kind or program_kind(self._server_programs)
-            self._control.pause_mode = resolve_pause_mode(self._rcfg.pause_mode, self.server_kind)
-        check_servers_fit_mode(self._control.pause_mode, infos, self.addrs)
-        logger.info(
-            "weight updates pause generation with mode %s (rollout.pause_mode=%s)",
-            self._control.pause_mode,
-            self._rcfg.pause_mode,
+
+    def _find_servers(self, timeout: float) -> list[str]:
+        """The owned servers once started (from_pretrained), else the discovered ones; healthy."""
+        if self._own_servers is None:
+            addrs = self._discover(timeout)
+            self._wait_healthy(addrs, timeout)
+            return addrs
+        addrs = self._own_servers.start()
+        self._own_servers.wait_healthy(timeout, self._headers)
+        self.server_kind = self._own_servers.kind
+        return addrs
+
+    def _resolved_pause_mode(self) -> str:
+        """The launcher wrote the mode it resolved into config.yaml, and servers this engine
+        started resolved theirs; only servers found here under rollout.pause_mode=auto are
+        resolved now, for their program."""
+        if self._own_servers is not None:
+            return self._own_servers.pause_mode
+        return resolve_pause_mode(self._rcfg.pause_mode, self.server_kind)
+
+    def _get(self, addr: str, route: str):
+        return get_json(
+            addr,
+            route,
+            timeout=self._rcfg.control_timeout_s,
+            headers=self._headers,
+            timeout_key="rollout.control_timeout_s",
         )
 
     @property
     def pause_mode(self) -> str:
         """How servers pause for a weight update (rollout.pause_mode, auto resolved)."""
-        return self._control.pause_mode
+        return self.control.pause_mode
 
     def warm_up(self, bursts: list[tuple[str, list[ModelRequest]]]) -> float:
         """Send each named burst of requests at once, one burst after another, so that the servers
@@ -312,7 +338,8 @@ class RemoteSGLangEngine(InferenceEngine):
         if self._executor is not None:
             self._executor.destroy()
             self._executor = None
-        self.control.close()
+        if self._control is not None:  # None when initialize() failed before finding the servers
+            self._control.close()
         if self._own_servers is not None:
             self._own_servers.stop()
         self._initialized = False
@@ -423,7 +450,7 @@ class RemoteSGLangEngine(InferenceEngine):
             return 1
 
     def get_version(self) -> int:
-        return self._control.get_version()
+        return self.control.get_version()
 
     def batching_counters(self) -> dict[str, float]:
         """The built-in servers' work counters (/get_server_info "batching": forward passes,
@@ -454,7 +481,7 @@ class RemoteSGLangEngine(InferenceEngine):
             from areal.rollout.executor import RolloutExecutor
 
             self._executor = RolloutExecutor(self, self._rcfg, loop_scope=self.session_scope)
-            self._control.add_listener(self._executor)  # no episode starts while the servers are paused
+            self.control.add_listener(self._executor)  # no episode starts while the servers are paused
         return self._executor
 
     def session_scope(self, **session_kwargs):
@@ -477,7 +504,7 @@ class RemoteSGLangEngine(InferenceEngine):
     def rollout_batch(self, data, workflow, should_accept=None) -> dict:
         return self.executor.rollout_batch(data, workflow, should_accept)
 
-    def resume_state(self) -> dict | None:
+    def resume_state(self) -> LoaderPosition | None:
         """Where prepare_batch's dataloader should restart after a recovery (see
         RolloutExecutor.resume_state); None when no episode is in flight."""
         return self._executor.resume_state() if self._executor is not None else None

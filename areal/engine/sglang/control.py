@@ -1,9 +1,10 @@
 """ServerControl: the one object that orders pause, weight update, flush and continue.
 
     control = ServerControl(["127.0.0.1:30000"], pause_mode="abort")
-    with control.weight_update(version=1) as update:   # pause (pause_mode)
-        update.load_disk("/ckpt/v1")                    # or load_tensors / load_broadcast, per bucket
-    # leaving the block: flush the prefix cache where the mode allows it, record the version, continue
+    meta = WeightUpdateMeta("disk", version=1)
+    with control.weight_update(meta) as sink:   # pause (pause_mode)
+        sink.load_disk("/ckpt/v1")              # or sink.load_bucket(named_tensors), per bucket
+    # leaving the block: flush the prefix cache where the pause allows it, record the version, continue
 
 Every control route of a set of inference servers goes through here: generation control
 (pause / continue), versions (/model_info), server information (/server_info), LoRA adapters,
@@ -13,13 +14,16 @@ times with backoff, every request carries the bearer key, and any server's failu
 naming it. Payloads are built and answers parsed by `protocol.py`; this module only sends them.
 
 The pause mode is resolved once, before this object exists (areal.infra.pause explains each mode
-and what it asks of the prefix cache), and passed in. Weight loads never ask the server to flush:
-in abort mode this object flushes through /flush_cache after the loads and before continue; in the
-modes that hold requests it does not flush at all.
+and what it asks of the prefix cache), and passed in; the addresses and the mode never change
+after. Weight loads never ask the server to flush: after a pause in abort mode this object flushes
+through /flush_cache after the loads and before continue; after a pause that held requests it does
+not flush at all. The flush follows the mode the pause in effect used: a time-shared step pauses
+with abort before it releases the servers' memory, whatever pause_mode is.
 
-RemoteSGLangEngine owns one; an FSDPEngine given bare server URLs (`connect_servers`) builds one.
-The trainer's engine produces the weights and hands them to the WeightUpdate; it never pauses or
-continues the servers itself.
+RemoteSGLangEngine builds one once it has found its servers. The trainer's engine produces the
+weights and pushes them into the WeightUpdate (a WeightSink, areal/api/weights.py); it never
+pauses or continues the servers itself. The broadcast group of distributed updates belongs to this
+object (broadcast.py) and is torn down by close().
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Iterator
 
-from areal.api.inference import WeightUpdateMeta
+from areal.api.weights import WeightUpdateMeta
 from areal.engine.sglang import protocol
 from areal.engine.sglang.http import ServerError, auth_headers, fanout, get_json, post_json
 from areal.infra.discovery import normalize_addrs
@@ -58,6 +62,33 @@ def pause_report(answers: list[Any]) -> dict[str, float]:
     return report
 
 
+def read_server_info(addr: str, get: Callable[[str, str], Any], routes: dict[str, str]) -> dict:
+    """GET /server_info through `get(addr, route)`; servers without it (SGLang before 0.5.16's
+    rename) answer the legacy /get_server_info, which `routes` then names for that server."""
+    route = routes.get(addr, protocol.SERVER_INFO)
+    try:
+        return get(addr, route)
+    except ServerError as e:
+        if "HTTP 404" not in str(e) or route == protocol.SERVER_INFO_LEGACY:
+            raise
+    routes[addr] = protocol.SERVER_INFO_LEGACY
+    return get(addr, protocol.SERVER_INFO_LEGACY)
+
+
+def read_server_infos(addrs: list[str], get: Callable[[str, str], Any], routes: dict[str, str]) -> list[dict | None]:
+    """Every server's /server_info answer (read_server_info); None where it cannot be read."""
+
+    def info(i, addr):
+        try:
+            answer = read_server_info(addr, get, routes)
+        except (ServerError, OSError, ValueError) as e:
+            logger.debug("cannot read %s's server info: %s", addr, e)
+            return None
+        return answer if isinstance(answer, dict) else None
+
+    return fanout(addrs, info)
+
+
 class ServerControl:
     """Control calls to `addrs` (host:port); see the module docstring.
 
@@ -80,14 +111,15 @@ class ServerControl:
         weight_timeout_s: float = 600.0,
         control_timeout_s: float = 60.0,
         ranks_per_server: int = 1,
+        info_routes: dict[str, str] | None = None,
     ):
         if pause_mode not in PAUSE_MODES:
             raise ValueError(
                 f"ServerControl needs a resolved pause mode, one of {PAUSE_MODES}, not {pause_mode!r} "
                 "(areal.infra.pause.resolve_pause_mode resolves rollout.pause_mode=auto)"
             )
-        self.addrs = normalize_addrs(addrs)
-        self.pause_mode = pause_mode
+        self._addrs = tuple(normalize_addrs(addrs))
+        self._pause_mode = pause_mode
         self.headers = auth_headers(api_key)
         self.retries = retries
         self.weight_timeout_s = weight_timeout_s
@@ -95,11 +127,23 @@ class ServerControl:
         self.ranks_per_server = ranks_per_server
         self.lora_name: str | None = None  # the adapter /generate requests name (adapter pushes)
         self._paused = threading.Event()
+        self._pause_used: str | None = None  # the mode of the pause in effect (None: not paused)
+        self._broadcast: Any = None  # the BroadcastGroup of distributed updates, joined on first use
         self._lock = threading.Lock()
         self._version = 0
         self._listeners: list[Any] = []  # objects with pause() / resume(): they follow the gate
-        self._info_route: dict[str, str] = {}  # addr -> the server-info route it serves
+        self._info_route = dict(info_routes or {})  # addr -> the server-info route it serves (legacy)
         self._bg = ThreadPoolExecutor(max_workers=4, thread_name_prefix="server-control")
+
+    @property
+    def addrs(self) -> list[str]:
+        """The servers (host:port), fixed when the control is built."""
+        return list(self._addrs)
+
+    @property
+    def pause_mode(self) -> str:
+        """How the servers pause for a weight update, fixed when the control is built."""
+        return self._pause_mode
 
     # ---- transport ----------------------------------------------------------------------------
     def post_all(self, route: str, body_of: Callable[[int, str], dict] | dict, *, weights: bool = False) -> list[Any]:
@@ -130,33 +174,23 @@ class ServerControl:
         )
 
     def close(self) -> None:
+        """Tear down the broadcast group (if any), then stop the background requests."""
+        if self._broadcast is not None:
+            try:
+                self._broadcast.destroy()
+            except Exception as exc:  # the servers may already be gone at shutdown
+                logger.warning("destroying the weight update group failed: %s", exc)
+            self._broadcast = None
         self._bg.shutdown(wait=False, cancel_futures=True)
 
     # ---- information --------------------------------------------------------------------------
     def server_info(self, addr: str) -> dict:
-        """GET /server_info; servers without it (SGLang before 0.5.16's rename) answer the legacy
-        /get_server_info, which is then used for that server from here on."""
-        route = self._info_route.get(addr, protocol.SERVER_INFO)
-        try:
-            return self.get(addr, route)
-        except ServerError as e:
-            if "HTTP 404" not in str(e) or route == protocol.SERVER_INFO_LEGACY:
-                raise
-        self._info_route[addr] = protocol.SERVER_INFO_LEGACY
-        return self.get(addr, protocol.SERVER_INFO_LEGACY)
+        """GET /server_info (the legacy /get_server_info on servers without it); see read_server_info."""
+        return read_server_info(addr, self.get, self._info_route)
 
     def server_infos(self) -> list[dict | None]:
         """Every server's /server_info answer; None where it cannot be read."""
-
-        def info(i, addr):
-            try:
-                answer = self.server_info(addr)
-            except (ServerError, OSError, ValueError) as e:
-                logger.debug("cannot read %s's server info: %s", addr, e)
-                return None
-            return answer if isinstance(answer, dict) else None
-
-        return fanout(self.addrs, info)
+        return read_server_infos(self.addrs, self.get, self._info_route)
 
     def server_versions(self) -> dict[str, int | None]:
         """Each server's weight version from /model_info (/get_model_info on servers without it)."""
@@ -207,21 +241,24 @@ class ServerControl:
             self._paused.set()
         else:
             self._paused.clear()
+            self._pause_used = None
 
     def pause(self, mode: str | None = None) -> dict[str, float]:
         """Pause generation on every server (`mode`, default pause_mode); returns what the servers
         say it cost (see pause_report). A time-shared step pauses with abort before it releases the
         servers' memory (SGLang releases only an idle server); the weight update that ends the step
         continues."""
+        mode = mode or self.pause_mode
         self._paused.set()  # first: an aborted request must wait, not resubmit at once
+        self._pause_used = mode
         for listener in self._listeners:
             listener.pause()
-        body = protocol.pause_payload(mode or self.pause_mode)
-        return pause_report(self.post_all(protocol.PAUSE, body))
+        return pause_report(self.post_all(protocol.PAUSE, protocol.pause_payload(mode)))
 
     def resume(self) -> None:
         self.post_all(protocol.CONTINUE, protocol.continue_payload())
         self._paused.clear()
+        self._pause_used = None
         for listener in self._listeners:
             listener.resume()
 
@@ -239,19 +276,19 @@ class ServerControl:
                 if time.monotonic() >= deadline:
                     raise RuntimeError(
                         f"the servers' prefix cache could not be flushed within {self.control_timeout_s:g} s "
-                        f"({CONTROL_TIMEOUT_KEY}) after a weight update in pause mode {self.pause_mode!r}: {e}"
+                        f"({CONTROL_TIMEOUT_KEY}) after a weight update in pause mode {self._pause_used!r}: {e}"
                     ) from e
             time.sleep(0.2)
 
     # ---- weight updates -----------------------------------------------------------------------
     @contextlib.contextmanager
-    def weight_update(self, version: int | None) -> Iterator[WeightUpdate]:
-        """Pause (unless paused already), yield the WeightUpdate the weights are handed to; after
-        the loads, flush where the pause mode allows it and record `version` (None: keep the
+    def weight_update(self, meta: WeightUpdateMeta) -> Iterator[WeightUpdate]:
+        """Pause (unless paused already), yield the WeightUpdate the weights are pushed into; after
+        the loads, flush where the pause in effect allows it and record meta.version (None: keep the
         current one); always continue at the end, also when the caller paused earlier.
         `update.report` then holds the seconds of each stage (pause_s, flush_s, resume_s) and what
         the servers said the pause cost."""
-        update = WeightUpdate(self, version)
+        update = WeightUpdate(self, meta)
         t0 = time.perf_counter()
         if not self.paused:
             update.report.update(self.pause())
@@ -259,12 +296,7 @@ class ServerControl:
         ok = False
         try:
             yield update
-            if update.loads and flushes_after_update(self.pause_mode):
-                t0 = time.perf_counter()
-                self.flush_cache()
-                update.report["flush_s"] = time.perf_counter() - t0
-            if version is not None and update.loads:
-                self.set_version(version)
+            self._finish(update)
             ok = True
         finally:
             t0 = time.perf_counter()
@@ -276,14 +308,25 @@ class ServerControl:
                 logger.exception("could not continue generation after a failed weight update")
             update.report["resume_s"] = time.perf_counter() - t0
 
+    def _finish(self, update: WeightUpdate) -> None:
+        """After the loads: flush where the pause allows it, then record the version."""
+        if not update.loads:
+            return
+        if flushes_after_update(self._pause_used or self.pause_mode):
+            t0 = time.perf_counter()
+            self.flush_cache()
+            update.report["flush_s"] = time.perf_counter() - t0
+        if update.meta.version is not None:
+            self.set_version(update.meta.version)
+
     def update_weights(self, meta: WeightUpdateMeta) -> list[dict]:
         """A whole disk update (meta.path; an adapter folder with meta.lora_name) in one call."""
         if meta.type != "disk":
             raise ValueError(
                 f"update_weights takes disk updates, not {meta.type!r}: for tensor and distributed "
-                "ones open control.weight_update(version) and hand it the buckets"
+                "ones open control.weight_update(meta) and push the buckets into it"
             )
-        with self.weight_update(meta.version) as update:
+        with self.weight_update(meta) as update:
             if meta.lora_name is not None:
                 return update.load_adapter(meta.path, meta.lora_name)
             return update.load_disk(meta.path)
@@ -308,6 +351,21 @@ class ServerControl:
     def destroy_weights_update_group(self, meta: WeightUpdateMeta) -> Future:
         return self._bg.submit(self._checked, protocol.DESTROY_GROUP, protocol.destroy_group_payload(meta.group_name))
 
+    def broadcast_group(self, meta: WeightUpdateMeta):
+        """The broadcast group of distributed updates, joined with meta's rendezvous on first use."""
+        if self._broadcast is None:
+            from .broadcast import BroadcastGroup
+
+            self._broadcast = BroadcastGroup(self, meta)
+        return self._broadcast
+
+    def announce_broadcast(self, meta: WeightUpdateMeta) -> Future:
+        """Every server receives meta.names/dtypes/shapes from the trainer's broadcast in group
+        meta.group_name; returns at once, the future resolves to the answers once they are loaded
+        (the trainer broadcasts meanwhile)."""
+        body = protocol.distributed_update_payload(meta)
+        return self._bg.submit(self._checked, protocol.UPDATE_FROM_DISTRIBUTED, body)
+
     # ---- memory hand-off ----------------------------------------------------------------------
     def release_memory_occupation(self, tags: list[str] | None = None) -> None:
         """Servers free their KV cache and/or move their weights off the device (tags among
@@ -321,51 +379,61 @@ class ServerControl:
 
 
 class WeightUpdate:
-    """One weight update in progress, generation paused (ServerControl.weight_update): the trainer
-    hands it the new weights, whole (disk, adapter) or bucket by bucket (tensor, distributed)."""
+    """One weight update in progress, generation paused (ServerControl.weight_update): the
+    WeightSink (areal/api/weights.py) the trainer pushes the new weights into, whole (disk, adapter)
+    or bucket by bucket (tensor, distributed)."""
 
-    def __init__(self, control: ServerControl, version: int | None):
+    def __init__(self, control: ServerControl, meta: WeightUpdateMeta):
         self.control = control
-        self.version = version
+        self.meta = meta
         self.loads = 0
         self.report: dict[str, float] = {}
+        self.folder: str | None = None
 
     def load_disk(self, path: str) -> list[dict]:
         """Every server loads the Hugging Face folder `path`."""
         if not path:
             raise ValueError("a disk weight update needs the saved Hugging Face folder (WeightUpdateMeta.path)")
         self.loads += 1
-        return self.control._checked(protocol.UPDATE_FROM_DISK, protocol.disk_update_payload(path, self.version))
+        answers = self.control._checked(
+            protocol.UPDATE_FROM_DISK, protocol.disk_update_payload(path, self.meta.version)
+        )
+        self.folder = path
+        return self._timed(answers)
 
-    def load_adapter(self, path: str, lora_name: str) -> list[dict]:
-        """actor.lora_push=adapter: load the peft folder as `lora_name`, take the version, switch
+    def load_adapter(self, path: str, name: str) -> list[dict]:
+        """actor.lora_push=adapter: load the peft folder as `name`, take the version, switch
         requests to it and unload the previous adapter (no request names one that is gone)."""
         control = self.control
         self.loads += 1
-        answers = control._checked(protocol.LOAD_LORA, protocol.load_lora_payload(lora_name, path))
-        if self.version is not None:
-            control._checked(protocol.UPDATE_WEIGHT_VERSION, protocol.weight_version_payload(self.version))
-        previous, control.lora_name = control.lora_name, lora_name
-        if previous is not None and previous != lora_name:
+        answers = control._checked(protocol.LOAD_LORA, protocol.load_lora_payload(name, path))
+        if self.meta.version is not None:
+            control._checked(protocol.UPDATE_WEIGHT_VERSION, protocol.weight_version_payload(self.meta.version))
+        previous, control.lora_name = control.lora_name, name
+        if previous is not None and previous != name:
             control._checked(protocol.UNLOAD_LORA, protocol.unload_lora_payload(previous))
         return answers
 
-    def load_tensors(self, named_tensors: list) -> list[dict]:
-        """Servers on the trainer's own device(s) copy one bucket of (HF name, tensor) pairs through
-        CUDA IPC handles (shared memory on CPU); the tensors must stay alive until this returns.
-        Every tensor-parallel rank of a server gets the full tensors."""
+    def load_bucket(self, named_tensors: list) -> list[dict]:
+        """One bucket of (HF name, full tensor) pairs: broadcast over the control's group
+        (meta.type distributed), else copied by servers on the trainer's own device(s) through
+        CUDA IPC handles (shared memory on CPU), every tensor-parallel rank of a server getting the
+        full tensors. The tensors must stay alive until this returns."""
+        self.loads += 1
+        if self.meta.type == "distributed":
+            return self._timed(self.control.broadcast_group(self.meta).send_bucket(named_tensors, self.meta.version))
         from areal.utils.tensor_ipc import serialize_named_tensors
 
         text = serialize_named_tensors(named_tensors)
-        body = protocol.tensor_update_payload([text] * self.control.ranks_per_server, version=self.version)
-        self.loads += 1
-        return self.control._checked(protocol.UPDATE_FROM_TENSOR, body)
+        body = protocol.tensor_update_payload([text] * self.control.ranks_per_server, version=self.meta.version)
+        return self._timed(self.control._checked(protocol.UPDATE_FROM_TENSOR, body))
 
-    def load_broadcast(self, meta: WeightUpdateMeta) -> Future:
-        """Every server receives meta.names/dtypes/shapes from the trainer's broadcast in group
-        meta.group_name; returns at once, the future resolves to the answers once they are loaded
-        (the trainer broadcasts meanwhile)."""
-        meta.version = self.version
-        body = protocol.distributed_update_payload(meta)
-        self.loads += 1
-        return self.control._bg.submit(self.control._checked, protocol.UPDATE_FROM_DISTRIBUTED, body)
+    def _timed(self, answers: list[dict]) -> list[dict]:
+        """Add the slowest server's reported seconds of applying one load to report["server_load_s"]
+        (servers that report none count 0)."""
+        seconds = [
+            float(a["load_s"]) for a in answers if isinstance(a, dict) and isinstance(a.get("load_s"), (int, float))
+        ]
+        if seconds:
+            self.report["server_load_s"] = self.report.get("server_load_s", 0.0) + max(seconds)
+        return answers

@@ -96,33 +96,14 @@ async def apost_json(
     start = time.monotonic()
     while True:
         try:
-            shared = _LOOP_SESSIONS.get(asyncio.get_running_loop())
-            if shared is not None and not shared.closed:
-                status, answer = await _post(shared, addr, route, body, timeout, headers)
-            else:
-                async with aiohttp.ClientSession() as session:
-                    status, answer = await _post(session, addr, route, body, timeout, headers)
-        except asyncio.TimeoutError:
-            raise ServerError(
-                addr,
-                route,
-                f"no answer within {timeout:.0f}s (rollout.request_timeout_s); raise it for long generations",
-            ) from None
+            status, answer = await _post_once(addr, route, body, timeout, headers)
         except aiohttp.ClientConnectionError as e:  # a kept-alive connection to a restarted server too
             if is_out_of_files(e):  # retrying would only hide the limit
                 raise ServerError(addr, route, out_of_files_text(e)) from e
             last = f"{type(e).__name__}: {e}"
         else:
             if status == 503:
-                waited = time.monotonic() - start
-                if waited >= timeout:
-                    raise ServerError(
-                        addr,
-                        route,
-                        f"still full after {waited:.0f} s (rollout.request_timeout_s): HTTP 503: {answer[:600]}",
-                    )
-                pause = BUSY_BACKOFF_S[min(busy, len(BUSY_BACKOFF_S) - 1)]
-                await asyncio.sleep(min(pause, max(0.0, timeout - waited)))
+                await _wait_while_full(addr, route, answer, start, timeout, busy)
                 busy += 1
                 continue
             if status in RETRY_STATUS:
@@ -140,6 +121,37 @@ async def apost_json(
                 "still running? (retries: rollout.request_retries)",
             )
         await asyncio.sleep(_backoff(failures - 1))
+
+
+async def _post_once(addr: str, route: str, body: dict, timeout: float, headers) -> tuple[int, Any]:
+    """One POST through the loop's shared session (shared_session), else a session of its own."""
+    import aiohttp
+
+    try:
+        shared = _LOOP_SESSIONS.get(asyncio.get_running_loop())
+        if shared is not None and not shared.closed:
+            return await _post(shared, addr, route, body, timeout, headers)
+        async with aiohttp.ClientSession() as session:
+            return await _post(session, addr, route, body, timeout, headers)
+    except asyncio.TimeoutError:
+        raise ServerError(
+            addr,
+            route,
+            f"no answer within {timeout:.0f}s (rollout.request_timeout_s); raise it for long generations",
+        ) from None
+
+
+async def _wait_while_full(addr: str, route: str, answer: Any, start: float, timeout: float, busy: int) -> None:
+    """Back off after a 503 (a full server); past `timeout` since `start`, the server's own message."""
+    waited = time.monotonic() - start
+    if waited >= timeout:
+        raise ServerError(
+            addr,
+            route,
+            f"still full after {waited:.0f} s (rollout.request_timeout_s): HTTP 503: {answer[:600]}",
+        )
+    pause = BUSY_BACKOFF_S[min(busy, len(BUSY_BACKOFF_S) - 1)]
+    await asyncio.sleep(min(pause, max(0.0, timeout - waited)))
 
 
 async def _post(session, addr: str, route: str, body: dict, timeout: float, headers) -> tuple[int, Any]:

@@ -34,10 +34,12 @@ class LocalServers:
         self.addrs: list[str] = []
         self.logs: list[Path] = []
         self.kind: str | None = None  # sglang or builtin, once started
+        self.pause_mode: str | None = None  # rollout.pause_mode resolved for kind, once started
 
     def start(self) -> list[str]:
         from areal.config.parallel import parse_parallel
         from areal.infra.host import detect_host_facts, resolve_device, resolve_server_kind
+        from areal.infra.pause import resolve_pause_mode
         from areal.infra.ports import free_port_block
         from areal.infra.servers import indexed_server_command
 
@@ -46,12 +48,13 @@ class LocalServers:
         facts = detect_host_facts()
         device = resolve_device(cfg, facts)
         kind = self.kind = resolve_server_kind(cfg, facts, device)
+        self.pause_mode = resolve_pause_mode(cfg.rollout.pause_mode, kind)
         base = free_port_block(st.dp, cfg.sglang.host)
         log_dir = Path(cfg.run_dir) / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
         for i in range(st.dp):
             port = base + i
-            command = indexed_server_command(cfg, i, port=port, kind=kind, facts=facts)
+            command = indexed_server_command(cfg, i, port=port, kind=kind, pause_mode=self.pause_mode, facts=facts)
             # server i on devices i*tp ..: the servers take the first devices, as in the plan
             devices = ",".join(str(d) for d in range(i * st.tp, (i + 1) * st.tp)) if device == "cuda" else ""
             env = {**os.environ, "PYTHONUNBUFFERED": "1", "CUDA_VISIBLE_DEVICES": devices, **cfg.launcher.server_env}

@@ -26,7 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from areal.api.inference import ModelRequest, WeightUpdateMeta
+from areal.api.inference import ModelRequest
+from areal.api.weights import WeightUpdateMeta
 from areal.infra.pause import PAUSE_MODES
 
 # Routes used by the client.

@@ -60,9 +60,11 @@ def engine_params(model_dir):
 def test_tensor_update_to_a_server_on_the_same_gpu(qwen_05b):
     import requests
 
-    from areal.api.inference import WeightUpdateMeta
+    from areal.api.weights import WeightUpdateMeta
     from areal.engine.fsdp.engine import FSDPEngine
+    from areal.engine.sglang.control import ServerControl
     from areal.server.testing import start_server
+    from areal.trainer.sources import push_to_control
 
     model_dir, tok_dir = qwen_05b
     server = start_server(
@@ -70,14 +72,14 @@ def test_tensor_update_to_a_server_on_the_same_gpu(qwen_05b):
     )
     engine = FSDPEngine.from_pretrained(model_dir, tokenizer_path=tok_dir, dtype="bfloat16", trainable=False)
     try:
-        engine.connect_servers([server.url])
+        control = ServerControl([server.url], pause_mode="abort")
         from torch.distributed.tensor import DTensor
 
         with torch.no_grad():
             for p in engine.model.parameters():
                 local = p.to_local() if isinstance(p, DTensor) else p.data
                 local.add_(torch.randn_like(local) * 0.02)
-        stats = engine.update_weights(WeightUpdateMeta(type="tensor", version=1))
+        stats = push_to_control(engine, WeightUpdateMeta(type="tensor", version=1), control)
         prompt = list(range(5, 21))
         out = requests.post(
             server.url + "/generate",

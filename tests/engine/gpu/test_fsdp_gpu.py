@@ -74,9 +74,11 @@ def _server_logprob_gap(engine, url: str) -> tuple[float, str]:
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="NCCL needs the server on a second GPU")
 @pytest.mark.parametrize("case", ["varied_fp32", "qwen05b_bf16"])
 def test_nccl_weight_update_to_server(case, qwen_05b, tmp_path):
-    from areal.api.inference import WeightUpdateMeta
+    from areal.api.weights import WeightUpdateMeta
     from areal.engine.fsdp.engine import FSDPEngine
+    from areal.engine.sglang.control import ServerControl
     from areal.server.testing import make_varied_model_dir, start_server
+    from areal.trainer.sources import push_to_control
 
     if case == "varied_fp32":
         model_dir, tok_dir, dtype = str(make_varied_model_dir(tmp_path / "varied", scale=4.0)), None, "float32"
@@ -85,7 +87,7 @@ def test_nccl_weight_update_to_server(case, qwen_05b, tmp_path):
     server = start_server(
         model_dir, extra_args=["--device", "cuda", "--dtype", dtype], env={"CUDA_VISIBLE_DEVICES": "1"}, timeout=300
     )
-    engine = None
+    engine = control = None
     try:
         engine = FSDPEngine.from_pretrained(
             model_dir,
@@ -95,13 +97,15 @@ def test_nccl_weight_update_to_server(case, qwen_05b, tmp_path):
             fileroot=str(tmp_path),
             max_tokens_per_mb=4096,
         )
-        engine.connect_servers([server.url])
+        control = ServerControl([server.url], pause_mode="abort")
         batch = make_batch(8, 16, 64, vocab=engine.hf_config.vocab_size)
         for _ in range(3):
             engine.train_batch(batch, _nll, _weight)
         before, _ = _server_logprob_gap(engine, server.url)
-        stats = engine.update_weights(
-            WeightUpdateMeta(type="distributed", backend="nccl", version=1, master_address="127.0.0.1")
+        stats = push_to_control(
+            engine,
+            WeightUpdateMeta(type="distributed", backend="nccl", version=1, master_address="127.0.0.1"),
+            control,
         )
         after, version = _server_logprob_gap(engine, server.url)
         print(case, "NCCL update", stats, "gap before", before, "after", after, flush=True)
@@ -114,6 +118,8 @@ def test_nccl_weight_update_to_server(case, qwen_05b, tmp_path):
         print(f"server log tail:\n{server.log()[-3000:]}", flush=True)
         raise
     finally:
+        if control is not None:
+            control.close()  # the broadcast group, before the engine's process group
         if engine is not None:
             engine.destroy()
         server.stop()

@@ -148,7 +148,7 @@ def test_disk_and_tensor_updates_and_the_version_in_meta_info(engine, smollm2, o
     import requests
     from safetensors.torch import load_file
 
-    from areal.api.inference import WeightUpdateMeta
+    from areal.api.weights import WeightUpdateMeta
 
     base = generate(engine, prompt)[0].output_tokens
     engine.control.update_weights(WeightUpdateMeta("disk", path=other_dir, version=7))
@@ -168,8 +168,8 @@ def test_disk_and_tensor_updates_and_the_version_in_meta_info(engine, smollm2, o
     files = sorted(Path(smollm2).glob("*.safetensors"))
     state = {k: v.cuda() for f in files for k, v in load_file(str(f)).items()}
     t0 = time.perf_counter()
-    with engine.control.weight_update(8) as update:
-        update.load_tensors(list(state.items()))
+    with engine.control.weight_update(WeightUpdateMeta("tensor", version=8)) as update:
+        update.load_bucket(list(state.items()))
     print(
         f"tensor update of SmolLM2 ({sum(v.numel() for v in state.values()) / 1e6:.0f}M parameters): "
         f"{time.perf_counter() - t0:.3f} s with pause and continue"
@@ -185,7 +185,7 @@ def test_the_prefix_cache_never_serves_old_weights_to_new_requests(engine, smoll
     A request without the namespace shows the hazard is real on this server."""
     import requests
 
-    from areal.api.inference import WeightUpdateMeta
+    from areal.api.weights import WeightUpdateMeta
 
     engine.control.update_weights(WeightUpdateMeta("disk", path=smollm2, version=10))
     engine.control.flush_cache()
@@ -207,7 +207,7 @@ def test_the_prefix_cache_never_serves_old_weights_to_new_requests(engine, smoll
     from areal.engine.sglang.control import ServerControl
 
     held = ServerControl(engine.addrs, pause_mode="in_place")  # in_place and retract never flush
-    with held.weight_update(11) as update:
+    with held.weight_update(WeightUpdateMeta("disk", version=11)) as update:
         update.load_disk(other_dir)
     held.close()
     engine.control.set_version(11)
@@ -221,6 +221,9 @@ def test_the_prefix_cache_never_serves_old_weights_to_new_requests(engine, smoll
         "stale text differs from fresh:",
         stale["output_ids"] != fresh.output_tokens,
     )
+    # the hazard is real: without a namespace the request reuses old-weight KV and its text changes
+    assert stale["meta_info"].get("cached_tokens", 0) > 0
+    assert stale["output_ids"] != fresh.output_tokens
     assert after.output_tokens == fresh.output_tokens
 
 
@@ -231,7 +234,8 @@ def test_weight_update_with_requests_in_flight(mode, smollm2, other_dir, prompt,
     the whole sequence under the new weights)."""
     import requests
 
-    from areal.api.inference import ModelRequest, WeightUpdateMeta
+    from areal.api.inference import ModelRequest
+    from areal.api.weights import WeightUpdateMeta
 
     eng = start_engine(smollm2, tmp_path_factory, mode)
     try:
@@ -245,7 +249,7 @@ def test_weight_update_with_requests_in_flight(mode, smollm2, other_dir, prompt,
         # a streamed request beside them says when they are 64 tokens in; then the update lands
         seen = stream_until(eng.addrs[0], prompt, tokens, min_tokens=64)
         assert seen >= 64 and not any(f.done() for f in futures), "the requests finished before the update"
-        with eng.control.weight_update(1) as update:
+        with eng.control.weight_update(WeightUpdateMeta("disk", version=1)) as update:
             update.load_disk(other_dir)
         outs = [f.result(timeout=300) for f in futures]
         loop.call_soon_threadsafe(loop.stop)
@@ -297,7 +301,7 @@ def test_release_and_resume_give_the_memory_back(engine, prompt, smollm2):
 
     from safetensors.torch import load_file
 
-    from areal.api.inference import WeightUpdateMeta
+    from areal.api.weights import WeightUpdateMeta
 
     engine.control.update_weights(WeightUpdateMeta("disk", path=smollm2, version=20))
     before_text = generate(engine, prompt)[0].output_tokens
@@ -305,13 +309,13 @@ def test_release_and_resume_give_the_memory_back(engine, prompt, smollm2):
     free_before, _ = torch.cuda.mem_get_info()
     control = engine.control
     t0 = time.perf_counter()
-    with control.weight_update(21) as update:
+    with control.weight_update(WeightUpdateMeta("tensor", version=21)) as update:
         control.release_memory_occupation()
         release_s = time.perf_counter() - t0
         free_released, _ = torch.cuda.mem_get_info()
         t0 = time.perf_counter()
         control.resume_memory_occupation(["weights"])
-        update.load_tensors(list(state.items()))
+        update.load_bucket(list(state.items()))
         control.resume_memory_occupation(["kv_cache"])
         resume_s = time.perf_counter() - t0
     freed = (free_released - free_before) / 2**30
@@ -327,9 +331,10 @@ def test_lora_adapter_load_and_unload(smollm2, prompt, tmp_path_factory):
     push unloads it."""
     import requests
 
-    from areal.api.inference import WeightUpdateMeta
+    from areal.api.weights import WeightUpdateMeta
     from areal.engine.fsdp.engine import FSDPEngine
     from areal.models.shapes import make_batch
+    from areal.trainer.sources import push_to_control
 
     fileroot = str(tmp_path_factory.mktemp("lora"))
     modules = ["q_proj", "k_proj", "v_proj", "o_proj"]
@@ -355,7 +360,7 @@ def test_lora_adapter_load_and_unload(smollm2, prompt, tmp_path_factory):
         batch = make_batch(8, 32, 64, vocab=49152)
         for _ in range(3):
             trainer.train_batch(batch, nll, token_weight)  # the adapter's B leaves zero
-        trainer.update_weights(WeightUpdateMeta(type="disk"), inference=eng)
+        push_to_control(trainer, WeightUpdateMeta(type="disk", version=1), eng.control)
         assert eng.control.lora_name == "v1"
         out = generate(eng, prompt, tokens=32, temperature=1.0)[0]
         ids = torch.tensor([prompt + out.output_tokens])
@@ -364,7 +369,7 @@ def test_lora_adapter_load_and_unload(smollm2, prompt, tmp_path_factory):
         print(f"LoRA adapter on SGLang vs trainer: mean |diff| {gap.mean():.4f}, max {gap.max():.4f}")
         assert gap.mean() < 0.05 and set(out.output_versions) == {1}
         trainer.train_batch(batch, nll, token_weight)
-        trainer.update_weights(WeightUpdateMeta(type="disk"), inference=eng)
+        push_to_control(trainer, WeightUpdateMeta(type="disk", version=2), eng.control)
         assert eng.control.lora_name == "v2"
         assert set(generate(eng, prompt, tokens=4)[0].output_versions) == {2}
         gone = requests.post(
