@@ -302,7 +302,7 @@ def _lora_push(cfg):
 
 
 def _restart_needs_full_disk_updates(cfg):
-    """A restarted server loads the folder of the last disk weight update (launcher/local.py);
+    """A restarted server loads the folder of the last disk weight update (launcher/supervisor.py);
     a distributed broadcast group or a LoRA adapter cannot be given back to it."""
     a = cfg.actor
     if not (cfg.launcher.restart_failed_servers and trainer_runs(cfg) and servers_run(cfg)):
