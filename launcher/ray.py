@@ -28,7 +28,6 @@ from pathlib import Path
 from areal.config import ExperimentConfig
 
 from .console import process_console
-from .local import Supervisor, is_stopped, log_path, say
 from .plan import TRAINER_HEAD, LaunchPlan, ProcessSpec
 from .procs import (
     LaunchError,
@@ -39,6 +38,7 @@ from .procs import (
     start_banner,
     with_port,
 )
+from .supervisor import Supervisor, is_stopped, log_path, say
 
 PLACEMENT_TIMEOUT_S = 180.0
 CALL_TIMEOUT_S = 60.0  # one actor call (actor start-up included)

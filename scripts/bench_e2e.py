@@ -6,7 +6,7 @@ one GPU by default; fsdp:d2, HSDP fsdp:d2r2 or tensor-parallel fsdp:d1t2 on two)
 `rollout.max_head_offpolicyness` value:
 0 (synchronous: generation and training alternate) and 2 and 4 (asynchronous: the next batch is
 generated while the trainer trains). The model is a random-weight Qwen2.5 shape built from its
-public config (areal/models/shapes.py; the project's character tokenizer), the prompts are real
+public config (scripts/model_shapes.py; the project's character tokenizer), the prompts are real
 GSM8K questions, and every sample generates exactly --max-new-tokens tokens (ignore_eos), so all
 modes do the same work per step. Per mode it reports, over the measured steps (the first
 --warmup steps are excluded): samples/s, generated tokens/s, seconds per phase of a step
@@ -74,7 +74,7 @@ def say(msg: str) -> None:
 
 
 def parse_args(argv=None):
-    from areal.models.shapes import SHAPES
+    from model_shapes import SHAPES
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="where to write the JSON result")
@@ -313,7 +313,7 @@ def resolve_data(path: str | None) -> str:
 
 
 def build_model(args, workdir: Path) -> tuple[str, str]:
-    from areal.models.shapes import build_model_dir
+    from model_shapes import build_model_dir
 
     t = time.perf_counter()
     model_dir, tok_dir = build_model_dir(args.shape, workdir / "models")

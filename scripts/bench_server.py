@@ -37,7 +37,7 @@ def parse_args(argv=None):
         "--shape",
         default=None,
         help="A random-weight real architecture instead "
-        "(areal/models/shapes.py SHAPES, e.g. qwen2.5-0.5b), with the project's tokenizer.",
+        "(scripts/model_shapes.py SHAPES, e.g. qwen2.5-0.5b), with the project's tokenizer.",
     )
     p.add_argument("--hidden-size", type=int, default=256)
     p.add_argument("--num-layers", type=int, default=4)
@@ -238,7 +238,7 @@ def main(argv=None) -> dict:
 
         args.model_path = resolve_model_path(args.model_path)
     if args.shape:
-        from areal.models.shapes import build_model_dir
+        from model_shapes import build_model_dir
 
         args.model_path, tokenizer_path = build_model_dir(args.shape, Path(tempfile.gettempdir()) / "areal-bench-train")
     model_path = args.model_path or str(

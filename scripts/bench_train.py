@@ -2,7 +2,7 @@
 loop (padded micro-batches, same model, same precision, same batch).
 
 The model is a random-weight Qwen2.5 shape built from its public config (no download;
-areal/models/shapes.py), so the numbers measure the training step itself. Lengths vary (uniform in
+scripts/model_shapes.py), so the numbers measure the training step itself. Lengths vary (uniform in
 [min_len, max_len]) as rollouts do, which is where packing pays: the bare loop computes on padding,
 the engine does not.
 
@@ -38,8 +38,7 @@ import time
 from pathlib import Path
 
 import torch
-
-from areal.models.shapes import SHAPES, build_model_dir, make_batch
+from model_shapes import SHAPES, build_model_dir, make_batch
 
 
 def nll(logprobs, entropy, mb):

@@ -4,7 +4,7 @@ CUDA IPC handles on GPU, shared memory on CPU) updates.
 
 One process is the trainer (an FSDPEngine, dp=1, on the first GPU); it starts one built-in server
 (`python -m areal.server`, on the second GPU: CUDA_VISIBLE_DEVICES=<second visible GPU>) with the
-same random-weight Qwen2.5-shaped folder (areal/models/shapes.py, no download), then for
+same random-weight Qwen2.5-shaped folder (scripts/model_shapes.py, no download), then for
 each mode (broadcast first, disk last) does a warm-up update and --repeats timed ones. Run it with
 plain python, not torchrun; SIGTERM (e.g. from `timeout`) stops the server and keeps the JSON.
 
@@ -54,9 +54,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
+from model_shapes import SHAPES, build_model_dir
 
 from areal.engine.sglang.control import ServerControl
-from areal.models.shapes import SHAPES, build_model_dir
 from areal.trainer.sources import push_to_control
 
 T0 = time.perf_counter()

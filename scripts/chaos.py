@@ -69,11 +69,9 @@ from pathlib import Path
 
 import psutil
 
+from launcher.procs import run_processes
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from launcher.procs import run_processes  # noqa: E402
-
 TARGETS = ("launcher", "server", "trainer-0", "trainer-1", "reward", "agent_worker")
 
 

@@ -106,14 +106,40 @@ def ppo_actor_loss(
             "correction's weight), not both: they weight by the same ratio"
         )
     mask = loss_mask.bool()
-    high = eps_clip if eps_clip_high is None else eps_clip_high
+    ratio = torch.exp(_log_ratio(logprobs, prox_logprobs, loss_mask, ratio_level))
+    pg, clipped, dual_clipped = _clipped_surrogate(ratio, advantages, mask, eps_clip, eps_clip_high, c_clip)
+    stats: dict[str, torch.Tensor] = {}
+    if behav_logprobs is not None:
+        weight, stats = _behaviour_weight(prox_logprobs, behav_logprobs, mask, behav_imp_weight_cap)
+        pg = pg * weight
+    if is_weights is not None:
+        pg = pg * is_weights.detach()
+    loss = aggregate(pg, mask, aggregation)
+    stats.update(_clip_stats(ratio, clipped, dual_clipped, logprobs, prox_logprobs, mask))
+    return loss, {k: v.detach() for k, v in stats.items()}
+
+
+def _log_ratio(
+    logprobs: torch.Tensor, prox_logprobs: torch.Tensor, loss_mask: torch.Tensor, ratio_level: RatioLevel
+) -> torch.Tensor:
+    """log(current / proximal) per token, or GSPO's per-sequence mean of it on every token."""
     if ratio_level == "token":
-        log_ratio = logprobs - prox_logprobs
-    elif ratio_level == "sequence":
-        log_ratio = sequence_log_ratio(logprobs, prox_logprobs, loss_mask)
-    else:
-        raise ValueError(f"ratio_level={ratio_level!r} is not one of 'token', 'sequence' (set actor.ratio_level)")
-    ratio = torch.exp(log_ratio)
+        return logprobs - prox_logprobs
+    if ratio_level == "sequence":
+        return sequence_log_ratio(logprobs, prox_logprobs, loss_mask)
+    raise ValueError(f"ratio_level={ratio_level!r} is not one of 'token', 'sequence' (set actor.ratio_level)")
+
+
+def _clipped_surrogate(
+    ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    eps_clip: float,
+    eps_clip_high: float | None,
+    c_clip: float | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The per-token clipped loss, and where the clip and the dual clip (c_clip) bound it."""
+    high = eps_clip if eps_clip_high is None else eps_clip_high
     clipped_ratio = ratio.clamp(1.0 - eps_clip, 1.0 + high)
     loss1, loss2 = -advantages * ratio, -advantages * clipped_ratio
     pg = torch.maximum(loss1, loss2)
@@ -123,21 +149,36 @@ def ppo_actor_loss(
         bound = -advantages * c_clip
         dual_clipped = (advantages < 0) & (pg > bound)
         pg = torch.where(dual_clipped, bound, pg)
+    return pg, clipped, dual_clipped
+
+
+def _behaviour_weight(
+    prox_logprobs: torch.Tensor, behav_logprobs: torch.Tensor, mask: torch.Tensor, cap: float | None
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Decoupled PPO's per-token weight w = exp(prox - behav) (no gradient), 0 on tokens whose w
+    exceeds `cap`, and its statistics."""
     stats: dict[str, torch.Tensor] = {}
-    if behav_logprobs is not None:
-        weight = torch.exp(prox_logprobs - behav_logprobs).detach()
-        keep = mask
-        if behav_imp_weight_cap is not None:
-            keep = mask & (weight <= behav_imp_weight_cap)
-            stats["behav_capped_frac"] = masked_mean((~keep).float(), mask)
-        weight = torch.where(keep, weight, torch.zeros_like(weight))
-        pg = pg * weight
-        stats["behav_imp_weight"] = masked_mean(weight, keep)
-    if is_weights is not None:
-        pg = pg * is_weights.detach()
-    loss = aggregate(pg, mask, aggregation)
+    weight = torch.exp(prox_logprobs - behav_logprobs).detach()
+    keep = mask
+    if cap is not None:
+        keep = mask & (weight <= cap)
+        stats["behav_capped_frac"] = masked_mean((~keep).float(), mask)
+    weight = torch.where(keep, weight, torch.zeros_like(weight))
+    stats["behav_imp_weight"] = masked_mean(weight, keep)
+    return weight, stats
+
+
+def _clip_stats(
+    ratio: torch.Tensor,
+    clipped: torch.Tensor,
+    dual_clipped: torch.Tensor,
+    logprobs: torch.Tensor,
+    prox_logprobs: torch.Tensor,
+    mask: torch.Tensor,
+) -> dict[str, torch.Tensor]:
+    """How often each clip bound the loss, the mean ratio, and approx_kl: the mean of log prox - log current."""
     with torch.no_grad():
-        stats.update(
+        return dict(
             clip_frac=masked_mean(clipped.float(), mask),
             clip_low_frac=masked_mean((clipped & (ratio < 1.0)).float(), mask),
             clip_high_frac=masked_mean((clipped & (ratio > 1.0)).float(), mask),
@@ -145,4 +186,3 @@ def ppo_actor_loss(
             importance_ratio=masked_mean(ratio, mask),
             approx_kl=masked_mean(prox_logprobs - logprobs, mask),
         )
-    return loss, {k: v.detach() for k, v in stats.items()}

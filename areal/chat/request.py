@@ -93,17 +93,23 @@ class Extensions:
 
 
 @dataclass(frozen=True)
-class ChatRequest:
+class RequestOptions:
+    """What a request to either endpoint carries besides its input (messages or a prompt)."""
+
     model: str
-    messages: list[dict]
-    tools: list[dict] | None
-    tool_choice: str  # "auto" (parse tool calls) or "none"
     n: int
     stream: bool
     include_usage: bool
     logprobs: bool
     sampling: Sampling
     extensions: Extensions
+
+
+@dataclass(frozen=True)
+class ChatRequest(RequestOptions):
+    messages: list[dict]
+    tools: list[dict] | None
+    tool_choice: str  # "auto" (parse tool calls) or "none"
     template_kwargs: dict = field(default_factory=dict)
 
     @property
@@ -116,15 +122,8 @@ class ChatRequest:
 
 
 @dataclass(frozen=True)
-class CompletionRequest:
-    model: str
+class CompletionRequest(RequestOptions):
     prompt: str | list[int]
-    n: int
-    stream: bool
-    include_usage: bool
-    logprobs: bool
-    sampling: Sampling
-    extensions: Extensions
 
 
 def parse_chat_request(body: Any) -> ChatRequest:

@@ -79,15 +79,7 @@ def chat_response(
             "matched_stop": gen.matched_stop,
         }
         choices.append({**choice, **_extensions(req.extensions, gen, prompt_ids)})
-    return {
-        "id": rid or new_id("chatcmpl"),
-        "object": "chat.completion",
-        "created": created or int(time.time()),
-        "model": req.model,
-        "choices": choices,
-        "usage": usage(prompt_ids, gens),
-        "metadata": {"weight_version": weight_version},
-    }
+    return _body("chatcmpl", "chat.completion", req.model, choices, prompt_ids, gens, weight_version, rid, created)
 
 
 def completion_response(
@@ -110,11 +102,26 @@ def completion_response(
         }
         for i, gen in enumerate(gens)
     ]
+    return _body("cmpl", "text_completion", req.model, choices, prompt_ids, gens, weight_version, rid, created)
+
+
+def _body(
+    id_prefix: str,
+    kind: str,
+    model: str,
+    choices: list[dict],
+    prompt_ids: list[int],
+    gens: list[Generation],
+    weight_version: str | None,
+    rid: str | None,
+    created: int | None,
+) -> dict:
+    """What both response kinds put around their choices: id, object, time, model, usage, version."""
     return {
-        "id": rid or new_id("cmpl"),
-        "object": "text_completion",
+        "id": rid or new_id(id_prefix),
+        "object": kind,
         "created": created or int(time.time()),
-        "model": req.model,
+        "model": model,
         "choices": choices,
         "usage": usage(prompt_ids, gens),
         "metadata": {"weight_version": weight_version},
@@ -185,64 +192,49 @@ def _completion_extensions(ext: Extensions, gen: Generation, prompt_ids: list[in
 
 def chat_chunks(response: dict, include_usage: bool) -> list[dict]:
     """The chunks a streaming client receives for `response` (a chat_response body)."""
-    head = {k: response[k] for k in ("id", "created", "model")}
-    head["object"] = "chat.completion.chunk"
-    tail = {"usage": None} if include_usage else {}
-
-    def chunk(index: int, delta: dict, finish=None, logprobs=None) -> dict:
-        return {
-            **head,
-            "choices": [{"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish}],
-            **tail,
-        }
-
-    out = []
-    for choice in response["choices"]:
-        i, message = choice["index"], choice["message"]
-        out.append(chunk(i, {"role": "assistant", "content": ""}))
-        if message["content"] or choice["logprobs"]:
-            out.append(chunk(i, {"content": message["content"]}, logprobs=choice["logprobs"]))
-        if message.get("tool_calls"):
-            calls = [{"index": k, **call} for k, call in enumerate(message["tool_calls"])]
-            out.append(chunk(i, {"tool_calls": calls}))
-        out.append(chunk(i, {}, finish=choice["finish_reason"]))
-    if include_usage:
-        out.append({**head, "choices": [], "usage": response["usage"]})
-    return out
+    return _chunks(response, "chat.completion.chunk", include_usage, _chat_deltas)
 
 
 def completion_chunks(response: dict, include_usage: bool) -> list[dict]:
+    return _chunks(response, "text_completion", include_usage, _completion_deltas)
+
+
+def _chunks(response: dict, kind: str, include_usage: bool, pieces) -> list[dict]:
+    """One chunk per piece of every choice (`pieces(choice)`: its `choices` entries, in order), under
+    the response's id, time and model; then the usage chunk when the client asked for it."""
     head = {k: response[k] for k in ("id", "created", "model")}
-    head["object"] = "text_completion"
+    head["object"] = kind
     tail = {"usage": None} if include_usage else {}
-    out = []
-    for choice in response["choices"]:
-        out.append(
-            {
-                **head,
-                "choices": [
-                    {
-                        "index": choice["index"],
-                        "text": choice["text"],
-                        "logprobs": choice["logprobs"],
-                        "finish_reason": None,
-                    }
-                ],
-                **tail,
-            }
-        )
-        out.append(
-            {
-                **head,
-                "choices": [
-                    {"index": choice["index"], "text": "", "logprobs": None, "finish_reason": choice["finish_reason"]}
-                ],
-                **tail,
-            }
-        )
+    out = [{**head, "choices": [piece], **tail} for choice in response["choices"] for piece in pieces(choice)]
     if include_usage:
         out.append({**head, "choices": [], "usage": response["usage"]})
     return out
+
+
+def _chat_deltas(choice: dict) -> list[dict]:
+    """A role delta, the content (with its logprobs), the tool calls, then the finish reason."""
+    i, message = choice["index"], choice["message"]
+
+    def delta(content: dict, finish=None, logprobs=None) -> dict:
+        return {"index": i, "delta": content, "logprobs": logprobs, "finish_reason": finish}
+
+    out = [delta({"role": "assistant", "content": ""})]
+    if message["content"] or choice["logprobs"]:
+        out.append(delta({"content": message["content"]}, logprobs=choice["logprobs"]))
+    if message.get("tool_calls"):
+        calls = [{"index": k, **call} for k, call in enumerate(message["tool_calls"])]
+        out.append(delta({"tool_calls": calls}))
+    out.append(delta({}, finish=choice["finish_reason"]))
+    return out
+
+
+def _completion_deltas(choice: dict) -> list[dict]:
+    """The text (with its logprobs), then the finish reason."""
+    i = choice["index"]
+    return [
+        {"index": i, "text": choice["text"], "logprobs": choice["logprobs"], "finish_reason": None},
+        {"index": i, "text": "", "logprobs": None, "finish_reason": choice["finish_reason"]},
+    ]
 
 
 def sse_events(chunks: list[dict]) -> list[bytes]:

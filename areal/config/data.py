@@ -8,6 +8,18 @@ from pydantic import Field, field_validator
 
 from .base import Section
 
+# Every built-in DatasetConfig.type and the import path of its loader: the one table that the rules
+# check names against and areal/dataset/registry.py loads from (paths keep the schema free of the
+# loaders' imports). 'files' has no loader there: the trainer reads those rows itself.
+BUILTIN_DATASETS: dict[str, str | None] = {
+    "gsm8k": "areal.dataset.gsm8k:load_gsm8k_split",
+    "synthetic_arith": "areal.dataset.synthetic:load_synthetic_arith",
+    "synthetic_word": "areal.dataset.word_problems:load_word_problems",
+    "files": None,
+}
+# generated in Python: they take no path, and their kwargs are checked before launch
+GENERATED_DATASETS = ("synthetic_arith", "synthetic_word")
+
 
 class DatasetConfig(Section):
     type: str = Field(

@@ -7,6 +7,7 @@ broken sections were replaced by defaults, and issues touching those sections ar
 
 from __future__ import annotations
 
+from .data import BUILTIN_DATASETS, GENERATED_DATASETS
 from .errors import ConfigIssue
 from .experiment import ExperimentConfig
 from .parallel import ParallelStrategy, ParallelStrategyError, parse_parallel
@@ -241,9 +242,6 @@ def _trainer_only_source(cfg):
         )
 
 
-BUILTIN_DATASETS = ("gsm8k", "synthetic_arith", "synthetic_word", "files")
-
-
 def _datasets(cfg):
     sides = [("train_dataset", cfg.train_dataset)]
     if cfg.evaluator.freq_steps:
@@ -264,7 +262,7 @@ def _datasets(cfg):
                 f"set {name}.path to a jsonl/json/parquet file or folder",
             )
         elif d.type in GENERATED_DATASETS:
-            known = _loader_keywords(GENERATED_DATASETS[d.type])
+            known = _loader_keywords(BUILTIN_DATASETS[d.type])
             for key in sorted(set(d.kwargs) - known):
                 yield ConfigIssue(
                     f"{name}.kwargs.{key}",
@@ -272,13 +270,6 @@ def _datasets(cfg):
                     f"not an argument of the {d.type} loader",
                     f"drop it, or use {', '.join(sorted(known))}",
                 )
-
-
-# the generated built-ins (pure Python): their kwargs are checked before launch, not at load time
-GENERATED_DATASETS = {
-    "synthetic_arith": "areal.dataset.synthetic:load_synthetic_arith",
-    "synthetic_word": "areal.dataset.word_problems:load_word_problems",
-}
 
 
 def _loader_keywords(target: str) -> set[str]:
@@ -302,7 +293,7 @@ def _lora_push(cfg):
 
 
 def _restart_needs_full_disk_updates(cfg):
-    """A restarted server loads the folder of the last disk weight update (launcher/local.py);
+    """A restarted server loads the folder of the last disk weight update (launcher/supervisor.py);
     a distributed broadcast group or a LoRA adapter cannot be given back to it."""
     a = cfg.actor
     if not (cfg.launcher.restart_failed_servers and trainer_runs(cfg) and servers_run(cfg)):

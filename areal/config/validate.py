@@ -3,6 +3,8 @@
 Pydantic checks types, ranges and unknown keys of every section at once; the cross-field rules in
 rules.py then run too, even when some sections failed (those sections are replaced by their
 defaults for the rules, and rule issues touching them are dropped), so one run reports everything.
+`validate_schema` is the schema part alone, for the configs the engines' from_pretrained build
+(pretrained_actor.py, pretrained_client.py), which apply only the rules that concern them.
 """
 
 from __future__ import annotations
@@ -30,6 +32,17 @@ def validate_config(raw: dict[str, Any]) -> ExperimentConfig:
     if issues:
         raise ConfigError(issues)
     return cfg
+
+
+def validate_schema(raw: dict[str, Any]) -> ExperimentConfig:
+    """The schema alone (types, ranges, unknown keys) and the follow-defaults, without the
+    cross-field rules: for a config built in Python for one component (an engine's
+    from_pretrained), whose caller applies the rules that concern it. Raises ConfigError with
+    every schema issue."""
+    try:
+        return resolve_follow_defaults(ExperimentConfig.model_validate(raw))
+    except ValidationError as e:
+        raise ConfigError([_issue_from_pydantic(err) for err in e.errors()]) from None
 
 
 def _rules_without(raw: dict[str, Any], errors: list[dict], failed: list[str]) -> list[ConfigIssue]:

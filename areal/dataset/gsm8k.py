@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 
 from areal.dataset.files import find_split_files, list_data_files, read_records
 from areal.reward.gsm8k import extract_hash_answer
 
 HUB_ID = "openai/gsm8k"
+GSM8K_DIR_ENV = "AREAL_GSM8K_DIR"
 
 
 def load_gsm8k(path: str, split: str = "train", *, config: str = "main", shortest: int | None = None) -> list[dict]:
@@ -45,6 +47,11 @@ def load_gsm8k(path: str, split: str = "train", *, config: str = "main", shortes
         keep = sorted(range(len(records)), key=lambda i: (len(records[i]["question"]), i))[:shortest]
         records = [records[i] for i in sorted(keep)]
     return records
+
+
+def load_gsm8k_split(split: str = "train", *, path: str | None = None, **kwargs) -> list[dict]:
+    """The registry entry point (dataset type `gsm8k`): from `path`, else $AREAL_GSM8K_DIR, else the hub."""
+    return load_gsm8k(path or os.environ.get(GSM8K_DIR_ENV) or HUB_ID, split, **kwargs)
 
 
 def _read_local_split(folder: Path, split: str, config: str) -> list[dict]:

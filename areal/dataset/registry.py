@@ -33,47 +33,25 @@ handed to the reward function as keyword arguments.
 from __future__ import annotations
 
 import inspect
-import os
 from pathlib import Path
 from typing import Callable
 
+from areal.config.data import BUILTIN_DATASETS, GENERATED_DATASETS
 from areal.dataset.files import find_split_files, list_data_files, read_records
-from areal.dataset.gsm8k import HUB_ID, load_gsm8k
-from areal.dataset.synthetic import load_synthetic_arith
-from areal.dataset.word_problems import load_word_problems
+from areal.dataset.gsm8k import load_gsm8k
 from areal.reward.gsm8k import extract_hash_answer
 from areal.reward.registry import import_object
 
-GSM8K_DIR_ENV = "AREAL_GSM8K_DIR"
-
-
-def _load_gsm8k_named(split: str, *, path: str | None = None, **kwargs) -> list[dict]:
-    """GSM8K from `path`, else $AREAL_GSM8K_DIR, else the hub."""
-    return load_gsm8k(path or os.environ.get(GSM8K_DIR_ENV) or HUB_ID, split, **kwargs)
-
-
-def _generated(name: str, loader: Callable[..., list[dict]]) -> Callable[..., list[dict]]:
-    def load(split: str, *, path: str | None = None, **kwargs) -> list[dict]:
-        if path:
-            raise ValueError(f"dataset '{name}' is generated and takes no path (got {path!r})")
-        return loader(split, **kwargs)
-
-    return load
-
-
-BUILTIN_DATASETS: dict[str, Callable[..., list[dict]]] = {
-    "gsm8k": _load_gsm8k_named,
-    "synthetic_arith": _generated("synthetic_arith", load_synthetic_arith),
-    "synthetic_word": _generated("synthetic_word", load_word_problems),
-}
+# the built-in names loaded here ('files' has no loader: the trainer reads those rows itself)
+_LOADABLE = [name for name, loader in BUILTIN_DATASETS.items() if loader]
 
 
 def load_dataset_by_name(spec: str, split: str = "train", *, path: str | None = None, **kwargs) -> list[dict]:
     """The records of `split` named by `spec` (see the module docstring for the forms)."""
     if not isinstance(spec, str) or not spec:
         raise ValueError(f"dataset spec must be a non-empty string, got {spec!r}")
-    if spec in BUILTIN_DATASETS:
-        return BUILTIN_DATASETS[spec](split, path=path, **kwargs)
+    if BUILTIN_DATASETS.get(spec):
+        return _load_builtin(spec, split, path, kwargs)
     if ":" in spec and not Path(spec).exists():
         return _load_by_import_path(spec, split, path, kwargs)
     if Path(spec).expanduser().exists():
@@ -81,9 +59,19 @@ def load_dataset_by_name(spec: str, split: str = "train", *, path: str | None = 
     if spec.count("/") == 1 and not spec.startswith((".", "/", "~")):
         return load_gsm8k(spec, split, **kwargs)  # hub id; the error explains local alternatives
     raise ValueError(
-        f"unknown dataset {spec!r}: not a built-in name ({', '.join(sorted(BUILTIN_DATASETS))}), "
+        f"unknown dataset {spec!r}: not a built-in name ({', '.join(sorted(_LOADABLE))}), "
         "an existing file or folder, a hub id 'owner/name', or an import path 'package.module:function'"
     )
+
+
+def _load_builtin(name: str, split: str, path: str | None, kwargs: dict) -> list[dict]:
+    """A built-in loader (areal.config.data.BUILTIN_DATASETS); the generated ones take no path."""
+    loader = import_object(BUILTIN_DATASETS[name], kind="dataset loader")
+    if name not in GENERATED_DATASETS:
+        return loader(split, path=path, **kwargs)
+    if path:
+        raise ValueError(f"dataset '{name}' is generated and takes no path (got {path!r})")
+    return loader(split, **kwargs)
 
 
 def _load_by_import_path(spec: str, split: str, path: str | None, kwargs: dict) -> list[dict]:

@@ -25,40 +25,36 @@ NAMES = [("Mia", "She"), ("Tom", "He"), ("Ava", "She"), ("Sam", "He"), ("Lily", 
 ITEMS = ["apples", "pencils", "stickers", "marbles", "cookies", "books", "cards", "shells"]
 
 
+def _one_step(question: str, a: int, op: str, b: int) -> tuple[str, str, int]:
+    """A problem solved by one operation: the question, its worked line and the answer."""
+    value = {"+": a + b, "-": a - b, "*": a * b}[op]
+    return question, f"{a} {op} {b} = {value}", value
+
+
 def _add(rng, name, she, item):
     a, b = rng.randint(2, 20), rng.randint(2, 20)
-    return (
-        f"{name} has {a} {item}. {she} buys {b} more. How many {item} does {name} have now?",
-        f"{a} + {b} = {a + b}",
-        a + b,
-    )
+    return _one_step(f"{name} has {a} {item}. {she} buys {b} more. How many {item} does {name} have now?", a, "+", b)
 
 
 def _sub(rng, name, she, item):
     a = rng.randint(5, 30)
     b = rng.randint(1, a - 1)
-    return (
-        f"{name} had {a} {item} and gave {b} of them to a friend. How many {item} does {name} have left?",
-        f"{a} - {b} = {a - b}",
-        a - b,
+    return _one_step(
+        f"{name} had {a} {item} and gave {b} of them to a friend. How many {item} does {name} have left?", a, "-", b
     )
 
 
 def _total(rng, name, she, item):
     a, b = rng.randint(2, 25), rng.randint(2, 25)
-    return (
-        f"There are {a} {item} in a box and {b} {item} in a bag. How many {item} are there in total?",
-        f"{a} + {b} = {a + b}",
-        a + b,
+    return _one_step(
+        f"There are {a} {item} in a box and {b} {item} in a bag. How many {item} are there in total?", a, "+", b
     )
 
 
 def _times(rng, name, she, item):
     a, b = rng.randint(2, 6), rng.randint(2, 6)
-    return (
-        f"{name} buys {a} packs of {item}. Each pack has {b} {item}. How many {item} does {name} buy?",
-        f"{a} * {b} = {a * b}",
-        a * b,
+    return _one_step(
+        f"{name} buys {a} packs of {item}. Each pack has {b} {item}. How many {item} does {name} buy?", a, "*", b
     )
 
 

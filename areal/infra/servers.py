@@ -11,7 +11,8 @@ import re
 
 from areal.config import ConfigError, ConfigIssue
 from areal.config.sglang import SGLangConfig
-from areal.models.resolve import is_project_model
+
+from .model_names import is_project_model
 
 # The oldest SGLang whose routes and fields the client uses all exist (/model_info, /server_info,
 # flush_cache on every weight route, extra_key in /generate, the three pause modes), read from its

@@ -18,6 +18,8 @@ import os
 import shutil
 from pathlib import Path
 
+from areal.infra.model_names import SMOLLM2, TINY_PREFIX
+
 # preset -> make_tiny_model_dir keyword arguments
 TINY_PRESETS: dict[str, dict] = {
     # The CPU demo: sums of single digits; a small vocabulary keeps RL exploration cheap. Hidden
@@ -44,14 +46,6 @@ def tiny_cache_root() -> Path:
     return Path(os.environ.get("AREAL_CACHE", "~/.cache/areal")).expanduser() / "tiny"
 
 
-SMOLLM2 = "smollm2:135m-instruct"
-
-
-def is_project_model(path: str) -> bool:
-    """A name only this project can load (built on first use), not a folder or hub id."""
-    return path == SMOLLM2 or path.startswith("tiny:")
-
-
 def resolve_model_path(path: str, *, seed: int = 0) -> str:
     """A path transformers can load: `tiny:<preset>` and SMOLLM2 are built on first use, anything
     else is returned as it is."""
@@ -59,7 +53,7 @@ def resolve_model_path(path: str, *, seed: int = 0) -> str:
         from .smollm2 import convert
 
         return str(_build_once(tiny_cache_root().parent / "smollm2-135m-instruct", convert))
-    if not path.startswith("tiny:"):
+    if not path.startswith(TINY_PREFIX):
         return path
     preset = path.split(":", 1)[1]
     if preset not in TINY_PRESETS:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import os
 import sys
 
-from .resolve import is_project_model, resolve_model_path
+from areal.infra.model_names import is_project_model
+
+from .resolve import resolve_model_path
 
 PATH_FLAGS = ("--model-path", "--tokenizer-path")
 

@@ -60,7 +60,7 @@ class TrainContext:
     # ---- side duties -----------------------------------------------------------------------------
     def save(self, step: int) -> None:
         """The model saves of this step (saver.*); the recovery checkpoint is `checkpoint`."""
-        from areal.engine.fsdp.checkpoint import should_save
+        from .checkpoint import should_save
 
         saver = self.cfg.saver
         if should_save(step, saver.freq_steps) or (saver.save_at_end and step == self.total_steps):
@@ -76,7 +76,7 @@ class TrainContext:
         prompts.jsonl, so they must be on disk first: written inside the step (as it was), a crash
         between the checkpoint and the log lost step N's rows for good (found by scripts/chaos.py).
         """
-        from areal.engine.fsdp.checkpoint import TrainerState, save_checkpoint, should_save
+        from .checkpoint import TrainerState, save_checkpoint, should_save
 
         recover = self.cfg.recover
         if should_save(step, recover.freq_steps):
@@ -132,7 +132,7 @@ class TrainContext:
     # ---- recovery --------------------------------------------------------------------------------
     def maybe_recover(self) -> None:
         """recover.mode=auto: continue after the last checkpoint and push its weights to the servers."""
-        from areal.engine.fsdp.checkpoint import load_latest, restore_checkpoint
+        from .checkpoint import load_latest, restore_checkpoint
 
         if self.cfg.recover.mode != "auto":
             return

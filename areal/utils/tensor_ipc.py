@@ -367,24 +367,11 @@ def _rebuild_cuda_tensor(*args):
         and isinstance(event_sync, bool),
         "CUDA tensor",
     )
-    index = _local_device(device)
-    return reductions.rebuild_cuda_tensor(
-        _real_class(tensor_cls),
-        size,
-        stride,
-        offset,
-        _real_class(storage_cls),
-        dtype,
-        index,
-        handle,
-        storage_bytes,
-        storage_offset,
-        requires_grad,
-        ref_handle,
-        ref_offset,
-        event_handle,
-        event_sync,
-    )
+    # the checked arguments as unpacked above, but for this process's device index and the real classes
+    rebuilt = list(args)
+    rebuilt[_CUDA_DEVICE] = _local_device(device)
+    rebuilt[0], rebuilt[4] = _real_class(tensor_cls), _real_class(storage_cls)
+    return reductions.rebuild_cuda_tensor(*rebuilt)
 
 
 def _local_device(device) -> int:

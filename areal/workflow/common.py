@@ -1,4 +1,5 @@
-"""Pieces both built-in workflows use: tokenizer loading, chat prompts, rewards, trajectories.
+"""Pieces both built-in workflows use: their shared base (RewardedWorkflow), tokenizer loading,
+chat prompts, rewards, trajectories.
 
 Prompts are rendered to text by the tokenizer's chat template and then tokenized without special
 tokens: the template already holds bos/eos where the model expects them (and transformers 5's
@@ -10,9 +11,50 @@ from __future__ import annotations
 from typing import Any
 
 from areal.api.inference import ModelResponse
+from areal.api.workflow import RolloutWorkflow
 
 # Reward functions take these four positionally; record fields with the same names are not passed.
 REWARD_ARGS = ("prompt", "completion", "prompt_ids", "completion_ids")
+
+
+class RewardedWorkflow(RolloutWorkflow):
+    """What the RLVR and multi-turn workflows hold alike: a reward runner, the generation config, a
+    tokenizer and an optional system prompt, taken from the experiment config by `from_config`."""
+
+    def __init__(
+        self,
+        reward_fn,
+        gconfig,
+        tokenizer,
+        *,
+        system_prompt: str | None = None,
+        reward_timeout_s: float = 15.0,
+        reward_workers: int = 2,
+    ):
+        """`reward_fn`: a reward spec (name or 'module:function') or a RewardRunner;
+        `gconfig`: a GenerationConfig; `tokenizer`: a tokenizer or its path."""
+        self.reward = make_reward_runner(reward_fn, reward_timeout_s, reward_workers)
+        self.gconfig = gconfig
+        self.tokenizer = load_tokenizer(tokenizer)
+        self.system_prompt = system_prompt
+
+    @classmethod
+    def from_config(cls, cfg, tokenizer, **kwargs):
+        wf = cfg.workflow
+        return cls(
+            wf.reward_fn,
+            cfg.gconfig,
+            tokenizer,
+            system_prompt=wf.system_prompt,
+            reward_timeout_s=wf.reward_timeout_s,
+            reward_workers=wf.reward_workers,
+            **kwargs,
+        )
+
+    def close(self) -> None:
+        """Stop the reward worker processes."""
+        if hasattr(self.reward, "close"):
+            self.reward.close()
 
 
 def load_tokenizer(tokenizer):

@@ -17,14 +17,12 @@ import asyncio
 from typing import Any
 
 from areal.api.inference import InferenceEngine, ModelRequest
-from areal.api.workflow import RolloutWorkflow
 from areal.rollout.seeds import request_seed
 from areal.workflow.common import (
+    RewardedWorkflow,
     chat_prompt_ids,
     encode,
     generated,
-    load_tokenizer,
-    make_reward_runner,
     record_messages,
     render,
     reward_fields,
@@ -35,7 +33,7 @@ from areal.workflow.common import (
 DEFAULT_FEEDBACK = "Your answer is wrong or could not be parsed. Please try again."
 
 
-class MultiTurnWorkflow(RolloutWorkflow):
+class MultiTurnWorkflow(RewardedWorkflow):
     def __init__(
         self,
         reward_fn,
@@ -53,28 +51,22 @@ class MultiTurnWorkflow(RolloutWorkflow):
             raise ValueError(f"workflow.max_turns must be >= 1, got {max_turns}")
         if not 0 < turn_discount <= 1:
             raise ValueError(f"workflow.turn_discount must be in (0, 1], got {turn_discount}")
-        self.reward = make_reward_runner(reward_fn, reward_timeout_s, reward_workers)
-        self.gconfig = gconfig
-        self.tokenizer = load_tokenizer(tokenizer)
+        super().__init__(
+            reward_fn,
+            gconfig,
+            tokenizer,
+            system_prompt=system_prompt,
+            reward_timeout_s=reward_timeout_s,
+            reward_workers=reward_workers,
+        )
         self.max_turns = max_turns
         self.turn_discount = turn_discount
         self.feedback = feedback
-        self.system_prompt = system_prompt
 
     @classmethod
     def from_config(cls, cfg, tokenizer, **kwargs) -> "MultiTurnWorkflow":
         wf = cfg.workflow
-        return cls(
-            wf.reward_fn,
-            cfg.gconfig,
-            tokenizer,
-            max_turns=wf.max_turns,
-            turn_discount=wf.turn_discount,
-            system_prompt=wf.system_prompt,
-            reward_timeout_s=wf.reward_timeout_s,
-            reward_workers=wf.reward_workers,
-            **kwargs,
-        )
+        return super().from_config(cfg, tokenizer, max_turns=wf.max_turns, turn_discount=wf.turn_discount, **kwargs)
 
     async def arun_episode(self, engine: InferenceEngine, data: dict[str, Any]) -> dict[str, Any]:
         # one sampling seed per conversation, for all its turns (their positions differ)
@@ -120,7 +112,3 @@ class MultiTurnWorkflow(RolloutWorkflow):
         if full.startswith(closed):  # the model stopped without the template's end-of-turn text
             return encode(tok, full[len(closed) :])
         return encode(tok, render(tok, [feedback], add_generation_prompt=True))
-
-    def close(self) -> None:
-        if hasattr(self.reward, "close"):
-            self.reward.close()

@@ -15,13 +15,11 @@ import asyncio
 from typing import Any
 
 from areal.api.inference import InferenceEngine, ModelRequest
-from areal.api.workflow import RolloutWorkflow
 from areal.rollout.seeds import request_seed
 from areal.workflow.common import (
+    RewardedWorkflow,
     chat_prompt_ids,
     generated,
-    load_tokenizer,
-    make_reward_runner,
     record_messages,
     reward_fields,
     stack_samples,
@@ -29,37 +27,7 @@ from areal.workflow.common import (
 )
 
 
-class RLVRWorkflow(RolloutWorkflow):
-    def __init__(
-        self,
-        reward_fn,
-        gconfig,
-        tokenizer,
-        *,
-        system_prompt: str | None = None,
-        reward_timeout_s: float = 15.0,
-        reward_workers: int = 2,
-    ):
-        """`reward_fn`: a reward spec (name or 'module:function') or a RewardRunner;
-        `gconfig`: a GenerationConfig; `tokenizer`: a tokenizer or its path."""
-        self.reward = make_reward_runner(reward_fn, reward_timeout_s, reward_workers)
-        self.gconfig = gconfig
-        self.tokenizer = load_tokenizer(tokenizer)
-        self.system_prompt = system_prompt
-
-    @classmethod
-    def from_config(cls, cfg, tokenizer, **kwargs) -> "RLVRWorkflow":
-        wf = cfg.workflow
-        return cls(
-            wf.reward_fn,
-            cfg.gconfig,
-            tokenizer,
-            system_prompt=wf.system_prompt,
-            reward_timeout_s=wf.reward_timeout_s,
-            reward_workers=wf.reward_workers,
-            **kwargs,
-        )
-
+class RLVRWorkflow(RewardedWorkflow):
     async def arun_episode(self, engine: InferenceEngine, data: dict[str, Any]) -> dict[str, Any]:
         prompt_ids = chat_prompt_ids(self.tokenizer, record_messages(data, self.system_prompt))
         req = ModelRequest.from_gconfig(prompt_ids, self.gconfig)
@@ -82,8 +50,3 @@ class RLVRWorkflow(RolloutWorkflow):
         )
         samples = [trajectory(prompt_ids, [generated(r)]) for r in resps]
         return stack_samples(samples, [float(x) for x in rewards])
-
-    def close(self) -> None:
-        """Stop the reward worker processes."""
-        if hasattr(self.reward, "close"):
-            self.reward.close()

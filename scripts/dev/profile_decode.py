@@ -17,6 +17,7 @@ well below means the GPU is the limit.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import statistics
 import tempfile
@@ -70,9 +71,19 @@ def profile_table(runner, state, steps: int, path: str) -> None:
     Path(path).write_text(prof.key_averages().table(sort_by=key, row_limit=30, max_name_column_width=70))
 
 
+def model_shapes():
+    """scripts/model_shapes.py: this tool runs from scripts/dev, whose parent is not on sys.path."""
+    path = Path(__file__).resolve().parents[1] / "model_shapes.py"
+    spec = importlib.util.spec_from_file_location("model_shapes", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def main(argv=None) -> dict:
-    from areal.models.shapes import build_model_dir
     from areal.server.engine import ModelRunner
+
+    build_model_dir = model_shapes().build_model_dir
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", default="qwen2.5-0.5b")

@@ -37,7 +37,7 @@ def engine(tiny_model_dir):
 
 @pytest.fixture(scope="module")
 def saved_run(engine, tmp_path_factory):
-    from areal.engine.fsdp import checkpoint as ck
+    from areal.trainer import checkpoint as ck
 
     run = tmp_path_factory.mktemp("run")
     engine.train_batch(make_batch(5), nll_loss, token_weight)
@@ -68,7 +68,7 @@ CHECKPOINT_CASES = {
 
 @pytest.mark.parametrize("case", list(CHECKPOINT_CASES))
 def test_damaged_checkpoint_is_refused_naming_the_path_and_the_fix(engine, saved_run, tmp_path, case):
-    from areal.engine.fsdp import checkpoint as ck
+    from areal.trainer import checkpoint as ck
 
     run = tmp_path / "run"
     shutil.copytree(saved_run, run)

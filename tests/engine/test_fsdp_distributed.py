@@ -247,7 +247,7 @@ def _train_steps(engine, n: int) -> tuple[list[float], list[int]]:
 
 
 def scenario_recover_a(args) -> dict:
-    from areal.engine.fsdp.checkpoint import TrainerState, save_checkpoint
+    from areal.trainer.checkpoint import TrainerState, save_checkpoint
 
     torch.manual_seed(1234)
     e = _recover_engine(args)
@@ -262,7 +262,7 @@ def scenario_recover_a(args) -> dict:
 
 
 def scenario_recover_b(args) -> dict:
-    from areal.engine.fsdp.checkpoint import load_latest, restore_checkpoint
+    from areal.trainer.checkpoint import load_latest, restore_checkpoint
 
     torch.manual_seed(999)  # a different seed: everything must come from the checkpoint
     e = _recover_engine(args)

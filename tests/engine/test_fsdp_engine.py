@@ -1,30 +1,18 @@
 """FSDPEngine in one process (a one-rank gloo group): packing equivalence, LoRA, gradient
-checkpointing, the PPO loss end to end, checkpoint atomicity and construction errors."""
-
-import errno
-import os
-from pathlib import Path
+checkpointing, the PPO loss end to end and construction errors. Recovery checkpoints of the
+engine are tested in tests/trainer/test_checkpoint.py."""
 
 import pytest
 import torch
 
-from tests.engine.test_fsdp_helpers import make_batch, nll_loss, padded_logprobs, token_weight
-
-
-def _engine(model_dir, **kw):
-    from areal.engine.fsdp.engine import FSDPEngine
-
-    kw.setdefault("max_tokens_per_mb", 30)
-    kw.setdefault("learning_rate", 1e-3)
-    return FSDPEngine.from_pretrained(model_dir, dtype="float32", **kw)
+from tests.engine.test_fsdp_helpers import make_batch, nll_loss, one_torch_thread, padded_logprobs, token_weight
+from tests.engine.test_fsdp_helpers import one_rank_engine as _engine
 
 
 @pytest.fixture(autouse=True)
 def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with one_torch_thread():
+        yield
 
 
 @pytest.mark.parametrize("attn", [None, "sdpa", "eager"])  # None: the default, areal_packed_sdpa
@@ -118,101 +106,6 @@ def test_lora_trains_adapters_and_saves_merged_model(tiny_model_dir, tmp_path):
     with torch.no_grad():
         assert (padded_logprobs(merged, batch) - logp).abs().max() < 1e-5
         assert (padded_logprobs(base, batch) - logp).abs().max() > 1e-4  # the adapters did learn
-
-
-def test_checkpoint_crash_mid_save_keeps_previous(tiny_model_dir, tmp_path, monkeypatch):
-    from areal.engine.fsdp import checkpoint as ck
-
-    batch = make_batch(5)
-    engine = _engine(tiny_model_dir)
-    try:
-        engine.train_batch(batch, nll_loss, token_weight)
-        ck.save_checkpoint(engine, tmp_path, ck.TrainerState(step=1, epoch=0, dataloader_position=1))
-        saved = engine.forward(batch)
-        engine.train_batch(batch, nll_loss, token_weight)
-
-        def crash(path):
-            Path(path).mkdir(parents=True)
-            (Path(path) / "half-written").write_text("x")
-            raise RuntimeError("killed mid-save")
-
-        monkeypatch.setattr(engine, "save_train_state", crash)
-        with pytest.raises(RuntimeError, match="mid-save"):
-            ck.save_checkpoint(engine, tmp_path, ck.TrainerState(step=2))
-        monkeypatch.undo()
-        folder, state = ck.load_latest(tmp_path)
-        assert folder.name == "step_00000001" and state.dataloader_position == 1
-        assert (tmp_path / "checkpoints" / "step_00000002.tmp").exists()  # debris ignored
-        ck.restore_checkpoint(engine, folder)
-        assert (engine.forward(batch) - saved).abs().max() == 0
-        # the next save clears the debris and keeps only the last checkpoint
-        ck.save_checkpoint(engine, tmp_path, ck.TrainerState(step=2), keep_last=1)
-        names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
-        assert names == ["latest", "step_00000002"]
-    finally:
-        engine.destroy()
-    assert ck.load_latest(tmp_path / "nothing-here") is None
-
-
-class _FillsUp:
-    """A file stream on a disk that fills up after `budget` bytes (then: ENOSPC, as write(2) says)."""
-
-    def __init__(self, stream, path, budget: int):
-        self._stream, self._path, self._left = stream, str(path), budget
-
-    def write(self, data) -> int:
-        data = memoryview(data).cast("B")
-        if len(data) > self._left:
-            self._stream.write(data[: self._left])
-            self._left = 0
-            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), self._path)
-        self._left -= len(data)
-        return self._stream.write(data)
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
-
-
-def test_checkpoint_disk_full_names_the_path_and_keeps_previous(tiny_model_dir, tmp_path, monkeypatch):
-    """The disk fills up half-way through a checkpoint's tensor files (simulated in DCP's file
-    writer): the error names the folder, the cause and the fix; the previous checkpoint restores."""
-    import contextlib
-
-    from torch.distributed.checkpoint import filesystem
-
-    from areal.engine.fsdp import checkpoint as ck
-
-    batch = make_batch(5)
-    engine = _engine(tiny_model_dir)
-    try:
-        engine.train_batch(batch, nll_loss, token_weight)
-        ck.save_checkpoint(engine, tmp_path, ck.TrainerState(step=2, dataloader_position=2))
-        saved = engine.forward(batch)
-        engine.train_batch(batch, nll_loss, token_weight)
-        real = filesystem.FileSystem.create_stream
-
-        @contextlib.contextmanager
-        def full_disk(self, path, mode):
-            with real(self, path, mode) as stream:
-                yield _FillsUp(stream, path, budget=4096)
-
-        monkeypatch.setattr(filesystem.FileSystem, "create_stream", full_disk)
-        with pytest.raises(ck.CheckpointWriteError) as failed:
-            ck.save_checkpoint(engine, tmp_path, ck.TrainerState(step=4))
-        monkeypatch.undo()
-        message, root = str(failed.value), tmp_path / "checkpoints"
-        assert message.startswith(
-            f"cannot write recovery checkpoint {root / 'step_00000004.tmp'}: "
-            f"No space left on device ({root / 'step_00000004.tmp' / 'train_state'}"
-        )
-        assert f"The previous checkpoint is intact: {root / 'step_00000002'} (step 2)" in message
-        assert "free disk space" in message and "recover.mode=auto" in message
-        folder, state = ck.load_latest(tmp_path)
-        assert folder.name == "step_00000002" and state.dataloader_position == 2
-        ck.restore_checkpoint(engine, folder)
-        assert (engine.forward(batch) - saved).abs().max() == 0
-    finally:
-        engine.destroy()
 
 
 def test_world_size_mismatch_names_the_backend(tiny_model_dir):

@@ -1,5 +1,5 @@
-"""Shared pieces of the FSDP engine tests (no tests here): batches, a simple loss, a plain
-single-process reference step, a torchrun launcher for the two-process scenarios, and a trainer
+"""Shared pieces of the FSDP engine tests (no tests here): batches, a simple loss, a one-rank
+engine, a plain single-process reference step, a torchrun launcher for the two-process scenarios, and a trainer
 beside a built-in server it pushes weights to."""
 
 from __future__ import annotations
@@ -42,6 +42,27 @@ def nll_loss(logprobs, entropy, mb):
 
 def token_weight(mb) -> float:
     return float(mb["loss_mask"].sum())
+
+
+def one_rank_engine(model_dir: str, **kw):
+    """An initialized float32 FSDPEngine in this process (a one-rank gloo group), with small
+    micro-batches and a learning rate that moves the tiny model."""
+    from areal.engine.fsdp.engine import FSDPEngine
+
+    kw.setdefault("max_tokens_per_mb", 30)
+    kw.setdefault("learning_rate", 1e-3)
+    return FSDPEngine.from_pretrained(model_dir, dtype="float32", **kw)
+
+
+@contextlib.contextmanager
+def one_torch_thread():
+    """torch on one intra-op thread (tests share two cores), restored afterwards."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def padded_logprobs(model, batch):

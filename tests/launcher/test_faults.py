@@ -10,7 +10,7 @@ on the CPU demo task (tiny:arith, a few steps of 8 prompts).
   server SIGSTOPped: the health watch names it after launcher.server_health_timeout_s;
   SIGINT to areal-launch: every process it started, grandchildren included, is gone.
 
-A disk that fills up during a checkpoint is tested in tests/engine/test_fsdp_engine.py.
+A disk that fills up during a checkpoint is tested in tests/trainer/test_checkpoint.py.
 How long each stop takes is printed ([measured], with pytest -s) for docs/reliability.md, never
 asserted: a busy machine's timings are not the launcher's behaviour.
 """
@@ -204,7 +204,7 @@ def test_killed_trainer_rank_stops_everything_and_recover_resumes(tmp_path):
     wait_rows(launcher, run_dir, 3)  # the step-2 checkpoint is written before step 3 starts
     kill_stops_everything(launcher, run_dir, "trainer-1")
 
-    from areal.engine.fsdp.checkpoint import load_latest
+    from areal.trainer.checkpoint import load_latest
 
     folder, state = load_latest(run_dir)  # complete: trainer_state.json is written last
     assert state.step >= 2 and state.step % 2 == 0 and state.weight_version == state.step

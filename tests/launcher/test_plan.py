@@ -202,8 +202,8 @@ def flag_values(cmd, flag):
 
 
 def test_local_servers_bind_loopback_and_load_weights_only_from_the_run():
-    from areal.engine.fsdp.checkpoint import checkpoint_root
     from areal.engine.fsdp.weight_sync import disk_update_path
+    from areal.trainer.checkpoint import checkpoint_root
 
     c = cfg(
         cluster__device="cpu",

@@ -44,9 +44,10 @@ def test_colocated_memory_split_is_judged_against_the_gpu(tmp_path):
     holding 80% of the device."""
     import json
 
+    from model_shapes import SHAPES
+
     from areal.config import validate_config
     from areal.infra.host import HostFacts
-    from areal.models.shapes import SHAPES
     from launcher.preflight import colocated_memory_issues
 
     def cfg(shape, **extra):

@@ -143,7 +143,7 @@ def test_hanging_reward_times_out_without_stalling_the_executor(engine, tokenize
 
 
 def test_registry(tiny_model_dir):
-    from areal.engine.sglang.pretrained import pretrained_config
+    from areal.config.pretrained_client import pretrained_client_config
 
     assert resolve_workflow_class("rlvr") is RLVRWorkflow
     assert resolve_workflow_class("areal.workflow.multi_turn:MultiTurnWorkflow") is MultiTurnWorkflow
@@ -151,7 +151,7 @@ def test_registry(tiny_model_dir):
         resolve_workflow_class("rlvx")
     with pytest.raises(TypeError, match="not a subclass"):
         resolve_workflow_class("areal.workflow.common:load_tokenizer")
-    cfg = pretrained_config(
+    cfg = pretrained_client_config(
         tiny_model_dir,
         server_addrs=["h:1"],
         workflow={"type": "multi_turn", "max_turns": 4, "reward_fn": "arith_exact", "kwargs": {"feedback": "again"}},

@@ -308,7 +308,7 @@ class RemoteSGLangEngine(InferenceEngine):
         if known and known != {self.get_version()}:
             logger.warning(
                 "servers report weight versions %s but the client is at version %d; "
-                "call set_version() after recovery or push weights with update_weights()",
+                "pass initialize(served_version=...) or call control.set_version() after recovery, or push weights",
                 versions,
                 self.get_version(),
             )

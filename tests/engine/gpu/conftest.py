@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from areal.models.shapes import build_model_dir
+from model_shapes import build_model_dir
 
 
 @pytest.fixture(scope="module")

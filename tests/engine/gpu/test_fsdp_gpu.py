@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from model_shapes import make_batch
 
-from areal.models.shapes import make_batch
 from tests.engine.gpu.conftest import nll as _nll
 from tests.engine.gpu.conftest import token_weight as _weight
 

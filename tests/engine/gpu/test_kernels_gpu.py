@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from areal.models.shapes import build_model_dir, make_batch
+from model_shapes import build_model_dir, make_batch
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 

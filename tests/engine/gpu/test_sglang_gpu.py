@@ -330,10 +330,10 @@ def test_lora_adapter_load_and_unload(smollm2, prompt, tmp_path_factory):
     version's name, requests name it, its logprobs are the trainer's within bf16, and the next
     push unloads it."""
     import requests
+    from model_shapes import make_batch
 
     from areal.api.weights import WeightUpdateMeta
     from areal.engine.fsdp.engine import FSDPEngine
-    from areal.models.shapes import make_batch
     from areal.trainer.sources import push_to_control
 
     fileroot = str(tmp_path_factory.mktemp("lora"))

@@ -2,9 +2,11 @@
 
 The benchmark scripts (scripts/bench_*.py) and the GPU tests measure the training step, the
 weight update and the server on the shapes of real models (Qwen2.5-0.5B and 1.5B, from their
-public config.json) with random weights, plus a `tiny` shape for CPU smoke runs:
+public config.json) with random weights, plus a `tiny` shape for CPU smoke runs. The scripts
+beside this file import it directly (their folder is on sys.path when they run), the tests
+through pytest's `pythonpath` (pyproject.toml):
 
-    from areal.models.shapes import SHAPES, build_model_dir, make_batch
+    from model_shapes import SHAPES, build_model_dir, make_batch
     model_dir, tokenizer_dir = build_model_dir("qwen2.5-0.5b", Path("/tmp/areal-bench-train"))
     batch = make_batch(64, 256, 2048, vocab=SHAPES["qwen2.5-0.5b"]["vocab_size"])
 """
@@ -13,25 +15,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-# Public config values of the Qwen2.5 base models (config.json on the hub).
+# Public config values of the Qwen2.5 base models (config.json on the hub); both sizes share
+# the vocabulary, tied embeddings and two key/value heads.
+_QWEN25 = dict(num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True)
 SHAPES = {
     "qwen2.5-0.5b": dict(
-        hidden_size=896,
-        num_hidden_layers=24,
-        num_attention_heads=14,
-        num_key_value_heads=2,
-        intermediate_size=4864,
-        vocab_size=151936,
-        tie_word_embeddings=True,
+        _QWEN25, hidden_size=896, num_hidden_layers=24, num_attention_heads=14, intermediate_size=4864
     ),
     "qwen2.5-1.5b": dict(
-        hidden_size=1536,
-        num_hidden_layers=28,
-        num_attention_heads=12,
-        num_key_value_heads=2,
-        intermediate_size=8960,
-        vocab_size=151936,
-        tie_word_embeddings=True,
+        _QWEN25, hidden_size=1536, num_hidden_layers=28, num_attention_heads=12, intermediate_size=8960
     ),
     "tiny": dict(
         hidden_size=64,

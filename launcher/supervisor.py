@@ -1,0 +1,461 @@
+"""One run of a LaunchPlan, whichever backend runs it: the sequence and the failure handling.
+
+Order: servers start first (each on its planned port, or the next free one), the launcher waits
+for their /health and records their addresses (the run's name record and AREAL_SERVER_ADDRS),
+then the trainer workers (or, inference-only, the rollout driver) start.
+
+The run succeeds when every trainer (or the driver) exits 0. The first process to fail decides
+the exit code; then, as on Ctrl-C or SIGTERM, every process tree is stopped (SIGTERM, SIGKILL
+after launcher.shutdown_grace_s), so no orphan outlives the launcher. A server that stops
+answering /health for launcher.server_health_timeout_s counts as failed too, and so does any
+process left in the stopped state (SIGSTOP) for launcher.stopped_timeout_s: a stopped trainer
+rank would otherwise hang the run silently, its peers waiting for it in a collective (those fail
+by themselves after actor.collective_timeout_s, and the error then names that key). With
+launcher.restart_failed_servers a failed server is restarted instead, with the trainer's current
+weights (see `Supervisor.restart_server`).
+
+`Supervisor` holds that sequence; a backend (launcher/local.py, launcher/ray.py) subclasses it and
+only says how processes are started, watched and stopped.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import re
+import signal
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from areal.config import ExperimentConfig
+from areal.infra.discovery import (
+    ENV_VAR,
+    clear_served_weights,
+    clear_server_addrs,
+    read_served_weights,
+    record_root_of,
+    write_server_addrs,
+)
+from areal.infra.health import HealthWatch, ServerStartupError, is_healthy, wait_healthy
+
+from .plan import LaunchPlan, ProcessSpec
+from .procs import LaunchError, exit_code, tail_lines, with_flag
+
+POLL_S = 0.2
+TAIL_LINES = 30
+MAX_SERVER_RESTARTS = 3  # per server and run, with launcher.restart_failed_servers
+
+
+class Stopped(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM reached the launcher; the run stops with 128 + signal.
+
+    A KeyboardInterrupt so that no `except Exception` on the way swallows it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def say(msg: str, stream=None) -> None:
+    """A line from the launcher itself, prefixed like the processes' lines."""
+    print(f"[launcher] {msg}", file=stream or sys.stdout, flush=True)
+
+
+@contextmanager
+def launcher_signals():
+    """SIGINT/SIGTERM raise Stopped until the caller calls the yielded `defer()`; after that they
+    only print a note, so a second Ctrl-C cannot abort the teardown half-way (leaving orphans).
+
+    Handlers can only be set in the main thread; elsewhere (embedding, some tests) this is a no-op.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None
+        return
+
+    def raise_stopped(signum, _frame):
+        raise Stopped(signum)
+
+    def note(_signum, _frame):
+        say("already stopping every process; please wait", sys.stderr)
+
+    def defer():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, note)
+
+    old = {s: signal.signal(s, raise_stopped) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield defer
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        return f"was killed by {signal.Signals(-returncode).name} (exit code {exit_code(returncode)})"
+    if returncode == 0:
+        return "exited with code 0 while the run still needed it"
+    return f"exited with code {returncode}"
+
+
+def failure_report(name: str, log_path: str | None, reason: str) -> str:
+    """The error the user sees: which process, why, its log and the log's last lines."""
+    lines = [f"error: {name} {reason}" + (f"; log: {log_path}" if log_path else "")]
+    tail = tail_lines(log_path, TAIL_LINES) if log_path else []
+    if tail:
+        lines += [f"--- last {len(tail)} lines of {log_path} ---", *tail, "---"]
+    return "\n".join(lines)
+
+
+def is_stopped(pid: int) -> bool:
+    """Whether a process is in the stopped state ('T': SIGSTOP, SIGTSTP), not merely waiting.
+
+    A debugger's tracing stop ('t', gdb or py-spy attached) does not count."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_STOPPED
+    except psutil.Error:
+        return False
+
+
+def log_path(plan: LaunchPlan, spec: ProcessSpec) -> str:
+    return str(Path(plan.run_dir) / "logs" / f"{spec.name}.log")
+
+
+class Supervisor(abc.ABC):
+    """One run: start servers, publish them, start the main processes, watch, tear down.
+
+    Subclasses say how: `prepare`, `start`, `server_addrs`, `probe`, `refresh`, `teardown`.
+    `self.procs` maps process names, in start order, to handles with `poll()` (exit status or
+    None), `log_path` and `wait_output()`.
+    """
+
+    def __init__(self, plan: LaunchPlan, cfg: ExperimentConfig):
+        self.plan = plan
+        self.cfg = cfg
+        self.procs: dict = {}
+        self.holding = False  # keep_servers: servers stay up until Ctrl-C, which then is success
+        self.failed_code = 1
+        self.addrs: dict[str, str] = {}  # server name -> host:port, once started
+        self.restarts: dict[str, int] = {}
+
+    # -- hooks --------------------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        """Settle ports and placeholders before anything starts."""
+        return None
+
+    @abc.abstractmethod
+    def start(self, spec: ProcessSpec, extra: dict[str, str]):
+        """Start one process with extra environment; record its handle in self.procs."""
+
+    @abc.abstractmethod
+    def server_addrs(self, servers: list[ProcessSpec]) -> dict[str, str]:
+        """host:port by server name, as clients will reach them."""
+
+    def probe(self, name: str, addr: str) -> bool | None:
+        """Health check of one server; None means: use an HTTP GET from here."""
+        return None
+
+    def refresh(self) -> None:
+        """Update what poll() returns (the Ray backend fetches output and status here)."""
+        return None
+
+    def is_stopped(self, name: str) -> bool:
+        """Whether the process is in the stopped state (SIGSTOP), as of the last refresh()."""
+        return False
+
+    def publish(self, addrs: list[str]) -> str:
+        return str(write_server_addrs(record_root_of(self.cfg), addrs))
+
+    @abc.abstractmethod
+    def teardown(self) -> None:
+        """Stop every process started (running or not: orphans of exited ones too)."""
+
+    # -- the sequence -------------------------------------------------------------------------
+
+    def execute(self) -> int:
+        code = 1
+        with launcher_signals() as defer:
+            try:
+                code = self.run()
+            except LaunchError as e:
+                print(f"error: {e}", file=sys.stderr, flush=True)
+                code = 1
+            except Stopped as s:
+                if self.holding:
+                    say("stopping the servers")
+                    code = 0
+                else:
+                    say(f"{s} received: stopping every process", sys.stderr)
+                    code = 128 + s.signum
+            finally:
+                defer()
+                self.teardown()
+        return code
+
+    def run(self) -> int:
+        self.prepare()
+        addrs = self.start_servers()
+        if addrs is None:
+            return self.failed_code
+        extra = {ENV_VAR: ",".join(addrs)} if addrs else {}
+        mains = [p for p in self.plan.processes if p.role != "server"]
+        for spec in mains:
+            self.start(spec, extra)
+        code = self.monitor([s.name for s in mains])
+        if code:
+            return code
+        say("the " + ("trainers" if mains[0].role == "trainer" else "driver") + " finished successfully")
+        if self.cfg.launcher.keep_servers and self.cfg.launcher.trainer_n_nodes == 0 and addrs:
+            return self.hold_servers(addrs)
+        return 0
+
+    def start_servers(self) -> list[str] | None:
+        """Start the servers, wait for /health and publish their addresses.
+
+        Returns the addresses ([] when the plan has no servers: then rollout.server_addrs, if
+        given, is passed on), or None when a server failed (self.failed_code says how).
+        """
+        servers = self.plan.by_role("server")
+        if not servers:
+            return list(self.cfg.rollout.server_addrs)
+        clear_server_addrs(record_root_of(self.cfg))
+        clear_served_weights(record_root_of(self.cfg))
+        for s in servers:
+            self.start(s, {})
+        self.addrs = self.server_addrs(servers)
+        if not self.await_health(self.addrs):
+            return None
+        where = self.publish(list(self.addrs.values()))
+        say(f"servers ready: {', '.join(self.addrs.values())} (recorded in {where})")
+        return list(self.addrs.values())
+
+    def await_health(self, addrs: dict[str, str]) -> bool:
+        """Wait for /health of these servers; on failure report it (self.failed_code) and say False."""
+        timeout = self.cfg.launcher.server_startup_timeout_s
+        say(f"waiting up to {timeout:g} s for {', '.join(addrs)} to answer /health")
+        try:
+            wait_healthy(addrs, timeout, self._exit_status, check=self._check)
+        except ServerStartupError as e:
+            if e.returncode is None:  # still running, never healthy
+                self.fail(e.name, 1, str(e).removeprefix(e.name + " "))
+            else:
+                self.fail(e.name, exit_code(e.returncode) or 1, describe_exit(e.returncode) + " before it was healthy")
+            return False
+        return True
+
+    def restart_server(self, name: str, reason: str, code: int) -> int | None:
+        """launcher.restart_failed_servers: start a dead (or hung: the backend stops it first)
+        server again at its address, with the trainer's current weights.
+
+        Those are the folder of the last disk weight update, which trainer rank 0 names in the
+        served-weights record (discovery.py); before the first update, the initial model. Clients
+        retry their requests meanwhile, and a weight update that comes while the server is down
+        reaches it once it is back. Returns None once it is healthy again, else the run's exit
+        code (the failure is reported).
+        """
+        n = self.restarts[name] = self.restarts.get(name, 0) + 1
+        if n > MAX_SERVER_RESTARTS:
+            return self.fail(name, code, f"{reason} after {MAX_SERVER_RESTARTS} restarts")
+        spec, weights = self.restart_spec(name)
+        say(
+            f"{name} {reason}; restarting it at {self.addrs[name]} with {weights} "
+            f"({n}/{MAX_SERVER_RESTARTS}, launcher.restart_failed_servers=true)",
+            sys.stderr,
+        )
+        self.start(spec, {})
+        if not self.await_health({name: self.addrs[name]}):
+            return self.failed_code
+        say(f"{name} is back at {self.addrs[name]}")
+        return None
+
+    def restart_spec(self, name: str) -> tuple[ProcessSpec, str]:
+        """The server's plan entry loading the recorded current weights, and those in words."""
+        spec = next(p for p in self.plan.processes if p.name == name)
+        try:
+            served = read_served_weights(record_root_of(self.cfg))
+        except ValueError as e:
+            say(f"warning: {e}", sys.stderr)
+            served = None
+        if served is None:
+            return spec, "the initial model (no disk weight update recorded yet)"
+        path, version = served
+        command = with_flag(spec.command, "--model-path", path)
+        if self.plan.server_kind == "builtin":  # SGLang before 0.5 has no --weight-version
+            command = with_flag(command, "--weight-version", str(version))
+        return dataclasses.replace(spec, command=command), f"weight version {version} ({path})"
+
+    def _exit_status(self, name: str) -> int | None:
+        self.refresh()
+        return self.procs[name].poll()
+
+    def _check(self, name: str, addr: str) -> bool:
+        result = self.probe(name, addr)
+        return is_healthy(addr) if result is None else result
+
+    def monitor(self, mains: list[str]) -> int:
+        """Wait until every main process exited 0 (returns 0) or any process failed (its code).
+
+        A server that exits while trainers still run is a failure even with status 0: the
+        trainers would hang waiting for it.
+        """
+        remaining = set(mains)
+        watch = self.health_watch()
+        self.stopped_since: dict[str, float] = {}
+        try:
+            while remaining:
+                self.refresh()
+                for name, proc in self.procs.items():
+                    code = proc.poll()
+                    finished_before = code == 0 and name in mains and name not in remaining
+                    if code is None or finished_before:
+                        continue
+                    if code == 0 and name in remaining:
+                        remaining.discard(name)
+                        say(f"{name} finished")
+                        continue
+                    if name in self.addrs and self.cfg.launcher.restart_failed_servers:
+                        failed = self.restart_server(name, describe_exit(code), exit_code(code) or 1)
+                        if failed is not None:
+                            return failed
+                        if watch:
+                            watch.reset(name)
+                        break  # self.procs changed: poll again from the start
+                    return self.fail(name, exit_code(code) or 1, describe_exit(code) + self.why_failed(name))
+                failed = self.check_silent(watch)
+                if failed is None:
+                    failed = self.check_stopped(watch)
+                if failed is not None:
+                    return failed
+                time.sleep(POLL_S)
+        finally:
+            if watch:
+                watch.close()
+        return 0
+
+    def health_watch(self) -> HealthWatch | None:
+        """Probe the run's servers while it goes on (launcher.server_health_timeout_s)."""
+        timeout = self.cfg.launcher.server_health_timeout_s
+        return HealthWatch(self.addrs, timeout, self._check) if self.addrs and timeout else None
+
+    def check_silent(self, watch: HealthWatch | None) -> int | None:
+        """A server that stopped answering /health: restart it or fail (the run's exit code)."""
+        silent = watch.silent() if watch else None
+        if silent is None:
+            return None
+        name, seconds = silent
+        reason = (
+            f"did not answer http://{self.addrs[name]}/health for {seconds:.0f} s "
+            f"(launcher.server_health_timeout_s={watch.timeout_s:g}): it is hung or stopped"
+        )
+        if self.cfg.launcher.restart_failed_servers:
+            failed = self.restart_server(name, reason, 1)
+            watch.reset(name)
+            return failed
+        return self.fail(
+            name, 1, reason + "; if it is only slow (e.g. loading weights), raise launcher.server_health_timeout_s"
+        )
+
+    def check_stopped(self, watch: HealthWatch | None) -> int | None:
+        """A process left in the stopped state (SIGSTOP) for launcher.stopped_timeout_s: fail the
+        run naming it (a server is restarted instead with launcher.restart_failed_servers).
+
+        A stopped trainer rank would otherwise hang the run silently: the other ranks wait for it
+        in a collective (up to actor.collective_timeout_s) and nothing else watches trainers. Only
+        the stopped state counts, not a debugger's tracing stop, so attaching gdb or py-spy is safe.
+        """
+        timeout = self.cfg.launcher.stopped_timeout_s
+        if not timeout:
+            return None
+        now = time.monotonic()
+        for name, proc in list(self.procs.items()):
+            if proc.poll() is not None or not self.is_stopped(name):
+                self.stopped_since.pop(name, None)
+                continue
+            seconds = now - self.stopped_since.setdefault(name, now)
+            if seconds <= timeout:
+                continue
+            self.stopped_since.pop(name, None)
+            reason = (
+                f"has been in the stopped state (SIGSTOP) for {seconds:.0f} s "
+                f"(launcher.stopped_timeout_s={timeout:g}){self.last_phase(name, ', in {}')}: "
+                "the run cannot go on without it"
+            )
+            if name in self.addrs and self.cfg.launcher.restart_failed_servers:
+                failed = self.restart_server(name, reason, 1)
+                if watch:
+                    watch.reset(name)
+                return failed
+            return self.fail(
+                name,
+                1,
+                reason + "; to pause a run on purpose for longer, raise launcher.stopped_timeout_s (null disables it)",
+            )
+        return None
+
+    def last_phase(self, name: str, form: str) -> str:
+        """form.format('step N PHASE') from a trainer rank's RUN/logs/<name>.phase (the phase it was
+        in: areal/trainer/grpo.py Phases), or '' where there is none (servers, the driver)."""
+        try:
+            text = (Path(self.plan.run_dir) / "logs" / f"{name}.phase").read_text().strip()
+        except OSError:
+            return ""
+        return form.format(text) if text else ""
+
+    def why_failed(self, name: str) -> str:
+        """What the log of a failed trainer rank says about a collective that timed out, and the
+        state of the ranks it may have waited for ('' when its log shows no such timeout)."""
+        proc = self.procs[name]
+        proc.wait_output()
+        text = "\n".join(tail_lines(proc.log_path, 200))
+        # gloo's message; then NCCL's watchdog's (WorkNCCL(SeqNum=.., OpType=ALLREDUCE, .. Timeout(ms)=..))
+        found = re.search(r"Timed out waiting (?P<ms>\d+)ms for (?P<op>\w+) operation", text) or re.search(
+            r"OpType=(?P<op>\w+).*?Timeout\(ms\)=(?P<ms>\d+)", text
+        )
+        if not found:
+            return ""
+        ms, op = found.group("ms"), found.group("op")
+        others = [
+            f"{other} ({'stopped' if self.is_stopped(other) else 'running'})"
+            for other, p in self.procs.items()
+            if other != name and other not in self.addrs and p.poll() is None
+        ]
+        return (
+            f": a collective between trainer ranks waited {int(ms) / 1000:g} s for a {op.lower()} "
+            f"(actor.collective_timeout_s={self.cfg.actor.collective_timeout_s:g}) and timed out, so another rank "
+            f"did not take part in time{self.last_phase(name, ' (it waited in {})')}; still running then: "
+            f"{', '.join(others) or 'none'} (see their logs). If a "
+            "rank only works alone for longer (rank 0 gathering a batch, evaluating, saving), raise "
+            "actor.collective_timeout_s"
+        )
+
+    def hold_servers(self, addrs: list[str]) -> int:
+        """launcher.keep_servers: leave the servers up for manual debugging until Ctrl-C."""
+        self.holding = True
+        say(
+            "launcher.keep_servers=true: servers stay up at "
+            + ", ".join(f"http://{a}" for a in addrs)
+            + " ; press Ctrl-C to stop them"
+        )
+        servers = [s.name for s in self.plan.by_role("server")]
+        while True:
+            self.refresh()
+            for name in servers:
+                code = self.procs[name].poll()
+                if code is not None:
+                    self.holding = False
+                    return self.fail(name, exit_code(code) or 1, describe_exit(code))
+            time.sleep(POLL_S)
+
+    def fail(self, name: str, code: int, reason: str) -> int:
+        proc = self.procs.get(name)
+        if proc is not None:
+            proc.wait_output()
+        self.failed_code = code
+        print(failure_report(name, proc.log_path if proc is not None else None, reason), file=sys.stderr, flush=True)
+        return code
