@@ -247,7 +247,7 @@ def flush_route(timeout_s: float) -> str:
 
 def disk_update_payload(path: str, version: int | None) -> dict[str, Any]:
     """/update_weights_from_disk: reload `path`; the version only changes when one is passed.
-    Weight updates never ask the server to flush (flush_cache false): see flush_payload."""
+    Weight updates never ask the server to flush (flush_cache false): see flush_route."""
     body: dict[str, Any] = {"model_path": str(path), "abort_all_requests": False, "flush_cache": False}
     if version is not None:
         body["weight_version"] = str(version)
@@ -302,7 +302,7 @@ def distributed_update_payload(meta: WeightUpdateMeta) -> dict[str, Any]:
         "dtypes": list(meta.dtypes),
         "shapes": [list(map(int, s)) for s in meta.shapes],
         "group_name": meta.group_name,
-        "flush_cache": False,  # see flush_payload
+        "flush_cache": False,  # see flush_route
         "abort_all_requests": False,
     }
     if meta.version is not None:
@@ -321,7 +321,7 @@ def tensor_update_payload(serialized: list[str], *, version: int | None) -> dict
     """/update_weights_from_tensor: `serialized` holds one base64 text per tensor-parallel rank
     of the server (each a pickled list of (name, tensor) pairs made with torch's multiprocessing
     reductions: CUDA tensors travel as IPC handles; see areal/utils/tensor_ipc.py). The version
-    changes only when one is passed; the server is never asked to flush (see flush_payload)."""
+    changes only when one is passed; the server is never asked to flush (see flush_route)."""
     if not serialized or not all(isinstance(s, str) for s in serialized):
         raise ValueError("tensor_update_payload needs one serialized text per tensor-parallel rank")
     body: dict[str, Any] = {
