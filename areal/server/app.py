@@ -32,10 +32,10 @@ from typing import Callable
 from aiohttp import web
 
 from areal.infra.pause import PAUSE_MODES
+from areal.infra.sglang_keys import MEMORY_TAGS
 from areal.server.bodies import error, max_body_bytes, read_json
 from areal.server.connections import close_connections_when_files_run_short
 from areal.server.memory import (
-    MEMORY_TAGS,
     DeviceMemoryShort,
     KVBudget,
     MemoryOccupation,

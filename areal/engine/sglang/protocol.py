@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from areal.api.inference import ModelRequest, WeightUpdateMeta
 from areal.infra.pause import PAUSE_MODES
+from areal.infra.sglang_keys import MEMORY_TAGS, SAMPLING_KEYS  # shared with the built-in server
 
 # Routes used by the client.
 GENERATE = "/generate"
@@ -50,23 +51,8 @@ UPDATE_FROM_TENSOR = "/update_weights_from_tensor"
 RELEASE_MEMORY = "/release_memory_occupation"
 RESUME_MEMORY = "/resume_memory_occupation"
 
-# Every key the client may send, exactly as SGLang spells it.
+# Every key the client may send, exactly as SGLang spells it (sampling keys: SAMPLING_KEYS).
 GENERATE_KEYS = frozenset({"input_ids", "sampling_params", "rid", "return_logprob", "stream", "lora_path", "extra_key"})
-SAMPLING_KEYS = frozenset(
-    {
-        "max_new_tokens",
-        "min_new_tokens",
-        "temperature",
-        "top_p",
-        "top_k",
-        "stop",
-        "stop_token_ids",
-        "ignore_eos",
-        "skip_special_tokens",
-        "no_stop_trim",
-        "sampling_seed",
-    }
-)
 PAUSE_KEYS = frozenset({"mode"})
 DISK_UPDATE_KEYS = frozenset({"model_path", "weight_version", "abort_all_requests", "flush_cache"})
 LOAD_LORA_KEYS = frozenset({"lora_name", "lora_path"})
@@ -80,7 +66,6 @@ TENSOR_UPDATE_KEYS = frozenset(
     {"serialized_named_tensors", "load_format", "flush_cache", "abort_all_requests", "weight_version"}
 )
 MEMORY_KEYS = frozenset({"tags"})
-MEMORY_TAGS = ("kv_cache", "weights")
 
 StopReason = Literal["stop", "length", "abort"]
 
