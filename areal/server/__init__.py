@@ -4,7 +4,10 @@ Used where SGLang cannot run (CPU, tests, machines without it); the project's SG
 works against either. Modules, in the order a request flows:
 
     args.py        command-line flags (SGLang's names)
-    app.py         aiohttp routes, request validation (validation.py), response shapes
+    app.py         the aiohttp application: middlewares and the route table, over the
+                   route families routes_generate.py, routes_info.py, routes_control.py,
+                   routes_weights.py, routes_lora.py and openai_api.py (/v1); what they share
+                   is state.py; request bodies: bodies.py and validation.py
     scheduler.py   continuous batching on one worker thread; pause/abort/retract; KV budget
     engine.py      the transformers model: batched prefill/decode with a shared padded KV cache
     sampling.py    per-request sampling; logprob convention (temperature-scaled, as SGLang)

@@ -30,10 +30,10 @@ logger = logging.getLogger("areal.server")
 def build_state(args: ServerArgs):
     """Load model and tokenizer, start the scheduler; returns the handlers' shared state."""
     from areal.models.resolve import resolve_model_path
-    from areal.server.app import ServerState
     from areal.server.engine import ModelRunner
     from areal.server.memory import MemoryOccupation, WeightOffloader, cap_process_memory, plan_kv_budget
     from areal.server.scheduler import Scheduler
+    from areal.server.state import ServerState
     from areal.server.weights import WeightUpdater, weight_roots
 
     # tiny:<preset> names a model the project builds locally (CPU demo, tests)
