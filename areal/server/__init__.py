@@ -1,7 +1,8 @@
 """Built-in inference server: `python -m areal.server`, speaking SGLang's HTTP API subset.
 
 Used where SGLang cannot run (CPU, tests, machines without it); the project's SGLang client
-works against either. Modules, in the order a request flows:
+works against either. Tests and benchmarks start one with areal/infra/server_process.py's
+start_builtin_server (tests through tests/serving.py). Modules, in the order a request flows:
 
     args.py        command-line flags (SGLang's names)
     app.py         the aiohttp application: middlewares and the route table, over the
@@ -15,7 +16,6 @@ works against either. Modules, in the order a request flows:
                    tensors the trainer shares (CUDA IPC / CPU shared memory: utils/tensor_ipc.py)
     memory.py      --mem-fraction-static / --max-total-tokens budget; memory release and resume
     lora.py        LoRA adapters (/load_lora_adapter): one served adapter, merged into the weights
-    testing.py     start_server() for tests and benchmarks
 
 Routes (SGLang's paths and fields; app.py has the error shapes):
 

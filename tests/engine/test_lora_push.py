@@ -23,7 +23,7 @@ def _trainer_logprobs(engine, prompt, ids):
 
 def test_adapter_push_serves_the_trained_adapter(tmp_path_factory):
     from areal.api.inference import WeightUpdateMeta
-    from areal.server.testing import make_varied_model_dir
+    from tests.serving import make_varied_model_dir
 
     model_dir = str(make_varied_model_dir(tmp_path_factory.mktemp("varied") / "m", scale=4.0))
     with trainer_and_server(

@@ -14,7 +14,7 @@ N_NEW = 16
 
 @pytest.fixture(scope="module")
 def other_model_dir(allowed_dir):
-    from areal.server.testing import make_varied_model_dir
+    from tests.serving import make_varied_model_dir
 
     return str(make_varied_model_dir(allowed_dir / "model", seed=1))
 
@@ -90,7 +90,7 @@ def test_update_weight_version(server):
 def _join_gloo_group(pool, server, group: str):
     """The server joins `group` as rank 1 (its request sent from `pool`), this test as rank 0;
     returns this side's process group."""
-    from areal.server.testing import free_port
+    from areal.infra.ports import free_port
     from areal.utils.dist_group import init_custom_process_group
 
     port = free_port()

@@ -76,7 +76,7 @@ def _server_logprob_gap(engine, url: str) -> tuple[float, str]:
 def test_nccl_weight_update_to_server(case, qwen_05b, tmp_path):
     from areal.api.inference import WeightUpdateMeta
     from areal.engine.fsdp.engine import FSDPEngine
-    from areal.server.testing import make_varied_model_dir, start_server
+    from tests.serving import make_varied_model_dir, start_server
 
     if case == "varied_fp32":
         model_dir, tok_dir, dtype = str(make_varied_model_dir(tmp_path / "varied", scale=4.0)), None, "float32"
