@@ -1,10 +1,12 @@
 """Child processes the launcher owns: start, stream output, and stop whole process trees.
 
-Both backends use this (the Ray backend inside its per-process actor). Each child starts in its
-own session, so a Ctrl-C in the terminal reaches only the launcher, which then stops every child
-deliberately, and so a whole tree (a server's scheduler workers, a trainer's dataloader workers)
-can be signalled through its process group. Stopping also signals every descendant psutil finds,
-which catches grandchildren that moved to a process group of their own.
+Both backends use this (the Ray backend inside its per-process actor). Each child starts as every
+server process does (areal/infra/server_process.py's `spawn`): in its own session, so a Ctrl-C in
+the terminal reaches only the launcher, which then stops every child deliberately, and so a whole
+tree (a server's scheduler workers, a trainer's dataloader workers) can be signalled through its
+process group; and it dies with the launcher when that is killed without a teardown. Stopping also
+signals every descendant psutil finds, which catches grandchildren that moved to a process group of
+their own.
 
 Torch-free: psutil and the standard library only.
 """
@@ -25,6 +27,7 @@ import psutil
 
 from areal.infra import ports
 from areal.infra.ports import port_is_free  # noqa: F401 (the launcher's tests use it from here)
+from areal.infra.server_process import spawn
 
 # One lock for every console line, so lines of different processes never interleave mid-line.
 _CONSOLE_LOCK = threading.Lock()
@@ -38,36 +41,6 @@ class LaunchError(RuntimeError):
 def exit_code(returncode: int) -> int:
     """A positive exit status for the run: a child killed by signal N reports 128 + N, like a shell."""
     return 128 - returncode if returncode < 0 else returncode
-
-
-def _die_with_parent():
-    """A preexec_fn asking Linux to SIGKILL the child when this launcher (or Ray actor) dies
-    without a teardown (SIGKILL, node loss): its own session would otherwise outlive us.
-
-    The signal follows the thread that forked, so it is only set from the main thread; None
-    (no preexec_fn) elsewhere and off Linux. Only libc's prctl runs in the child (no imports).
-    Both backends start processes from their main thread (a Ray actor without max_concurrency
-    runs its methods there). What the children start themselves must end with them on its own:
-    reward workers watch their parent (areal/reward/runner.py). tests/launcher/test_orphans.py
-    SIGKILLs the launcher of a real run and checks that no process of the run is left.
-    """
-    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
-        return None
-    import ctypes
-
-    try:
-        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
-    except OSError:
-        return None
-    parent = os.getpid()
-    pr_set_pdeathsig = 1
-
-    def preexec() -> None:
-        prctl(pr_set_pdeathsig, int(signal.SIGKILL))
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return preexec
 
 
 class ManagedProcess:
@@ -100,16 +73,7 @@ class ManagedProcess:
             self._log = open(log_path, "a", buffering=1, encoding="utf-8", errors="replace")
             self._log.write(start_banner(name, command) + "\n")
         try:
-            self.popen = subprocess.Popen(
-                command,
-                env=env,
-                cwd=cwd,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent(),
-            )
+            self.popen = spawn(command, env, stdout=subprocess.PIPE, cwd=cwd)
         except OSError as e:
             self._close_log()
             raise RuntimeError(f"{name}: cannot start {command[0]!r}: {e}") from e

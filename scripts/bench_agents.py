@@ -73,9 +73,9 @@ def main(argv=None) -> dict:
     from areal.config.rollout import GenerationConfig
     from areal.dataset.word_problems import make_word_problems
     from areal.engine.sglang.client import RemoteSGLangEngine
+    from areal.infra.server_process import start_builtin_server as start_server
     from areal.infra.sockets import listen_overflows, raise_open_file_limit
     from areal.models.resolve import resolve_model_path
-    from areal.server.testing import start_server
     from areal.workflow.agent import AgentWorkflow
 
     runs = args.episodes * args.samples

@@ -174,8 +174,8 @@ async def load(url: str, args) -> dict:
 
 
 def run(args) -> dict:
+    from areal.infra.server_process import start_builtin_server as start_server
     from areal.models.resolve import resolve_model_path
-    from areal.server.testing import start_server
 
     fd_limit = raise_fd_limit(args.concurrency + 256)  # before the server starts: it inherits it
     server = None

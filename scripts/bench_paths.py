@@ -288,9 +288,9 @@ def records(n: int) -> list[dict]:
 def bench_generation(args, which: str) -> dict:
     """rlvr or multi_turn: one burst of --episodes episodes through the executor and a server."""
     from areal.engine.sglang.client import RemoteSGLangEngine
+    from areal.infra.server_process import start_builtin_server as start_server
     from areal.infra.sockets import listen_overflows
     from areal.models.resolve import resolve_model_path
-    from areal.server.testing import start_server
 
     model_dir = resolve_model_path(args.model_path)
     server = start_server(

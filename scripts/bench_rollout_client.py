@@ -68,8 +68,8 @@ def main(argv=None) -> dict:
     from areal.api.weights import WeightUpdateMeta
     from areal.dataset import load_gsm8k
     from areal.engine.sglang.client import RemoteSGLangEngine
+    from areal.infra.server_process import start_builtin_server as start_server
     from areal.models.tiny import make_tiny_model_dir
-    from areal.server.testing import start_server
     from areal.utils.gil import shorten_gil_switch_interval
     from areal.workflow.rlvr import RLVRWorkflow
 

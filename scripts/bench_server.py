@@ -151,7 +151,7 @@ async def wave(url: str, prompts, new_tokens: int) -> dict:
 
 
 def start_builtin(args, model_path, device, dtype, max_running, tokenizer_path, env):
-    from areal.server.testing import start_server
+    from areal.infra.server_process import start_builtin_server as start_server
 
     extra = ["--device", device, "--dtype", dtype, "--max-running-requests", str(max_running)]
     if tokenizer_path:

@@ -184,8 +184,8 @@ def fs_type(path: str) -> str:
 
 
 def start_server_for(args, model_dir: str, disk_root: str):
+    from areal.infra.server_process import start_builtin_server as start_server
     from areal.server.args import build_parser
-    from areal.server.testing import start_server
 
     extra = [
         "--dtype",

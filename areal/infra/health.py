@@ -1,12 +1,11 @@
 """Waiting for inference servers to answer GET /health (SGLang's and the built-in server's route).
 
 Torch-free (urllib only). `wait_healthy` is the one wait for servers to start (the launcher and
-areal/server/testing.py use it); its error names the server and the key that sets the deadline.
-Waiting
-watches the server processes too: a server that exits while starting is reported at once with its
-exit code instead of after the whole startup timeout. Once the run is going, `HealthWatch` keeps
-probing in a background thread and names any server that stopped answering (hung, or stopped with
-SIGSTOP) for launcher.server_health_timeout_s.
+areal/infra/server_process.py use it); its error names the server and the key that sets the
+deadline. Waiting watches the server processes too: a server that exits while starting is
+reported at once with its exit code instead of after the whole startup timeout. Once the run is
+going, `HealthWatch` keeps probing in a background thread and names any server that stopped
+answering (hung, or stopped with SIGSTOP) for launcher.server_health_timeout_s.
 """
 
 from __future__ import annotations

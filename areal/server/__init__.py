@@ -1,10 +1,14 @@
 """Built-in inference server: `python -m areal.server`, speaking SGLang's HTTP API subset.
 
 Used where SGLang cannot run (CPU, tests, machines without it); the project's SGLang client
-works against either. Modules, in the order a request flows:
+works against either. Tests and benchmarks start one with areal/infra/server_process.py's
+start_builtin_server (tests through tests/serving.py). Modules, in the order a request flows:
 
     args.py        command-line flags (SGLang's names)
-    app.py         aiohttp routes, request validation (validation.py), response shapes
+    app.py         the aiohttp application: middlewares and the route table, over the
+                   route families routes_generate.py, routes_info.py, routes_control.py,
+                   routes_weights.py, routes_lora.py and openai_api.py (/v1); what they share
+                   is state.py; request bodies: bodies.py and validation.py
     scheduler.py   continuous batching on one worker thread; pause/abort/retract; KV budget
     engine.py      the transformers model: batched prefill/decode with a shared padded KV cache
     sampling.py    per-request sampling; logprob convention (temperature-scaled, as SGLang)
@@ -12,7 +16,6 @@ works against either. Modules, in the order a request flows:
                    tensors the trainer shares (CUDA IPC / CPU shared memory: utils/tensor_ipc.py)
     memory.py      --mem-fraction-static / --max-total-tokens budget; memory release and resume
     lora.py        LoRA adapters (/load_lora_adapter): one served adapter, merged into the weights
-    testing.py     start_server() for tests and benchmarks
 
 Routes (SGLang's paths and fields; app.py has the error shapes):
 

@@ -29,30 +29,70 @@ logger = logging.getLogger("areal.server")
 
 def build_state(args: ServerArgs):
     """Load model and tokenizer, start the scheduler; returns the handlers' shared state."""
-    from areal.models.resolve import resolve_model_path
-    from areal.server.app import ServerState
     from areal.server.engine import ModelRunner
-    from areal.server.memory import MemoryOccupation, WeightOffloader, cap_process_memory, plan_kv_budget
+    from areal.server.memory import MemoryOccupation, WeightOffloader
     from areal.server.scheduler import Scheduler
-    from areal.server.weights import WeightUpdater, weight_roots
+    from areal.server.state import ServerState
+    from areal.server.weights import WeightUpdater
 
-    # tiny:<preset> names a model the project builds locally (CPU demo, tests)
-    args = dataclasses.replace(
+    args = _with_resolved_paths(args)
+    runner = ModelRunner(args.model_path, args.dtype, args.device, args.random_seed)
+    eos_ids = runner.eos_token_ids()
+    tokenizer = _load_tokenizer(args, eos_ids)
+    decode = None if tokenizer is None else (lambda ids: tokenizer.decode(ids))
+    context = args.context_length or _model_context_length(runner.config)
+    budget = _kv_budget(args, runner, context)
+    scheduler = Scheduler(
+        runner,
+        max_running=args.max_running_requests,
+        max_prefill_tokens=args.max_prefill_tokens,
+        decode=decode,
+        max_total_tokens=budget.max_total_num_tokens,
+    )
+    offloader = WeightOffloader(runner)
+    return ServerState(
+        args=args,
+        runner=runner,
+        tokenizer=tokenizer,
+        scheduler=scheduler,
+        updater=WeightUpdater(runner, offloader),
+        context_length=context,
+        weight_version=args.weight_version,
+        eos_ids=eos_ids,
+        weight_roots=_weight_roots(args),
+        memory=MemoryOccupation(scheduler, offloader),
+        kv_budget=budget,
+    )
+
+
+def _with_resolved_paths(args: ServerArgs) -> ServerArgs:
+    """`tiny:<preset>` names a model the project builds locally (CPU demo, tests): its folder."""
+    from areal.models.resolve import resolve_model_path
+
+    return dataclasses.replace(
         args,
         model_path=resolve_model_path(args.model_path),
         tokenizer_path=args.tokenizer_path and resolve_model_path(args.tokenizer_path),
     )
-    runner = ModelRunner(args.model_path, args.dtype, args.device, args.random_seed)
-    tokenizer = None
-    eos_ids = runner.eos_token_ids()
-    if not args.skip_tokenizer_init:
-        from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_path or args.model_path)
-        if tokenizer.eos_token_id is not None:
-            eos_ids.add(int(tokenizer.eos_token_id))
-    decode = None if tokenizer is None else (lambda ids: tokenizer.decode(ids))
-    context = args.context_length or _model_context_length(runner.config)
+
+def _load_tokenizer(args: ServerArgs, eos_ids: set[int]):
+    """The tokenizer (None with --skip-tokenizer-init); its EOS joins `eos_ids`."""
+    if args.skip_tokenizer_init:
+        return None
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(args.tokenizer_path or args.model_path)
+    if tokenizer.eos_token_id is not None:
+        eos_ids.add(int(tokenizer.eos_token_id))
+    return tokenizer
+
+
+def _kv_budget(args: ServerArgs, runner, context: int):
+    """Plan the KV cache budget from --mem-fraction-static / --max-total-tokens, cap this
+    process at its memory share, and log how the budget was reached."""
+    from areal.server.memory import cap_process_memory, plan_kv_budget
+
     budget = plan_kv_budget(
         runner,
         mem_fraction=args.mem_fraction_static,
@@ -78,33 +118,20 @@ def build_state(args: ServerArgs):
             budget.max_total_num_tokens,
             context,
         )
-    scheduler = Scheduler(
-        runner,
-        max_running=args.max_running_requests,
-        max_prefill_tokens=args.max_prefill_tokens,
-        decode=decode,
-        max_total_tokens=budget.max_total_num_tokens,
-    )
-    offloader = WeightOffloader(runner)
+    return budget
+
+
+def _weight_roots(args: ServerArgs) -> list[str]:
+    """The folders /update_weights_from_disk may load from (weights.weight_roots), logged."""
+    from areal.server.weights import weight_roots
+
     roots = weight_roots(args.model_path, args.weight_dirs)
     logger.info(
         "/update_weights_from_disk may load from %s%s",
         roots,
         "" if args.weight_dirs else " (no --weight-dirs: the model's folder and the default run root)",
     )
-    return ServerState(
-        args=args,
-        runner=runner,
-        tokenizer=tokenizer,
-        scheduler=scheduler,
-        updater=WeightUpdater(runner, offloader),
-        context_length=context,
-        weight_version=args.weight_version,
-        eos_ids=eos_ids,
-        weight_roots=roots,
-        memory=MemoryOccupation(scheduler, offloader),
-        kv_budget=budget,
-    )
+    return roots
 
 
 def _model_context_length(config) -> int:

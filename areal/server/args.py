@@ -53,11 +53,20 @@ class ServerArgs:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The flags, in SGLang's spelling; --help lists them in the order they are added here."""
     p = argparse.ArgumentParser(
         prog="python -m areal.server",
         description="Transformers-backed inference server speaking SGLang's HTTP API subset.",
         allow_abbrev=False,
     )
+    _add_model_flags(p)
+    _add_memory_flags(p)
+    _add_serving_flags(p)
+    return p
+
+
+def _add_model_flags(p: argparse.ArgumentParser) -> None:
+    """What to serve, where it listens, and on which device."""
     p.add_argument("--model-path", required=True, help="HF model folder (or hub id).")
     p.add_argument("--tokenizer-path", default=None, help="Defaults to --model-path.")
     p.add_argument("--host", default="127.0.0.1")
@@ -76,6 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="Only 1: the built-in server runs the model on one device.",
     )
+
+
+def _add_memory_flags(p: argparse.ArgumentParser) -> None:
+    """How much memory the weights and the KV cache may take (memory.py), and the context."""
     p.add_argument(
         "--mem-fraction-static",
         type=float,
@@ -108,6 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="Max prompt + completion tokens; defaults to the model's max_position_embeddings.",
     )
+
+
+def _add_serving_flags(p: argparse.ArgumentParser) -> None:
+    """Sampling seed, access, logging, batching limits, and where weight updates may come from."""
     p.add_argument("--random-seed", type=int, default=0, help="Seed of the sampling generator.")
     p.add_argument(
         "--api-key", default=None, help="When set, routes other than /health* need 'Authorization: Bearer KEY'."
@@ -142,7 +159,6 @@ def build_parser() -> argparse.ArgumentParser:
         "root " + default_run_root() + ". '/' allows any path. The launcher passes "
         "the run's weight_update/, checkpoints/ and models/ folders.",
     )
-    return p
 
 
 def parse_args(argv: list[str] | None = None) -> ServerArgs:

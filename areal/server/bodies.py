@@ -1,5 +1,5 @@
-"""Request bodies and error replies of the built-in server: what app.py's SGLang routes and
-openai_api.py's /v1 routes both use (a module of its own, so neither imports the other for it).
+"""Request bodies and error replies of the built-in server: what every route family (routes_*.py,
+openai_api.py) and app.py's middleware use (a module of its own, so none imports another for it).
 
 `read_json` reads a request's JSON object body within the size limit `max_body_bytes`
 (413 beyond it, 415 for a non-JSON Content-Type, 400 for invalid JSON or a non-object);

@@ -46,7 +46,6 @@ from areal.server.args import DEFAULT_MEM_FRACTION
 
 logger = logging.getLogger("areal.server")
 
-MEMORY_TAGS = ("kv_cache", "weights")
 FIXED_HEADROOM_BYTES = 256 * 2**20  # allocator slack, small temporaries
 SAMPLING_COPIES = 4  # float32 logits per row while sampling: logits, softmax, sort, cumsum
 GIB = 2**30

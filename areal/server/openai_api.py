@@ -1,5 +1,5 @@
-"""OpenAI's /v1/chat/completions and /v1/completions on the built-in server (SGLang serves both;
-/v1/models is in app.py).
+"""OpenAI's /v1/models, /v1/chat/completions and /v1/completions on the built-in server (SGLang
+serves all three).
 
 Request fields, response shapes and tool-call parsing are areal/chat's (shared with the rollout
 proxy): the tokenizer's chat template renders messages and tools, `<tool_call>{json}</tool_call>`
@@ -8,7 +8,8 @@ in `content`, and unknown fields are a 400 naming them. Sampling defaults are SG
 budget is whatever the context leaves (max_tokens absent), temperature 1, top_p 1.
 
 Each choice is one /generate sequence and is admitted as /generate admits requests (the KV
-budget, released memory, --max-running-requests + --max-queued-requests, the pause gate), so
+budget, released memory, --max-running-requests + --max-queued-requests, the pause gate:
+routes_generate.py), so
 pauses and weight updates treat OpenAI traffic like any other. `return_meta_info` gives a
 choice the /generate meta_info (weight_version, output_version_spans, output_token_logprobs).
 """
@@ -32,26 +33,37 @@ from areal.chat.response import (
     parse_generation,
 )
 from areal.chat.template import encode_text, render_chat
-from areal.server.bodies import error, read_json
+from areal.server.bodies import read_json
+from areal.server.routes_generate import GenerateRoutes
+from areal.server.state import Routes, ServerState
 from areal.server.validation import BadRequest, _check_length, parse_sampling
 
 
-def add_openai_routes(app: web.Application, handlers) -> None:
-    """Register the routes on `app`; `handlers` is app.py's Handlers (shared state, /generate's
-    admission checks and output formatting)."""
-    routes = OpenAIRoutes(handlers)
-    app.router.add_route("POST", "/v1/chat/completions", routes.chat)
-    app.router.add_route("POST", "/v1/completions", routes.completions)
+class OpenAIRoutes(Routes):
+    """The /v1 routes; `generation` admits, runs and formats each choice as /generate does. A
+    full server is /generate's 503 (routes_generate.ServerFull, answered by app.py)."""
 
+    def __init__(self, state: ServerState, generation: GenerateRoutes):
+        super().__init__(state)
+        self.generation = generation
 
-class _Full(Exception):
-    """The server already holds as many requests as it may (HTTP 503, as /generate answers)."""
-
-
-class OpenAIRoutes:
-    def __init__(self, handlers):
-        self.h = handlers
-        self.s = handlers.s
+    async def models(self, request: web.Request) -> web.Response:
+        path = self.s.args.model_path
+        return web.json_response(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": path,
+                        "object": "model",
+                        "created": int(self.s.started),
+                        "owned_by": "areal",
+                        "root": path,
+                        "max_model_len": self.s.context_length,
+                    }
+                ],
+            }
+        )
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         body = await read_json(request)
@@ -64,8 +76,6 @@ class OpenAIRoutes:
             gens = await self._generate_all(prompt_ids, req.sampling, req.n, req.extensions.rid)
         except RequestError as exc:
             return request_error_reply(exc)
-        except _Full as exc:
-            return error(503, str(exc))
         replies = [parse_generation(req, g) for g in gens]
         resp = chat_response(
             req, gens, replies, prompt_ids=prompt_ids, weight_version=self.s.weight_version, rid=new_id("chatcmpl")
@@ -87,8 +97,6 @@ class OpenAIRoutes:
             gens = await self._generate_all(prompt_ids, req.sampling, req.n, req.extensions.rid)
         except RequestError as exc:
             return request_error_reply(exc)
-        except _Full as exc:
-            return error(503, str(exc))
         resp = completion_response(
             req, gens, prompt_ids=prompt_ids, weight_version=self.s.weight_version, rid=new_id("cmpl")
         )
@@ -148,21 +156,14 @@ class OpenAIRoutes:
         return params
 
     async def _generate(self, rid: str, input_ids: list[int], params):
-        """One sequence, admitted as Handlers.generate admits a /generate request."""
-        h, s = self.h, self.s
+        """One sequence, admitted as /generate admits a request."""
+        generation = self.generation
         try:
-            h._check_kv_budget(len(input_ids) + params.max_new_tokens)
-            h._check_memory_resident()
+            generation.check_fits(len(input_ids) + params.max_new_tokens)
         except BadRequest as exc:
             raise RequestError(str(exc)) from None
-        if s.accepted >= s.capacity:
-            raise _Full(h._full_message())
-        s.accepted += 1
-        try:
-            await s.gate.wait()  # held while generation is paused, like /generate
-            seq = await h._run(rid, input_ids, params, True)
-        finally:
-            s.accepted -= 1
+        async with generation.admitted():  # held while generation is paused, like /generate
+            seq = await generation.run(rid, input_ids, params, True)
         reason = seq.finish_reason
         if reason["type"] == "abort" and reason.get("status_code") in (400, 500):
             raise RequestError(reason["message"], status=reason["status_code"])
@@ -171,10 +172,10 @@ class OpenAIRoutes:
     def _generation(self, seq) -> Generation:
         return Generation(
             output_ids=list(seq.output_ids),
-            text=self.h._text(seq),
+            text=self.generation.text(seq),
             finish_reason=seq.finish_reason["type"],
             logprobs=list(seq.output_logprobs),
-            token_texts=[self.h._token_text(t) or "" for t in seq.output_ids],
+            token_texts=[self.generation.token_text(t) or "" for t in seq.output_ids],
             matched_stop=seq.finish_reason.get("matched"),
-            meta_info=self.h._output(seq, False)["meta_info"],
+            meta_info=self.generation.output(seq, False)["meta_info"],
         )

@@ -84,19 +84,12 @@ def _sample_top_k_top_p(scaled, params: list[SamplingParams], generator):
     import torch
 
     vocab = scaled.shape[-1]
-    device = scaled.device
     probs = torch.softmax(scaled, dim=-1)
     if not any(_truncates(p, vocab) for p in params):
         # RL rollouts sample the full distribution: skip the [B, V] sort (the costliest part of
         # a decode step's sampling at B=256, V=151k).
         return torch.multinomial(probs, 1, generator=generator).squeeze(1)
-    top_ks = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in params], device=device)
-    top_ps = torch.tensor([p.top_p for p in params], device=device)
-    sorted_probs, sorted_idx = probs.sort(dim=-1, descending=True)
-    ranks = torch.arange(vocab, device=device).unsqueeze(0)
-    sorted_probs = sorted_probs.masked_fill(ranks >= top_ks.unsqueeze(1), 0.0)
-    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
-    sorted_probs = sorted_probs.masked_fill(mass_before > top_ps.unsqueeze(1), 0.0)
+    sorted_probs, sorted_idx = _sorted_truncated(probs, params)
     choice = torch.multinomial(sorted_probs, 1, generator=generator)
     return sorted_idx.gather(1, choice).squeeze(1)
 
@@ -124,6 +117,15 @@ def _truncated(probs, params: list[SamplingParams]):
     """`probs` [B, V] with the tokens outside each row's top-k / top-p set to 0 (not renormalised)."""
     import torch
 
+    sorted_probs, sorted_idx = _sorted_truncated(probs, params)
+    return torch.zeros_like(probs).scatter_(1, sorted_idx, sorted_probs)
+
+
+def _sorted_truncated(probs, params: list[SamplingParams]):
+    """(`probs` [B, V] sorted descending per row, with the tokens outside each row's top-k, then
+    top-p, set to 0 (not renormalised); the token id at each sorted place)."""
+    import torch
+
     vocab = probs.shape[-1]
     device = probs.device
     top_ks = torch.tensor([p.top_k if p.top_k > 0 else vocab for p in params], device=device)
@@ -133,7 +135,7 @@ def _truncated(probs, params: list[SamplingParams]):
     sorted_probs = sorted_probs.masked_fill(ranks >= top_ks.unsqueeze(1), 0.0)
     mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
     sorted_probs = sorted_probs.masked_fill(mass_before > top_ps.unsqueeze(1), 0.0)
-    return torch.zeros_like(probs).scatter_(1, sorted_idx, sorted_probs)
+    return sorted_probs, sorted_idx
 
 
 _MASK64 = (1 << 64) - 1

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from areal.infra.sglang_keys import SAMPLING_KEYS  # the sampling keys implemented here
 from areal.server.sampling import SamplingParams
 
 
@@ -78,19 +79,6 @@ IMPLEMENTED_TOP = {
     "return_text_in_logprobs",
     "lora_path",
     "extra_key",  # SGLang's prefix-cache namespace; there is no prefix cache here
-}
-IMPLEMENTED_SAMPLING = {
-    "max_new_tokens",
-    "min_new_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "stop",
-    "stop_token_ids",
-    "ignore_eos",
-    "no_stop_trim",
-    "skip_special_tokens",
-    "sampling_seed",
 }
 
 
@@ -162,7 +150,7 @@ def parse_sampling(raw: Any, vocab_size: int) -> SamplingParams:
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise BadRequest(f"'sampling_params' must be an object, got {type(raw).__name__}.")
-    check_keys(raw, IMPLEMENTED_SAMPLING | set(NEUTRAL_SAMPLING), where)
+    check_keys(raw, SAMPLING_KEYS | set(NEUTRAL_SAMPLING), where)
     _check_neutral(raw, NEUTRAL_SAMPLING, where)
     max_new = get_typed(raw, "max_new_tokens", int, 128, where)
     min_new = get_typed(raw, "min_new_tokens", int, 0, where)

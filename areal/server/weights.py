@@ -108,12 +108,7 @@ class WeightUpdater:
         count = len(named)
         try:
             params = self.parameters()
-            unknown = [n for n, _ in named if n not in params]
-            if unknown:
-                raise ValueError(
-                    f"Unknown parameter name(s) {unknown[:5]}; names must be the "
-                    "served model's Hugging Face state-dict names."
-                )
+            _check_known_names(named, params)
             _copy_all(params, named)
         finally:
             named.clear()  # the sender's memory: let go of it now, even if a traceback is kept
@@ -199,12 +194,7 @@ class WeightUpdater:
         _sync(self.runner.device)
         t1 = time.perf_counter()
         params = self.parameters()
-        unknown = [n for n, _ in received if n not in params]
-        if unknown:
-            raise ValueError(
-                f"Unknown parameter name(s) {unknown[:5]}; names must be the "
-                "served model's Hugging Face state-dict names."
-            )
+        _check_known_names(received, params)
         _copy_all(params, received)
         self.lora.reset()
         if timings is not None:
@@ -219,6 +209,15 @@ class WeightUpdater:
             raise ValueError(f"No weight update group {group_name!r} to destroy.")
         dist.destroy_process_group(group)
         return f"Succeeded to destroy custom process group {group_name!r}."
+
+
+def _check_known_names(pairs: list, params: dict) -> None:
+    """Refuse an update naming a parameter the served model does not have (before any copy)."""
+    unknown = [name for name, _ in pairs if name not in params]
+    if unknown:
+        raise ValueError(
+            f"Unknown parameter name(s) {unknown[:5]}; names must be the served model's Hugging Face state-dict names."
+        )
 
 
 def _is_tied_alias(name: str, params: dict, state: dict) -> bool:

@@ -8,7 +8,7 @@ import pytest
 
 from areal.api.weights import WeightUpdateMeta
 from areal.engine.sglang.control import ServerControl
-from areal.server.testing import start_server
+from tests.serving import start_server
 
 
 @pytest.fixture

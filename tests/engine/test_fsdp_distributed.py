@@ -103,7 +103,7 @@ def test_recovery_matches_uninterrupted_run(tiny_model_dir, tmp_path_factory):
 
 
 def test_weight_update_to_running_server(tmp_path_factory):
-    server_testing = pytest.importorskip("areal.server.testing")
+    server_testing = pytest.importorskip("tests.serving")
     model_dir = server_testing.make_varied_model_dir(tmp_path_factory.mktemp("varied") / "m", scale=4.0)
     fileroot = str(tmp_path_factory.mktemp("fileroot"))
     # with an API key (the trainer's weight-sync client must send it) and disk loads limited to the fileroot

@@ -138,7 +138,7 @@ def trainer_and_server(model_dir: str, fileroot: Path, **engine_kwargs):
     from areal.config import ExperimentConfig
     from areal.engine.fsdp.engine import FSDPEngine
     from areal.engine.sglang.client import RemoteSGLangEngine
-    from areal.server.testing import start_server
+    from tests.serving import start_server
 
     server = start_server(
         model_dir,

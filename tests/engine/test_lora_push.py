@@ -23,8 +23,8 @@ def _trainer_logprobs(engine, prompt, ids):
 
 def test_adapter_push_serves_the_trained_adapter(tmp_path_factory):
     from areal.api.weights import WeightUpdateMeta
-    from areal.server.testing import make_varied_model_dir
     from areal.trainer.sources import push_to_control
+    from tests.serving import make_varied_model_dir
 
     model_dir = str(make_varied_model_dir(tmp_path_factory.mktemp("varied") / "m", scale=4.0))
     with trainer_and_server(

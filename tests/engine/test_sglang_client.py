@@ -16,7 +16,8 @@ from areal.api.inference import ModelRequest
 from areal.api.weights import WeightUpdateMeta
 from areal.engine.sglang.client import RemoteSGLangEngine
 from areal.engine.sglang.http import ServerError
-from areal.server.testing import free_port, make_varied_model_dir, pause_mid_generation, start_server, wait_for
+from areal.infra.ports import free_port
+from tests.serving import make_varied_model_dir, pause_mid_generation, start_server, wait_for
 
 KEY = "test-key"
 

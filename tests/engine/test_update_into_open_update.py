@@ -14,7 +14,7 @@ from tests.engine.test_fsdp_helpers import trainer_and_server
 
 def test_update_weights_into_an_open_update_continues_only_when_the_caller_ends_it(tmp_path):
     from areal.api.weights import WeightUpdateMeta
-    from areal.server.testing import make_varied_model_dir
+    from tests.serving import make_varied_model_dir
 
     model_dir = str(make_varied_model_dir(tmp_path / "m", scale=4.0))
     with trainer_and_server(model_dir, tmp_path / "fileroot", experiment_name="e", trial_name="t") as (

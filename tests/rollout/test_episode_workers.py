@@ -11,8 +11,8 @@ import pytest
 from areal.api.weights import WeightUpdateMeta
 from areal.config.rollout import GenerationConfig
 from areal.rollout.executor import RolloutError
-from areal.server.testing import wait_for
 from areal.workflow.agent import AgentWorkflow
+from tests.serving import wait_for
 
 A = "tests.workflow.agents:"
 RECORD = {"question": "add 3 and 4", "bonus": 0.25, "i": 0}

@@ -17,7 +17,7 @@ from areal.api.workflow import RolloutWorkflow
 from areal.config.rollout import RolloutConfig
 from areal.rollout.executor import RolloutError, RolloutExecutor
 from areal.rollout.staleness import staleness_limit
-from areal.server.testing import wait_for
+from tests.serving import wait_for
 
 HANG_GUARD_S = 60  # bounds below only stop a hang; none is what a test checks
 

@@ -13,7 +13,7 @@ from areal.api.weights import WeightUpdateMeta
 from areal.api.workflow import RolloutWorkflow
 from areal.engine.sglang.client import RemoteSGLangEngine
 from areal.rollout.staleness import staleness_limit
-from areal.server.testing import start_server
+from tests.serving import start_server
 
 
 class RandomLengthGeneration(RolloutWorkflow):

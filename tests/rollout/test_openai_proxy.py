@@ -17,9 +17,9 @@ from areal.chat.template import encode_text, render_chat
 from areal.config.rollout import GenerationConfig
 from areal.engine.sglang.client import RemoteSGLangEngine
 from areal.rollout.openai_proxy import OpenAIProxy
-from areal.server.testing import pause_mid_generation, start_server
 from areal.workflow.agent import conversation_row
 from tests.scripted_chat import ADD, ANSWER_TEXT, BAD, CALL_TEXT, END, HELLO, MALFORMED_TEXT, TOOLS, tool_result
+from tests.serving import pause_mid_generation, start_server
 
 GREEDY = GenerationConfig(n_samples=1, max_new_tokens=256, temperature=0.0)
 

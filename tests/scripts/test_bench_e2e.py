@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from areal.server.testing import wait_for
+from tests.serving import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 GSM8K = REPO.parent / "shared" / "data" / "gsm8k" / "train.jsonl"

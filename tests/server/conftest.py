@@ -5,7 +5,7 @@ import pytest
 
 @pytest.fixture(scope="session")
 def varied_model_dir(tmp_path_factory):
-    from areal.server.testing import make_varied_model_dir
+    from tests.serving import make_varied_model_dir
 
     return str(make_varied_model_dir(tmp_path_factory.mktemp("varied") / "model"))
 
@@ -28,7 +28,7 @@ def allowed_dir(tmp_path_factory):
 def server(varied_model_dir, allowed_dir):
     """The server of test_weights.py and test_lora.py, one per module; a module that needs another
     server defines its own `server` fixture, which overrides this one."""
-    from areal.server.testing import start_server
+    from tests.serving import start_server
 
     handle = start_server(varied_model_dir, extra_args=["--dtype", "float32", "--weight-dirs", allowed_dir])
     yield handle

@@ -29,7 +29,7 @@ def test_flag_errors_exit_2(flags, needle):
 
 @pytest.fixture(scope="module")
 def server(tiny_model_dir):
-    from areal.server.testing import start_server
+    from tests.serving import start_server
 
     handle = start_server(
         tiny_model_dir,
@@ -147,7 +147,7 @@ def test_defaults_are_safe_by_hand():
 def test_start_server_reports_a_server_that_exits_while_starting():
     """start_server waits through areal.infra.health: a server that dies is reported at once, with its log."""
     from areal.infra.health import ServerStartupError
-    from areal.server.testing import start_server
+    from tests.serving import start_server
 
     with pytest.raises(ServerStartupError, match=r"areal.server exited with code 2 before it was healthy") as e:
         start_server("x", extra_args=["--tp-size", "2"], timeout=60)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import requests
 
-from areal.server.testing import server_load, start_server, wait_for
+from tests.serving import server_load, start_server, wait_for
 
 HELD = 40  # connections held open, well past the descriptors the server is left with
 

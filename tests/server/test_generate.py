@@ -6,13 +6,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from areal.server.testing import pause_mid_generation, server_load, wait_for
 from tests.server.helpers import hf_greedy, prompt_ids
+from tests.serving import pause_mid_generation, server_load, wait_for
 
 
 @pytest.fixture(scope="module")
 def server(varied_model_dir):
-    from areal.server.testing import start_server
+    from tests.serving import start_server
 
     handle = start_server(varied_model_dir, extra_args=["--dtype", "float32", "--max-running-requests", "16"])
     yield handle

@@ -24,7 +24,7 @@ RELEASE, RESUME = "/release_memory_occupation", "/resume_memory_occupation"
 
 @pytest.fixture(scope="module")
 def server(varied_model_dir):
-    from areal.server.testing import start_server
+    from tests.serving import start_server
 
     handle = start_server(
         varied_model_dir, extra_args=["--dtype", "float32", "--max-total-tokens", BUDGET, "--enable-memory-saver"]

@@ -9,7 +9,6 @@ import pytest
 import requests
 
 from areal.chat.template import encode_text, render_chat
-from areal.server.testing import start_server
 from tests.scripted_chat import (
     ADD,
     ANSWER_TEXT,
@@ -22,6 +21,7 @@ from tests.scripted_chat import (
     TOOLS,
     tool_result,
 )
+from tests.serving import start_server
 
 
 @pytest.fixture(scope="module")

@@ -5,8 +5,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from areal.server.testing import pause_mid_generation, server_load, wait_for
 from tests.server.helpers import prompt_ids
+from tests.serving import pause_mid_generation, server_load, wait_for
 
 N_NEW = 300  # long: a pause that comes too late is retried (pause_mid_generation)
 PROMPTS = [prompt_ids(100 + i, 5) for i in range(4)]
@@ -14,7 +14,7 @@ PROMPTS = [prompt_ids(100 + i, 5) for i in range(4)]
 
 @pytest.fixture(scope="module")
 def server(varied_model_dir):
-    from areal.server.testing import start_server
+    from tests.serving import start_server
 
     handle = start_server(varied_model_dir, extra_args=["--dtype", "float32"])
     yield handle

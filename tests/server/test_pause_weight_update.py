@@ -9,8 +9,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 
-from areal.server.testing import pause_mid_generation
 from tests.server.helpers import prompt_ids
+from tests.serving import pause_mid_generation
 
 N_NEW = 200
 MIN_AFTER = 50  # tokens after the switch, enough to tell the modes apart
@@ -24,7 +24,7 @@ def weight_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def new_model_dir(weight_dir):
-    from areal.server.testing import make_varied_model_dir
+    from tests.serving import make_varied_model_dir
 
     return str(make_varied_model_dir(weight_dir / "new", seed=1))
 
@@ -38,7 +38,7 @@ def models(varied_model_dir, new_model_dir):
 
 @pytest.fixture
 def server(varied_model_dir, weight_dir):
-    from areal.server.testing import start_server
+    from tests.serving import start_server
 
     handle = start_server(varied_model_dir, extra_args=["--dtype", "float32", "--weight-dirs", str(weight_dir)])
     yield handle

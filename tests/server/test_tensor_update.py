@@ -22,7 +22,7 @@ ROUTE = "/update_weights_from_tensor"
 
 @pytest.fixture(scope="module")
 def server(varied_model_dir):
-    from areal.server.testing import start_server
+    from tests.serving import start_server
 
     handle = start_server(varied_model_dir, extra_args=["--dtype", "float32"])
     yield handle

@@ -1,7 +1,7 @@
 """version_spans: which output tokens each weight version produced (the built-in server's
 meta_info.output_version_spans)."""
 
-from areal.server.app import version_spans
+from areal.server.routes_generate import version_spans
 from areal.server.sampling import SamplingParams
 from areal.server.scheduler import Sequence
 

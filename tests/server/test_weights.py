@@ -14,7 +14,7 @@ N_NEW = 16
 
 @pytest.fixture(scope="module")
 def other_model_dir(allowed_dir):
-    from areal.server.testing import make_varied_model_dir
+    from tests.serving import make_varied_model_dir
 
     return str(make_varied_model_dir(allowed_dir / "model", seed=1))
 
@@ -87,32 +87,40 @@ def test_update_weight_version(server):
     assert version(server) == "manual-7"
 
 
+def _join_gloo_group(pool, server, group: str):
+    """The server joins `group` as rank 1 (its request sent from `pool`), this test as rank 0;
+    returns this side's process group."""
+    from areal.infra.ports import free_port
+    from areal.utils.dist_group import init_custom_process_group
+
+    port = free_port()
+    reply = pool.submit(
+        post,
+        server,
+        "/init_weights_update_group",
+        {
+            "master_address": "127.0.0.1",
+            "master_port": port,
+            "rank_offset": 1,
+            "world_size": 2,
+            "group_name": group,
+            "backend": "gloo",
+        },
+    )
+    pg = init_custom_process_group(
+        backend="gloo", master_address="127.0.0.1", master_port=port, world_size=2, rank=0, group_name=group
+    )
+    assert reply.result().json()["success"], reply.result().text
+    return pg
+
+
 def test_distributed_update_over_gloo(server, ref_model, other_model):
     import torch
     import torch.distributed as dist
 
-    from areal.server.testing import free_port
-    from areal.utils.dist_group import init_custom_process_group
-
-    port, group = free_port(), "test_group"
+    group = "test_group"
     with ThreadPoolExecutor(1) as pool:
-        reply = pool.submit(
-            post,
-            server,
-            "/init_weights_update_group",
-            {
-                "master_address": "127.0.0.1",
-                "master_port": port,
-                "rank_offset": 1,
-                "world_size": 2,
-                "group_name": group,
-                "backend": "gloo",
-            },
-        )
-        pg = init_custom_process_group(
-            backend="gloo", master_address="127.0.0.1", master_port=port, world_size=2, rank=0, group_name=group
-        )
-        assert reply.result().json()["success"], reply.result().text
+        pg = _join_gloo_group(pool, server, group)
         try:
             state = other_model.state_dict()
             reply = pool.submit(

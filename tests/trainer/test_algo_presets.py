@@ -31,7 +31,7 @@ def arith_model(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(arith_model, tmp_path_factory):
-    from areal.server.testing import start_server
+    from tests.serving import start_server
 
     handle = start_server(
         arith_model, extra_args=["--dtype", "float32", "--weight-dirs", tmp_path_factory.getbasetemp()]

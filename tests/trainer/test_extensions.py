@@ -15,7 +15,7 @@ from launcher.compose import compose
 
 @pytest.mark.slow
 def test_custom_dataset_workflow_and_reward_by_import_path(tmp_path, tiny_model_dir):
-    from areal.server.testing import start_server
+    from tests.serving import start_server
 
     server = start_server(tiny_model_dir, extra_args=["--dtype", "float32"])
     try:

@@ -28,7 +28,7 @@ def arith_model(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(arith_model, tmp_path_factory):
-    from areal.server.testing import start_server
+    from tests.serving import start_server
 
     # the trainer-only runs write disk weight updates under their tmp_path fileroots
     handle = start_server(

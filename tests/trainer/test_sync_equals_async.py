@@ -83,7 +83,7 @@ def test_async_at_staleness_0_gives_the_sync_losses_and_weights_bitwise(tmp_path
     from areal.api.inference import ModelRequest
     from areal.models.resolve import TINY_PRESETS
     from areal.models.tiny import make_tiny_model_dir
-    from areal.server.testing import start_server
+    from tests.serving import start_server
 
     if "sampling_seed" not in ModelRequest.__dataclass_fields__:
         pytest.skip("the client does not send sampling_seed yet (ModelRequest.sampling_seed, protocol.py)")

@@ -8,8 +8,8 @@ import pytest
 from areal.config.rollout import GenerationConfig
 from areal.engine.sglang.client import RemoteSGLangEngine
 from areal.infra.sockets import listen_overflows
-from areal.server.testing import start_server
 from areal.workflow.agent import AgentWorkflow
+from tests.serving import start_server
 
 pytestmark = pytest.mark.slow
 

@@ -5,12 +5,11 @@ import torch
 
 from areal.config.rollout import GenerationConfig, RolloutConfig
 from areal.rollout.executor import RolloutExecutor
-from areal.server.testing import wait_for
 from areal.workflow.common import chat_prompt_ids, encode, load_tokenizer
 from areal.workflow.multi_turn import MultiTurnWorkflow
 from areal.workflow.registry import build_workflow, resolve_workflow_class
 from areal.workflow.rlvr import RLVRWorkflow
-from tests.serving import served_engine
+from tests.serving import served_engine, wait_for
 
 R = "tests.workflow.rewards:"
 RECORD = {"question": "1+2=", "answer": "1+2=3\n#### 3", "solution": "3", "prompt": "not a prompt"}

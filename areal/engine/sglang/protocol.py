@@ -29,6 +29,7 @@ from typing import Any, Literal
 from areal.api.inference import ModelRequest
 from areal.api.weights import WeightUpdateMeta
 from areal.infra.pause import PAUSE_MODES
+from areal.infra.sglang_keys import MEMORY_TAGS, SAMPLING_KEYS  # shared with the built-in server
 
 # Routes used by the client.
 GENERATE = "/generate"
@@ -51,23 +52,8 @@ UPDATE_FROM_TENSOR = "/update_weights_from_tensor"
 RELEASE_MEMORY = "/release_memory_occupation"
 RESUME_MEMORY = "/resume_memory_occupation"
 
-# Every key the client may send, exactly as SGLang spells it.
+# Every key the client may send, exactly as SGLang spells it (sampling keys: SAMPLING_KEYS).
 GENERATE_KEYS = frozenset({"input_ids", "sampling_params", "rid", "return_logprob", "stream", "lora_path", "extra_key"})
-SAMPLING_KEYS = frozenset(
-    {
-        "max_new_tokens",
-        "min_new_tokens",
-        "temperature",
-        "top_p",
-        "top_k",
-        "stop",
-        "stop_token_ids",
-        "ignore_eos",
-        "skip_special_tokens",
-        "no_stop_trim",
-        "sampling_seed",
-    }
-)
 PAUSE_KEYS = frozenset({"mode"})
 DISK_UPDATE_KEYS = frozenset({"model_path", "weight_version", "abort_all_requests", "flush_cache"})
 LOAD_LORA_KEYS = frozenset({"lora_name", "lora_path"})
@@ -81,7 +67,6 @@ TENSOR_UPDATE_KEYS = frozenset(
     {"serialized_named_tensors", "load_format", "flush_cache", "abort_all_requests", "weight_version"}
 )
 MEMORY_KEYS = frozenset({"tags"})
-MEMORY_TAGS = ("kv_cache", "weights")
 
 StopReason = Literal["stop", "length", "abort"]
 
@@ -248,7 +233,7 @@ def flush_route(timeout_s: float) -> str:
 
 def disk_update_payload(path: str, version: int | None) -> dict[str, Any]:
     """/update_weights_from_disk: reload `path`; the version only changes when one is passed.
-    Weight updates never ask the server to flush (flush_cache false): see flush_payload."""
+    Weight updates never ask the server to flush (flush_cache false): see flush_route."""
     body: dict[str, Any] = {"model_path": str(path), "abort_all_requests": False, "flush_cache": False}
     if version is not None:
         body["weight_version"] = str(version)
@@ -303,7 +288,7 @@ def distributed_update_payload(meta: WeightUpdateMeta) -> dict[str, Any]:
         "dtypes": list(meta.dtypes),
         "shapes": [list(map(int, s)) for s in meta.shapes],
         "group_name": meta.group_name,
-        "flush_cache": False,  # see flush_payload
+        "flush_cache": False,  # see flush_route
         "abort_all_requests": False,
     }
     if meta.version is not None:
@@ -322,7 +307,7 @@ def tensor_update_payload(serialized: list[str], *, version: int | None) -> dict
     """/update_weights_from_tensor: `serialized` holds one base64 text per tensor-parallel rank
     of the server (each a pickled list of (name, tensor) pairs made with torch's multiprocessing
     reductions: CUDA tensors travel as IPC handles; see areal/utils/tensor_ipc.py). The version
-    changes only when one is passed; the server is never asked to flush (see flush_payload)."""
+    changes only when one is passed; the server is never asked to flush (see flush_route)."""
     if not serialized or not all(isinstance(s, str) for s in serialized):
         raise ValueError("tensor_update_payload needs one serialized text per tensor-parallel rank")
     body: dict[str, Any] = {

@@ -63,8 +63,8 @@ def test_tensor_update_to_a_server_on_the_same_gpu(qwen_05b):
     from areal.api.weights import WeightUpdateMeta
     from areal.engine.fsdp.engine import FSDPEngine
     from areal.engine.sglang.control import ServerControl
-    from areal.server.testing import start_server
     from areal.trainer.sources import push_to_control
+    from tests.serving import start_server
 
     model_dir, tok_dir = qwen_05b
     server = start_server(

@@ -77,8 +77,8 @@ def test_nccl_weight_update_to_server(case, qwen_05b, tmp_path):
     from areal.api.weights import WeightUpdateMeta
     from areal.engine.fsdp.engine import FSDPEngine
     from areal.engine.sglang.control import ServerControl
-    from areal.server.testing import make_varied_model_dir, start_server
     from areal.trainer.sources import push_to_control
+    from tests.serving import make_varied_model_dir, start_server
 
     if case == "varied_fp32":
         model_dir, tok_dir, dtype = str(make_varied_model_dir(tmp_path / "varied", scale=4.0)), None, "float32"

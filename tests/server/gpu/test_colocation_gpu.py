@@ -17,7 +17,7 @@ N_NEW = 24
 
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
-    from areal.server.testing import make_varied_model_dir
+    from tests.serving import make_varied_model_dir
 
     # ~170 MB of float32 weights: far above the allocator's block sizes, so the drop is clear
     return str(
@@ -34,7 +34,7 @@ def model_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def server(model_dir):
-    from areal.server.testing import start_server
+    from tests.serving import start_server
 
     handle = start_server(
         model_dir,

@@ -17,7 +17,7 @@ def test_cuda_decode_matches_full_forward(dtype, tol, tmp_path):
 
     from areal.server.attention import ATTN_IMPLEMENTATION
     from areal.server.engine import ModelRunner
-    from areal.server.testing import make_varied_model_dir
+    from tests.serving import make_varied_model_dir
 
     model_dir = str(make_varied_model_dir(tmp_path / "model", num_heads=8, num_kv_heads=2))
     runner = ModelRunner(model_dir, dtype=dtype, device="cuda")
