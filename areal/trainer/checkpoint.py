@@ -16,15 +16,15 @@ removes). Only folders holding trainer_state.json count as checkpoints. A save t
 checkpoint that stays usable, and the fix.
 
 What the training loop must restore after `restore_checkpoint` (which already restores the
-engine's weights, optimizer, schedule, RNG and weight version):
+engine's weights, optimizer, schedule and RNG):
   * step and epoch: continue with step = state.step + 1;
   * dataloader position: skip state.dataloader_position batches of state.epoch (or load the
     sampler state you stored in state.extra), so no prompt is trained twice or skipped;
-  * weight version: servers restarted after the crash serve the initial weights, so push the
-    restored weights (FSDPEngine.update_weights with version=state.weight_version) before rollouts
-    resume, and set the rollout client's version to it. Staleness is then counted from the
-    restored version exactly as before the crash; rollouts that were in flight are lost and
-    regenerated.
+  * weight version: the loop owns it (TrainContext.version) and takes state.weight_version back.
+    Servers restarted after the crash serve the initial weights, so push the restored weights as
+    that version before rollouts resume (the push sets the rollout client's version too).
+    Staleness is then counted from the restored version exactly as before the crash; rollouts
+    that were in flight are lost and regenerated.
 """
 
 from __future__ import annotations
