@@ -266,19 +266,6 @@ def run_processes(config_path: str | os.PathLike, exclude: tuple[int, ...] = ())
     return found
 
 
-def tail_lines(path: str, n: int = 20) -> list[str]:
-    """The last n lines of a log file ([] when it is missing)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - 64 * 1024))
-            data = f.read()
-    except OSError:
-        return []
-    return data.decode("utf-8", errors="replace").splitlines()[-n:]
-
-
 def next_free_port(port: int, avoid: set[int] = frozenset(), limit: int = 65535) -> int:
     """`port` itself when free, else the next free port above it that is not in `avoid`."""
     found = ports.next_free_port(port, avoid, limit)

@@ -40,9 +40,10 @@ from areal.infra.discovery import (
     write_server_addrs,
 )
 from areal.infra.health import HealthWatch, ServerStartupError, is_healthy, wait_healthy
+from areal.infra.server_process import tail_lines
 
 from .plan import LaunchPlan, ProcessSpec
-from .procs import LaunchError, exit_code, tail_lines, with_flag
+from .procs import LaunchError, exit_code, with_flag
 
 POLL_S = 0.2
 TAIL_LINES = 30

@@ -101,15 +101,27 @@ class ServerProcess:
         return Path(self.log_path).read_text(errors="replace")
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
-        try:
-            return "\n".join(self.log().splitlines()[-lines:])
-        except OSError:
+        if not os.path.exists(self.log_path):
             return "(no log)"
+        return "\n".join(tail_lines(self.log_path, lines))
 
     def stop(self, grace_s: float = 30.0) -> int | None:
         """SIGTERM its process group, SIGKILL after `grace_s`; returns the exit code."""
         stop_servers([self], grace_s)
         return self.proc.returncode
+
+
+def tail_lines(path: str, n: int = 20) -> list[str]:
+    """The last n lines of a log file ([] when it is missing)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            data = f.read()
+    except OSError:
+        return []
+    return data.decode("utf-8", errors="replace").splitlines()[-n:]
 
 
 def start_server_process(

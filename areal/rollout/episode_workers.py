@@ -476,8 +476,10 @@ class _WorkerLoop:
                 message = pickle.loads(self.conn.recv_bytes())
             except (EOFError, OSError):
                 message = ("stop",)
-            if message[0] == "gate" and self._follow_gate(message):
-                continue
+            if message[0] == "gate":
+                if self._follow_gate(message):
+                    continue
+                message = ("stop",)  # the trainer is gone
             self.loop.call_soon_threadsafe(self.inbox.put_nowait, message)
             if message[0] == "stop":
                 return

@@ -25,6 +25,7 @@ from areal.api.weights import WeightUpdateMeta
 if TYPE_CHECKING:
     from areal.api.inference import InferenceControl
     from areal.api.train import Batch, TrainEngine
+    from areal.api.weights import WeightSink
     from areal.api.workflow import RolloutWorkflow
     from areal.config.experiment import ExperimentConfig
     from areal.engine.sglang.client import RemoteSGLangEngine
@@ -57,14 +58,25 @@ def weight_update_meta(cfg: ExperimentConfig) -> WeightUpdateMeta:
     )
 
 
-def push_to_control(actor: TrainEngine, meta: WeightUpdateMeta, control: InferenceControl | None) -> dict[str, float]:
-    """Every rank: push the actor's weights into the update that `control` opens (rank 0's; None
-    on the others). Returns the update's figures, with the control's stages as weight_update/..."""
-    opened = control.weight_update(meta) if control is not None else contextlib.nullcontext()
-    with opened as sink:
-        stats = actor.update_weights(meta, sink)
+def open_update(control: InferenceControl | None, meta: WeightUpdateMeta):
+    """The weight update `control` opens on rank 0; on the other ranks (control None) a context
+    whose sink is None."""
+    return control.weight_update(meta) if control is not None else contextlib.nullcontext()
+
+
+def update_figures(stats: dict[str, float], sink: WeightSink | None) -> dict[str, float]:
+    """The engine's figures of one update with the control's stages (rank 0's sink report) as
+    weight_update/..."""
     report = sink.report if sink is not None else {}
     return {**stats, **{f"weight_update/{k}": v for k, v in report.items()}}
+
+
+def push_to_control(actor: TrainEngine, meta: WeightUpdateMeta, control: InferenceControl | None) -> dict[str, float]:
+    """Every rank: push the actor's weights into the update that `control` opens (rank 0's; None
+    on the others). Returns the update's figures (update_figures)."""
+    with open_update(control, meta) as sink:
+        stats = actor.update_weights(meta, sink)
+    return update_figures(stats, sink)
 
 
 class LiveRollouts(RolloutSource):
@@ -116,9 +128,7 @@ class LiveRollouts(RolloutSource):
         if self._meta is None:  # one rendezvous for the run: the broadcast group lives across updates
             self._meta = broadcast_from_rank0(weight_update_meta(self.cfg) if self.engine else None)
         meta = dataclasses.replace(self._meta, version=version)
-        work: dict[str, float] = {}
-        opened = self.engine.control.weight_update(meta) if self.engine is not None else contextlib.nullcontext()
-        with opened as sink:
+        with open_update(self.engine.control if self.engine is not None else None, meta) as sink:
             # read while nothing runs: a step's figures then end where the next step's begin, and
             # no token of the next batch (which starts at continue) lands in this step's window
             work = self.server_work()
@@ -129,15 +139,9 @@ class LiveRollouts(RolloutSource):
             # restarted server could load
             if sink is not None and sink.folder is not None:
                 self._record_served_weights(sink.folder, version)
-        # rank 0's pause, flush and continue: in an asynchronous run, the part of the update that
-        # waits for in-flight generation (the servers' own share in server_pause_s)
-        report = sink.report if sink is not None else {}
-        return {
-            **stats,
-            **{f"weight_update/{k}": v for k, v in report.items()},
-            **work,
-            **self.time_share.metrics(),
-        }
+        # with rank 0's pause, flush and continue: in an asynchronous run, the part of the update
+        # that waits for in-flight generation (the servers' own share in server_pause_s)
+        return {**update_figures(stats, sink), **work, **self.time_share.metrics()}
 
     def server_work(self) -> dict[str, float]:
         """What the built-in servers did since the previous call (one weight update apart, read

@@ -12,6 +12,7 @@ import psutil
 import pytest
 
 from areal.infra.health import HealthWatch, ServerStartupError, ServerStartupTimeout, is_healthy, wait_healthy
+from areal.infra.server_process import tail_lines
 from launcher.procs import (
     ManagedProcess,
     advertised_host,
@@ -21,7 +22,6 @@ from launcher.procs import (
     next_free_port,
     port_is_free,
     stop_all,
-    tail_lines,
     with_flag,
     with_port,
 )
