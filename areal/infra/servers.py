@@ -162,18 +162,21 @@ def check_sglang_version(version: str | None) -> None:
 def drop_unknown_flags(
     flags: list[str], known: frozenset[str] | None, version: str | None, warnings: list[str] | None
 ) -> list[str]:
-    """Remove flags (with their value) the installed sglang lacks; each drop is a warning."""
+    """Remove flags (with their values) the installed sglang lacks; each drop is a warning. A flag
+    keeps every value up to the next flag: list flags (--lora-target-modules q_proj v_proj) have
+    several."""
     if known is None:
         return flags
     out, i = [], 0
     while i < len(flags):
-        flag = flags[i]
-        has_value = i + 1 < len(flags) and not flags[i + 1].startswith("--")
-        if flag in known:
-            out += flags[i : i + 1 + has_value]
+        end = i + 1
+        while end < len(flags) and not flags[end].startswith("--"):
+            end += 1
+        if flags[i] in known:
+            out += flags[i:end]
         elif warnings is not None:
-            warnings.append(f"sglang {version} has no flag {flag}; it is dropped from the server command")
-        i += 1 + has_value
+            warnings.append(f"sglang {version} has no flag {flags[i]}; it is dropped from the server command")
+        i = end
     return out
 
 

@@ -1,5 +1,7 @@
+
 """Launch plans for full, trainer-only, inference-only and multi-node layouts (pure: no processes)."""
 
+import dataclasses
 import json
 
 import pytest
@@ -177,6 +179,16 @@ def test_drop_keeps_values_with_their_flags():
     assert out == ["--a", "1", "--c", "x"]
 
 
+def test_drop_keeps_every_value_of_a_list_flag():
+    """--lora-target-modules takes several values; keeping only the first made SGLang refuse an
+    adapter on o_proj ("incompatible with the current LoRA memory pool")."""
+    flags = ["--enable-lora", "--lora-target-modules", "q_proj", "k_proj", "o_proj", "--old", "1", "2", "--port", "9"]
+    warnings: list[str] = []
+    out = drop_unknown_flags(flags, frozenset({"--enable-lora", "--lora-target-modules", "--port"}), "0.5.16", warnings)
+    assert out == ["--enable-lora", "--lora-target-modules", "q_proj", "k_proj", "o_proj", "--port", "9"]
+    assert warnings == ["sglang 0.5.16 has no flag --old; it is dropped from the server command"]
+
+
 def test_plan_json_shape():
     data = json.loads(make_plan(cfg(), GPU).to_json())
     proc = data["processes"][0]
@@ -242,6 +254,9 @@ def test_sglang_is_started_able_to_load_pushed_lora_adapters():
     assert "--enable-lora" in cmd
     assert cmd[cmd.index("--max-lora-rank") + 1] == "8"
     assert cmd[cmd.index("--lora-target-modules") + 1 :][:2] == ["q_proj", "v_proj"]
+    known = frozenset(t for t in cmd if t.startswith("--"))  # as the installed sglang reports its flags
+    checked = make_plan(cfg(actor__lora_push="adapter", **lora), dataclasses.replace(facts, sglang_flags=known))
+    assert checked.by_role("server")[0].command == cmd  # both modules survive the installed-flags check
     merged = make_plan(cfg(actor__lora_push="merged", **lora), facts).by_role("server")[0].command
     assert "--enable-lora" not in merged and "--max-lora-rank" not in merged  # full weights: no adapters
     builtin = make_plan(cfg(actor__lora_push="adapter", **{**lora, "rollout__server": "builtin"}), facts)
