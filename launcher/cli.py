@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from areal.config import ConfigError, ExperimentConfig
+from areal.infra import sglang_logging
 
 EXIT_CONFIG = 2
 
@@ -95,6 +96,8 @@ def write_run_dir(cfg: ExperimentConfig, plan) -> None:
         data["rollout"]["pause_mode"] = plan.pause_mode
     (run_dir / "config.yaml").write_text(_yaml(data))
     (run_dir / "plan.json").write_text(plan.to_json())
+    if plan.server_kind == "sglang" and plan.by_role("server"):
+        sglang_logging.write_logging_config(cfg.run_dir, cfg.sglang.log_level)
 
 
 def _backend(name: str):

@@ -18,6 +18,13 @@ released and resumed (metrics.jsonl has the per-step figures too). The launcher'
 A log record is a line in the format areal's processes give Python logging
 (`areal/infra/log_format.py`: `<date> <time>,<ms> <logger> <LEVEL> <message>`).
 
+An SGLang server logs in that format too (the launcher hands it a logging config:
+areal/infra/sglang_logging.py), but most of what it prints is about itself: warnings about its own
+deprecations, imports and limits, Python warnings, CUDA-graph capture bars. Its console keeps only
+records at ERROR or above and tracebacks (`SGLangConsole`); the log keeps everything, and a server
+that exits is reported by the launcher with its log's path and last lines. Nothing of a process
+reaches the console once the launcher has begun to stop it (launcher/procs.py, `mute`).
+
 Torch-free.
 """
 
@@ -44,12 +51,44 @@ def shows_on_console(line: str) -> bool:
     return any(name == root or name.startswith(root + ".") for root in CONSOLE_INFO_LOGGERS)
 
 
-def process_console(prefix: str) -> Callable[[str], None]:
-    """The console sink of one process: `[prefix] line` for the lines `shows_on_console` keeps."""
+class SGLangConsole:
+    """Which lines of an SGLang server reach the console: records at ERROR or above, and Python
+    tracebacks (from `Traceback (most recent call last):` to the exception line), nothing else."""
+
+    def __init__(self):
+        self._in_traceback = False
+
+    def shows(self, line: str) -> bool:
+        record = parse_record(line)
+        if record is not None:
+            self._in_traceback = False
+            return record[1] in ("ERROR", "CRITICAL")
+        if line.startswith("Traceback (most recent call last)"):
+            self._in_traceback = True
+            return True
+        if not self._in_traceback:
+            return False
+        if line[:1] not in (" ", "\t", "") and not line.startswith(_CHAINED):
+            self._in_traceback = False  # the exception line ends the traceback
+        return True
+
+
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+
+
+def console_program(plan, spec) -> str | None:
+    """The program whose console rules a planned process follows: its server kind for a server."""
+    return plan.server_kind if spec.role == "server" else None
+
+
+def process_console(prefix: str, program: str | None = None) -> Callable[[str], None]:
+    """The console sink of one process: `[prefix] line` for the lines it keeps (`shows_on_console`;
+    for an SGLang server, program="sglang", `SGLangConsole`)."""
     sink = console_sink(prefix)
+    shows = SGLangConsole().shows if program == "sglang" else shows_on_console
 
     def filtered(line: str) -> None:
-        if shows_on_console(line):
+        if shows(line):
             sink(line)
 
     return filtered

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from areal.config import ExperimentConfig
 
-from .console import process_console
+from .console import console_program, process_console
 from .plan import TRAINER_HEAD, LaunchPlan, ProcessSpec
 from .procs import ManagedProcess, advertised_host, child_env, next_free_port, stop_all, with_port
 from .supervisor import Supervisor, is_stopped, log_path, say
@@ -66,7 +66,11 @@ class LocalRun(Supervisor):
                 old.stop(self.cfg.launcher.shutdown_grace_s)
             self.retired.append(old)
         proc = ManagedProcess(
-            spec.name, spec.command, env, log_path=log_path(self.plan, spec), sink=process_console(spec.name)
+            spec.name,
+            spec.command,
+            env,
+            log_path=log_path(self.plan, spec),
+            sink=process_console(spec.name, console_program(self.plan, spec)),
         )
         self.procs[spec.name] = proc
         say(f"started {spec.name} (pid {proc.pid}); log: {proc.log_path}")

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 
 from areal.config import ExperimentConfig
 from areal.config.parallel import parse_parallel
+from areal.infra import sglang_logging
 from areal.infra.host import HostFacts, resolve_device, resolve_server_kind  # noqa: F401 (re-exported)
 from areal.infra.pause import resolve_pause_mode
 from areal.infra.servers import indexed_server_command
@@ -154,7 +155,8 @@ def _servers(cfg, facts, plan, slots, base_env) -> list[ProcessSpec]:
             facts=facts,
             warnings=plan.warnings if i == 0 else None,
         )
-        env = {**base_env, **_visible(plan.device, devices), **cfg.launcher.server_env}
+        own = sglang_logging.server_env(cfg.run_dir) if plan.server_kind == "sglang" else {}
+        env = {**base_env, **_visible(plan.device, devices), **own, **cfg.launcher.server_env}
         procs.append(ProcessSpec("server", i, node, devices, command, env, port=port))
     return procs
 

@@ -29,6 +29,8 @@ from areal.infra import ports
 from areal.infra.ports import port_is_free  # noqa: F401 (the launcher's tests use it from here)
 from areal.infra.server_process import spawn
 
+LAST_GRACE_S = 1.0  # what the rest of a tree gets after SIGTERM when its leader used up the grace
+
 # One lock for every console line, so lines of different processes never interleave mid-line.
 _CONSOLE_LOCK = threading.Lock()
 
@@ -66,6 +68,7 @@ class ManagedProcess:
         self.log_path = log_path
         self.tail: deque[str] = deque(maxlen=keep_lines)
         self._sink = sink
+        self._muted = False
         self._last_output = time.monotonic()
         self._log: TextIO | None = None
         if log_path:
@@ -95,7 +98,7 @@ class ManagedProcess:
             self.tail.append(line)
             if self._log:
                 self._log.write(line + "\n")
-            if self._sink:
+            if self._sink and not self._muted:
                 self._sink(line)
         self.popen.stdout.close()
         self._close_log()
@@ -125,14 +128,25 @@ class ManagedProcess:
             pass
         self.wait_output(timeout=2)
 
-    def stop(self, grace_s: float) -> None:
-        stop_all([self], grace_s)
+    def mute(self) -> None:
+        """Stop echoing output to the sink; the log and the tail still get every line. The lines a
+        process prints while the launcher stops it (SGLang reports its subprocesses as crashed with
+        exit code -15) are not news to the user."""
+        self._muted = True
+
+    def stop(self, grace_s: float, mute: bool = True) -> None:
+        stop_all([self], grace_s, mute=mute)
 
 
-def stop_all(procs: list[ManagedProcess], grace_s: float) -> None:
-    """Stop several process trees together, so the whole teardown takes one grace period."""
+def stop_all(procs: list[ManagedProcess], grace_s: float, mute: bool = True) -> None:
+    """Stop several process trees together, so the whole teardown takes one grace period. `mute`:
+    what the running ones print meanwhile stays out of their sinks (False where the sink is not
+    the console but a queue that feeds the log: the Ray backend's actors)."""
     # An exited child's pid may already belong to another process: search only its group then.
     running = {p.pid: p.poll() is None for p in procs}
+    for p in procs:
+        if running[p.pid] and mute:
+            p.mute()
     kill_trees(
         [pid for pid, up in running.items() if up], grace_s, exited=[pid for pid, up in running.items() if not up]
     )
@@ -192,12 +206,15 @@ def _tree(pid: int, alive: bool = True) -> dict[int, psutil.Process]:
 
 
 def kill_trees(pids: list[int], grace_s: float, exited: list[int] = ()) -> None:
-    """SIGTERM each pid (session leaders started by ManagedProcess) and all their descendants,
-    then SIGKILL whatever still runs after grace_s.
+    """SIGTERM each pid (session leaders started by ManagedProcess), then, once the leaders are gone
+    or grace_s has passed, what is left of their trees; SIGKILL whatever still runs after that.
 
-    `exited` are leaders that already exited: their process groups may still hold orphans.
-    Trees are listed before signalling, because a dying parent's children get re-parented and
-    would drop out of the tree; the process group is searched too, for orphans already gone.
+    The leaders go first because a server stops its own subprocesses: SGLang's HTTP process tells
+    its schedulers to shut down and stops watching them, while a scheduler signalled beside it dies
+    first and is reported as crashed. `exited` are leaders that already exited: their process
+    groups may still hold orphans. Trees are listed before signalling, because a dying parent's
+    children get re-parented and would drop out of the tree; the process group is searched too,
+    for orphans already gone.
     """
     procs: dict[int, psutil.Process] = {}
     for pid in pids:
@@ -206,9 +223,15 @@ def kill_trees(pids: list[int], grace_s: float, exited: list[int] = ()) -> None:
         procs.update(_tree(pid, alive=False))
     if not procs:
         return
-    _signal_all(procs.values(), signal.SIGTERM)
-    _signal_all(procs.values(), signal.SIGCONT)  # a stopped (SIGSTOP) process acts on SIGTERM only then
-    alive = _wait_dead(list(procs.values()), timeout=grace_s)
+    deadline = time.monotonic() + grace_s
+    leaders = [procs[pid] for pid in pids if pid in procs]
+    _signal_all(leaders, signal.SIGTERM)
+    _signal_all(leaders, signal.SIGCONT)  # a stopped (SIGSTOP) process acts on SIGTERM only then
+    _wait_dead(leaders, timeout=grace_s)
+    rest = [p for p in procs.values() if _running(p)]
+    _signal_all(rest, signal.SIGTERM)
+    _signal_all(rest, signal.SIGCONT)
+    alive = _wait_dead(rest, timeout=max(deadline - time.monotonic(), LAST_GRACE_S))
     seen = {a.pid for a in alive}
     for pid in list(pids) + list(exited):  # anything forked during the grace period
         for p in _tree(pid, alive=pid in pids).values():

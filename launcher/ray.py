@@ -27,7 +27,7 @@ from pathlib import Path
 
 from areal.config import ExperimentConfig
 
-from .console import process_console
+from .console import console_program, process_console
 from .plan import TRAINER_HEAD, LaunchPlan, ProcessSpec
 from .procs import (
     LaunchError,
@@ -128,7 +128,7 @@ class ProcessHost:
             base["PYTHONPATH"] = os.pathsep.join(filter(None, [cwd, base.get("PYTHONPATH")]))
         full = child_env(env, {}, cpu=cpu, procs_on_node=procs_on_node, base=base)
         if self.proc is not None:  # a restart: clear what is left of the previous run
-            self.proc.stop(grace_s=1.0)
+            self.proc.stop(grace_s=1.0, mute=False)
         self.proc = ManagedProcess(
             self.name, command, full, cwd=cwd if os.path.isdir(cwd) else None, sink=self.lines.append
         )
@@ -149,7 +149,7 @@ class ProcessHost:
 
     def stop(self, grace_s: float) -> list[str]:
         if self.proc is not None:
-            self.proc.stop(grace_s)
+            self.proc.stop(grace_s, mute=False)  # the launcher mutes the console (RemoteProcess.mute)
         return self._take()
 
     def _take(self) -> list[str]:
@@ -162,7 +162,7 @@ class ProcessHost:
 class RemoteProcess:
     """Launcher-side handle of a process run by a ProcessHost: writes its log and console lines."""
 
-    def __init__(self, name: str, actor, log_file: str, command: list[str]):
+    def __init__(self, name: str, actor, log_file: str, command: list[str], program: str | None = None):
         self.name = name
         self.actor = actor
         self.log_path = log_file
@@ -171,14 +171,21 @@ class RemoteProcess:
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_file, "a", buffering=1, encoding="utf-8", errors="replace")
         self._log.write(start_banner(name, command) + "\n")
-        self._console = process_console(name)
+        self._console = process_console(name, program)
+        self._muted = False
+
+    def mute(self) -> None:
+        """Keep its lines out of the console from now on (the log still gets them): the launcher
+        is stopping it."""
+        self._muted = True
 
     def take(self, lines: list[str], code: int | None = None, stopped: bool = False) -> None:
         self.stopped = stopped
         for line in lines:
             if not self._log.closed:
                 self._log.write(line + "\n")
-            self._console(line)
+            if not self._muted:
+                self._console(line)
         if code is not None and self.returncode is None:
             self.returncode = code
 
@@ -313,7 +320,9 @@ class RayRun(Supervisor):
             actor.start.remote(spec.command, env, os.getcwd(), self.plan.device == "cpu", on_node),
             timeout=CALL_TIMEOUT_S,
         )
-        proc = RemoteProcess(spec.name, actor, log_path(self.plan, spec), spec.command)
+        proc = RemoteProcess(
+            spec.name, actor, log_path(self.plan, spec), spec.command, console_program(self.plan, spec)
+        )
         if spec.name in self.procs:  # a restart
             self.procs[spec.name].close()
         self.procs[spec.name] = proc
@@ -353,6 +362,8 @@ class RayRun(Supervisor):
         running = [n for n, p in self.procs.items() if p.returncode is None]
         if running:
             say(f"stopping {len(running)} process(es): " + ", ".join(running))
+        for name in running:
+            self.procs[name].mute()
         grace = self.cfg.launcher.shutdown_grace_s
         calls = {n: a.stop.remote(grace) for n, a in self.actors.items()}
         for name, ref in calls.items():

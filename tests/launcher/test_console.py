@@ -48,3 +48,81 @@ def test_process_console_prefixes_what_it_keeps(capsys):
     sink(record("areal.fsdp", logging.INFO, "weight update v1 (disk): 0.05 s, 1.9 MB"))
     sink("step 1/2 | reward 0.100")
     assert capsys.readouterr().out == "[trainer-0] step 1/2 | reward 0.100\n"
+
+
+def sglang_record(level: int, msg: str, name: str = "sglang.srt.managers.scheduler") -> str:
+    """A line as SGLang prints a record under the launcher's logging config (sglang_logging.py)."""
+    return record(name, level, msg)
+
+
+def test_sglang_console_keeps_errors_and_tracebacks_only():
+    from launcher.console import SGLangConsole
+
+    console = SGLangConsole()
+    lines = [
+        (sglang_record(logging.WARNING, "Fail to set RLIMIT_NOFILE: current limit exceeds maximum limit"), False),
+        (sglang_record(logging.INFO, "Capture cuda graph end. Time elapsed: 6.12 s. mem usage=0.41 GB."), False),
+        (
+            "/usr/lib/python3.12/site-packages/fastapi/routing.py:200: FutureWarning: ORJSONResponse is deprecated",
+            False,
+        ),
+        ("  warnings.warn(", False),
+        ("Capturing batches (bs=256 avail_mem=40.1 GB): 100%|##########| 36/36 [00:05<00:00,  6.6it/s]", False),
+        ("[2026-12-03 07:02:01 TP0] Load weight end. type=LlamaForCausalLM", False),  # SGLang's own format
+        (sglang_record(logging.ERROR, "Subprocess scheduler_0 (pid=4242) crashed with exit code -9."), True),
+        ("Traceback (most recent call last):", True),
+        ('  File "/sglang/srt/managers/scheduler.py", line 3000, in run_scheduler_process', True),
+        ("    scheduler.event_loop_overlap()", True),
+        ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB", True),
+        ("[2026-12-03 07:02:02 TP0] Scheduler hit an exception", False),
+        (sglang_record(logging.CRITICAL, "scheduler died"), True),
+    ]
+    assert [console.shows(line) for line, _ in lines] == [shown for _, shown in lines]
+
+
+def test_sglang_console_follows_chained_tracebacks():
+    from launcher.console import SGLangConsole
+
+    console = SGLangConsole()
+    chained = [
+        "Traceback (most recent call last):",
+        '  File "a.py", line 1, in f',
+        "KeyError: 'x'",
+    ]
+    assert all(console.shows(line) for line in chained)
+    assert console.shows("Capturing batches: 10%") is False  # the block ended at the exception line
+    console = SGLangConsole()
+    block = [
+        "Traceback (most recent call last):",
+        "KeyError: 'x'",
+        "",
+        "During handling of the above exception, another exception occurred:",
+        "",
+        "Traceback (most recent call last):",
+        "RuntimeError: scheduler failed",
+    ]
+    assert [console.shows(line) for line in block] == [True, True, False, False, False, True, True]
+
+
+def test_sglang_logging_config_gives_records_the_console_can_read(tmp_path):
+    """The file the launcher writes for SGLANG_LOGGING_CONFIG_PATH: a dictConfig whose records
+    parse as areal's (level and logger name), at sglang.log_level."""
+    import io
+    import logging.config
+
+    from areal.infra.sglang_logging import logging_config
+
+    config = logging_config("warning")
+    stream = io.StringIO()
+    config["handlers"]["stderr"]["stream"] = stream
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    try:
+        logging.config.dictConfig(config)
+        logging.getLogger("sglang.srt.entrypoints.http_server").warning("Fail to set RLIMIT_NOFILE")
+        logging.getLogger("sglang.srt.entrypoints.http_server").info("not at warning level")
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 1 and parse_record(lines[0]) == ("sglang.srt.entrypoints.http_server", "WARNING")

@@ -232,3 +232,37 @@ def test_a_stopped_process_gets_sigterm_not_sigkill():
     os.kill(proc.pid, signal.SIGSTOP)
     stop_all([proc], grace_s=30)
     assert proc.poll() == 0  # its SIGTERM handler ran; no SIGKILL was needed
+
+
+# A leader that stops its own child on SIGTERM (as SGLang's HTTP process stops its schedulers),
+# then says how the child ended and exits.
+SELF_STOPPING = r"""
+import signal, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+def stop(*_):
+    child.stdin.close()  # the child's own way to end
+    print("child exit", child.wait(timeout=10), flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+print("up", child.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_leader_stops_its_own_children_before_they_are_signalled(tmp_path):
+    """kill_trees signals the leader first: a child it shuts down itself ends normally (exit 0),
+    not by the launcher's SIGTERM (-15), which SGLang reports as a subprocess crash. Lines printed
+    while the launcher stops a process reach its log, not its sink (the console)."""
+    seen: list[str] = []
+    proc = ManagedProcess(
+        "server-0", [PY, "-c", SELF_STOPPING], dict(os.environ), log_path=str(tmp_path / "s.log"), sink=seen.append
+    )
+    deadline = time.monotonic() + 20
+    while not any(line.startswith("up") for line in proc.tail):
+        assert time.monotonic() < deadline, list(proc.tail)
+        time.sleep(0.05)
+    child = int(next(line for line in proc.tail if line.startswith("up")).split()[1])
+    stop_all([proc], grace_s=30)
+    assert proc.poll() == 0 and wait_gone([child], timeout=5) == []
+    assert "child exit 0" in (tmp_path / "s.log").read_text()
+    assert [line for line in seen if line.startswith("child exit")] == []  # muted while stopping

@@ -1,4 +1,3 @@
-
 """Launch plans for full, trainer-only, inference-only and multi-node layouts (pure: no processes)."""
 
 import dataclasses
@@ -261,3 +260,21 @@ def test_sglang_is_started_able_to_load_pushed_lora_adapters():
     assert "--enable-lora" not in merged and "--max-lora-rank" not in merged  # full weights: no adapters
     builtin = make_plan(cfg(actor__lora_push="adapter", **{**lora, "rollout__server": "builtin"}), facts)
     assert "--enable-lora" not in builtin.by_role("server")[0].command  # merges adapters itself
+
+
+def test_sglang_servers_get_the_logging_config_and_a_prompt_shutdown(tmp_path):
+    """SGLang reads its logging config from SGLANG_LOGGING_CONFIG_PATH (the run's folder, written
+    with the run's config) and skips draining requests on SIGTERM (SGL_FORCE_SHUTDOWN)."""
+    from launcher.cli import write_run_dir
+
+    facts = HostFacts(cuda_available=True, sglang_version="0.5.16", python="python")
+    c = cfg(rollout__server="sglang", cluster__fileroot=str(tmp_path), sglang__log_level="error")
+    plan = make_plan(c, facts)
+    env = plan.by_role("server")[0].env
+    assert env["SGL_FORCE_SHUTDOWN"] == "1"
+    write_run_dir(c, plan)
+    config = json.loads(open(env["SGLANG_LOGGING_CONFIG_PATH"]).read())
+    assert config["root"]["level"] == "ERROR"
+    assert config["handlers"]["stderr"]["formatter"] == "areal"  # read back by the console (test_console.py)
+    builtin = make_plan(cfg(rollout__server="builtin", cluster__fileroot=str(tmp_path)), facts)
+    assert "SGLANG_LOGGING_CONFIG_PATH" not in builtin.by_role("server")[0].env
