@@ -51,9 +51,15 @@ def shows_on_console(line: str) -> bool:
     return any(name == root or name.startswith(root + ".") for root in CONSOLE_INFO_LOGGERS)
 
 
+# SGLang's errors about its own /health probes: the launcher probes /health, and names a server
+# that stops answering itself (launcher/supervisor.py, note_stalls), once instead of every 7 s.
+SGLANG_QUIET_ERRORS = ("Health check failed",)
+
+
 class SGLangConsole:
-    """Which lines of an SGLang server reach the console: records at ERROR or above, and Python
-    tracebacks (from `Traceback (most recent call last):` to the exception line), nothing else."""
+    """Which lines of an SGLang server reach the console: records at ERROR or above but for
+    SGLANG_QUIET_ERRORS, and Python tracebacks (from `Traceback (most recent call last):` to the
+    exception line), nothing else."""
 
     def __init__(self):
         self._in_traceback = False
@@ -62,7 +68,8 @@ class SGLangConsole:
         record = parse_record(line)
         if record is not None:
             self._in_traceback = False
-            return record[1] in ("ERROR", "CRITICAL")
+            message = line.split(f" {record[0]} {record[1]} ", 1)[-1]
+            return record[1] in ("ERROR", "CRITICAL") and not message.startswith(SGLANG_QUIET_ERRORS)
         if line.startswith("Traceback (most recent call last)"):
             self._in_traceback = True
             return True

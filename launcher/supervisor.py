@@ -48,6 +48,14 @@ from .procs import LaunchError, exit_code, with_flag
 POLL_S = 0.2
 TAIL_LINES = 30
 MAX_SERVER_RESTARTS = 3  # per server and run, with launcher.restart_failed_servers
+STALL_NOTICE_S = 30.0  # a server silent this long on /health is named on the console (note_stalls)
+# What a silent server is likely doing, by server program: SGLang's /health generates one token,
+# so it fails while the scheduler produces nothing, e.g. while Triton compiles the kernels of a new
+# batch shape (2 minutes for three runs starting together on one H200, cold caches, 2026-12-03).
+STALL_CAUSES = {
+    "sglang": "its scheduler has produced no output (a first batch of a new shape compiles kernels, "
+    "minutes on cold caches or a GPU shared with other runs; a hang looks the same); ",
+}
 
 
 class Stopped(KeyboardInterrupt):
@@ -308,6 +316,7 @@ class Supervisor(abc.ABC):
         remaining = set(mains)
         watch = self.health_watch()
         self.stopped_since: dict[str, float] = {}
+        self.stalled: dict[str, float] = {}  # server -> when it last answered (note_stalls)
         try:
             while remaining:
                 self.refresh()
@@ -326,8 +335,10 @@ class Supervisor(abc.ABC):
                             return failed
                         if watch:
                             watch.reset(name)
+                        self.stalled.pop(name, None)
                         break  # self.procs changed: poll again from the start
                     return self.fail(name, exit_code(code) or 1, describe_exit(code) + self.why_failed(name))
+                self.note_stalls(watch)
                 failed = self.check_silent(watch)
                 if failed is None:
                     failed = self.check_stopped(watch)
@@ -344,6 +355,25 @@ class Supervisor(abc.ABC):
         timeout = self.cfg.launcher.server_health_timeout_s
         return HealthWatch(self.addrs, timeout, self._check) if self.addrs and timeout else None
 
+    def note_stalls(self, watch: HealthWatch | None) -> None:
+        """Say once when a server has not answered /health for STALL_NOTICE_S (or half of
+        launcher.server_health_timeout_s, which ends the run), and again when it answers. SGLang's
+        own lines about it ("Health check failed", every 7 s) stay in its log."""
+        if watch is None:
+            return
+        silent = watch.silences(min(STALL_NOTICE_S, watch.timeout_s / 2))
+        for name, seconds in silent.items():
+            if name not in self.stalled:
+                self.stalled[name] = time.monotonic() - seconds
+                cause = STALL_CAUSES.get(self.plan.server_kind, "")
+                say(
+                    f"{name} has not answered /health for {seconds:.0f} s: {cause}"
+                    f"the run fails if it stays silent for launcher.server_health_timeout_s={watch.timeout_s:g} "
+                    f"(log: {self.procs[name].log_path})"
+                )
+        for name in [n for n in self.stalled if n not in silent]:
+            say(f"{name} answers /health again, after {time.monotonic() - self.stalled.pop(name):.0f} s")
+
     def check_silent(self, watch: HealthWatch | None) -> int | None:
         """A server that stopped answering /health: restart it or fail (the run's exit code)."""
         silent = watch.silent() if watch else None
@@ -357,6 +387,7 @@ class Supervisor(abc.ABC):
         if self.cfg.launcher.restart_failed_servers:
             failed = self.restart_server(name, reason, 1)
             watch.reset(name)
+            self.stalled.pop(name, None)
             return failed
         return self.fail(
             name, 1, reason + "; if it is only slow (e.g. loading weights), raise launcher.server_health_timeout_s"

@@ -131,12 +131,16 @@ class HealthWatch:
 
     def silent(self) -> tuple[str, float] | None:
         """(name, seconds without an answer) of a server silent for longer than timeout_s."""
+        return next(iter(self.silences(self.timeout_s).items()), None)
+
+    def silences(self, after_s: float) -> dict[str, float]:
+        """{name: seconds without an answer} of the servers silent for longer than after_s (and
+        that failed a probe since their last answer)."""
         now = time.monotonic()
         with self._lock:
-            for name, last in self._last_ok.items():
-                if now - last > self.timeout_s and self._failed[name]:
-                    return name, now - last
-        return None
+            return {
+                name: now - last for name, last in self._last_ok.items() if now - last > after_s and self._failed[name]
+            }
 
     def reset(self, name: str) -> None:
         with self._lock:

@@ -8,7 +8,10 @@ launcher writes `logging_config(level)` there, so SGLang's records read as areal
 
 SGL_FORCE_SHUTDOWN=1: on SIGTERM, SGLang's HTTP process stops its subprocess watchdog, tells its
 schedulers to shut down and exits, without first waiting for requests in flight to drain (the
-launcher stops servers when the run is over or has failed: nothing waits for those answers).
+launcher stops servers when the run is over or has failed: nothing waits for those answers). The
+old name on purpose: SGLang 0.5.16 warns that SGL_* variables are deprecated (a line in the
+server's log), but its tokenizer manager reads only SGL_FORCE_SHUTDOWN. Measured on one H200
+(2026-12-03): SIGTERM to "Force exiting" in 2.4-2.9 s, and no subprocess reported as crashed.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Which lines of a child process reach the launcher's console (launcher/console.py)."""
 
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -126,3 +127,24 @@ def test_sglang_logging_config_gives_records_the_console_can_read(tmp_path):
         root.setLevel(level)
     lines = stream.getvalue().splitlines()
     assert len(lines) == 1 and parse_record(lines[0]) == ("sglang.srt.entrypoints.http_server", "WARNING")
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.mark.parametrize("name", ["sglang_0.5.16_run_warm.log", "sglang_0.5.16_run_cold_lora.log"])
+def test_sglang_console_on_real_server_logs(name):
+    """Whole server logs of two successful one-GPU runs on SGLang 0.5.16 (one H200, 2026-12-03,
+    the launcher's logging config in effect): a 5-step run on warm caches, and a 40-step LoRA run
+    that started cold beside two others (16 "Health check failed" errors while Triton compiled).
+    While the run goes on, none of SGLang's lines reach the console; after the launcher's SIGTERM,
+    only SGLang's "Force exiting" error would, and the launcher mutes a process it stops."""
+    from launcher.console import SGLangConsole
+
+    lines = (FIXTURES / name).read_text().splitlines()
+    assert sum(parse_record(line) is not None for line in lines) >= 5  # SGLang logged in areal's format
+    stop = next(i for i, line in enumerate(lines) if "SIGTERM received" in line)
+    console = SGLangConsole()
+    shown = [line for line in lines if console.shows(line)]
+    assert [lines.index(line) > stop for line in shown] == [True]
+    assert shown[0].endswith("ERROR Signal SIGTERM received while force shutdown flag set. Force exiting.")

@@ -292,6 +292,8 @@ def test_stopped_server_is_named_by_the_health_check(tmp_path):
     )
     measured("server SIGSTOP -> every process stopped, launcher exited", seconds)
     assert rc == 1, launcher.output
+    noticed = launcher.output.index("server-0 has not answered /health for")  # at half the timeout
+    assert noticed < launcher.output.index("error: server-0 did not answer"), launcher.output
     found = re.search(
         r"error: server-0 did not answer http://127\.0\.0\.1:\d+/health for (\d+) s "
         r"\(launcher\.server_health_timeout_s=5\): it is hung or stopped; .*; log: (\S+)",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import sys
@@ -266,3 +267,57 @@ def test_leader_stops_its_own_children_before_they_are_signalled(tmp_path):
     assert proc.poll() == 0 and wait_gone([child], timeout=5) == []
     assert "child exit 0" in (tmp_path / "s.log").read_text()
     assert [line for line in seen if line.startswith("child exit")] == []  # muted while stopping
+
+
+def test_a_stalled_server_is_named_once_and_again_when_it_answers(monkeypatch, capsys):
+    """The launcher's note_stalls, on a real HealthWatch: one line when a server has been silent
+    for STALL_NOTICE_S (SGLang's "Health check failed" every 7 s stays in its log), one when it
+    answers again; none while it answers."""
+    import threading
+    import types
+
+    from launcher.supervisor import STALL_NOTICE_S, Supervisor
+
+    clock = [0.0]
+    monkeypatch.setattr(
+        sys.modules[HealthWatch.__module__], "time", types.SimpleNamespace(monotonic=lambda: clock[0], sleep=time.sleep)
+    )
+    answering, rounds, probed = [True], [0], threading.Condition()
+
+    def probe(name, addr):
+        with probed:
+            rounds[0] += 1
+            probed.notify_all()
+        return answering[0]
+
+    def two_more_rounds():
+        with probed:
+            target = rounds[0] + 2
+            assert probed.wait_for(lambda: rounds[0] >= target, 60), "the watch stopped probing"
+
+    run = types.SimpleNamespace(
+        stalled={},
+        plan=types.SimpleNamespace(server_kind="sglang"),
+        procs={"server-0": types.SimpleNamespace(log_path="/run/logs/server-0.log")},
+    )
+    watch = HealthWatch({"server-0": "a:1"}, timeout_s=300, probe=probe, interval_s=0.05)
+    try:
+        two_more_rounds()
+        Supervisor.note_stalls(run, watch)
+        assert capsys.readouterr().out == ""
+        answering[0] = False
+        two_more_rounds()
+        clock[0] += STALL_NOTICE_S + 1
+        Supervisor.note_stalls(run, watch)
+        Supervisor.note_stalls(run, watch)  # said once
+        out = capsys.readouterr().out.splitlines()
+        assert len(out) == 1 and out[0].startswith(
+            "[launcher] server-0 has not answered /health for 31 s: its scheduler"
+        )
+        assert "launcher.server_health_timeout_s=300" in out[0] and out[0].endswith("(log: /run/logs/server-0.log)")
+        answering[0] = True
+        two_more_rounds()
+        Supervisor.note_stalls(run, watch)
+        assert re.fullmatch(r"\[launcher\] server-0 answers /health again, after \d+ s\n", capsys.readouterr().out)
+    finally:
+        watch.close()
