@@ -33,6 +33,7 @@ import asyncio
 import itertools
 import logging
 import multiprocessing
+import multiprocessing.connection
 import os
 import pickle
 import sys
@@ -45,6 +46,8 @@ logger = logging.getLogger(__name__)
 
 ACK_TIMEOUT_S = 10.0  # a pause waits this long for each worker's gate to close
 STOP_TIMEOUT_S = 30.0  # close() waits this long for a worker to exit before killing it
+KILLED_TIMEOUT_S = 5.0  # a killed worker (or one whose pipe closed) is waited for this long
+REAP_TIMEOUT_S = 5.0  # collecting an ended worker's exit status (waitpid) takes at most this long
 
 
 class EpisodeWorkerError(RuntimeError):
@@ -78,6 +81,41 @@ class _Worker:
     ready: threading.Event = field(default_factory=threading.Event)
     alive: bool = True
     fatal: str | None = None
+    # Every status question to the process (join, exitcode, kill) goes through wait_exit / kill,
+    # one thread at a time: multiprocessing's Process is not thread-safe there. When two threads
+    # joined it at once (close() and the reader thread, as the worker exits), one reaped it
+    # (waitpid) and the other got ECHILD, which Process reads as "still running": its join returned
+    # at once, and until the first thread stored the status the worker looked alive and its
+    # exitcode was None, so close() "killed" a worker that had exited by itself.
+    reap_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def wait_exit(self, timeout: float) -> int | None:
+        """The process's exit code once it has exited, waiting at most `timeout` s; None while it runs."""
+        # the sentinel becomes readable as the process ends; waiting on it reaps nothing, so any
+        # number of threads may wait here at once; collecting the status is one thread at a time
+        ended = bool(multiprocessing.connection.wait([self.process.sentinel], max(0.0, timeout)))
+        if not self.reap_lock.acquire(timeout=REAP_TIMEOUT_S):
+            return None  # another thread's waitpid is stuck: not known to have exited
+        try:
+            # after the sentinel, join only collects the status of a process that is ending
+            self.process.join(REAP_TIMEOUT_S if ended else 0.0)
+            return self.process.exitcode
+        finally:
+            self.reap_lock.release()
+
+    def exit_code(self) -> int | None:
+        """The exit code now (None while the process runs), without waiting for it to exit."""
+        return self.wait_exit(0.0)
+
+    def kill(self) -> None:
+        """SIGKILL, unless the process has been reaped already (its pid may name another by now)."""
+        if not self.reap_lock.acquire(timeout=REAP_TIMEOUT_S):
+            return  # another thread is collecting its status: it has ended
+        try:
+            if self.process.exitcode is None:
+                self.process.kill()
+        finally:
+            self.reap_lock.release()
 
 
 def _send(conn, message: tuple, lock: threading.Lock) -> None:
@@ -194,13 +232,16 @@ class EpisodeWorkers:
                     _send(w.conn, ("stop",), w.send_lock)
                 except OSError:
                     pass
-        deadline = time.monotonic() + STOP_TIMEOUT_S
+        start = time.monotonic()
+        deadline = start + STOP_TIMEOUT_S
         for w in workers:
-            w.process.join(max(0.0, deadline - time.monotonic()))
-            if w.process.is_alive():
-                logger.warning("%s (pid %d) did not stop within %.0f s: killed", w.name, w.process.pid, STOP_TIMEOUT_S)
-                w.process.kill()
-                w.process.join(5)
+            if w.wait_exit(max(0.0, deadline - time.monotonic())) is None:
+                logger.warning(
+                    "%s (pid %d) did not stop within %.0f s: killed", w.name, w.process.pid, time.monotonic() - start
+                )
+                w.kill()
+                if w.wait_exit(KILLED_TIMEOUT_S) is None:
+                    logger.error("%s (pid %d) still runs %.0f s after SIGKILL", w.name, w.process.pid, KILLED_TIMEOUT_S)
             w.conn.close()
 
     @property
@@ -209,7 +250,7 @@ class EpisodeWorkers:
 
     def exit_codes(self) -> list[int | None]:
         """Each worker's exit code (None while it runs)."""
-        return [w.process.exitcode for w in self._workers]
+        return [w.exit_code() for w in self._workers]
 
     def running(self) -> int:
         """Episodes sent to the workers and not answered yet."""
@@ -316,7 +357,7 @@ class EpisodeWorkers:
                         f"was stopped (SIGSTOP) for {self.stopped_timeout_s:g} s (launcher.stopped_timeout_s) "
                         "and killed"
                     )
-                    w.process.kill()
+                    w.kill()
             time.sleep(0.5)
 
     # ---- the reader thread of each worker -----------------------------------------------------
@@ -355,7 +396,7 @@ class EpisodeWorkers:
 
     def _on_exit(self, w: _Worker) -> None:
         """The worker's pipe closed: it exited. Fail what it ran, naming it and its exit code."""
-        w.process.join(5)
+        w.wait_exit(KILLED_TIMEOUT_S)
         with self._lock:
             w.alive = False
             pending, w.pending = w.pending, {}
@@ -385,7 +426,7 @@ def _resolve(future: asyncio.Future, result: Any, error: BaseException | None) -
 
 
 def _exit_text(w: _Worker) -> str:
-    code = w.process.exitcode
+    code = w.exit_code()
     if w.fatal and w.fatal.startswith("was stopped"):
         return w.fatal
     if w.fatal:

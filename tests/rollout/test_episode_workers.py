@@ -3,13 +3,16 @@ server: the gate follows the trainer's control, a killed worker is named in the 
 episodes it ran, close() stops the workers cleanly, and an agent that cannot travel is refused
 with the key that keeps it in-process."""
 
+import multiprocessing
 import os
 import signal
+import threading
 
 import pytest
 
 from areal.api.weights import WeightUpdateMeta
 from areal.config.rollout import GenerationConfig
+from areal.rollout.episode_workers import _Worker
 from areal.rollout.executor import RolloutError
 from areal.workflow.agent import AgentWorkflow
 from tests.serving import wait_for
@@ -80,3 +83,51 @@ def test_a_stopped_worker_is_killed_and_named(engine, scripted_chat_model_dir):
     finally:
         engine.config.launcher.stopped_timeout_s = 60.0
     wf.close()
+
+
+def test_a_worker_waited_for_by_two_threads_gives_both_its_exit_code(monkeypatch):
+    """close() and the reader thread wait for an exiting worker at once. The thread that reaps it
+    (waitpid) is held between reaping and storing the status, as a starved thread is under load,
+    until the other has asked: that one must get the exit code too, not a live-looking process."""
+    process = multiprocessing.get_context("spawn").Process(target=os._exit, args=(3,))
+    process.start()
+    w = _Worker("w", process, conn=None)
+    reaped, other_asked = threading.Event(), threading.Event()
+
+    class ReapLock:  # the worker's reap lock, saying when the other thread asks for its turn
+        def __init__(self):
+            self.lock = threading.Lock()
+
+        def acquire(self, timeout=-1):
+            if threading.current_thread().name == "other":
+                other_asked.set()
+            return self.lock.acquire(timeout=timeout)
+
+        def release(self):
+            self.lock.release()
+
+    w.reap_lock = ReapLock()
+    real_waitpid = os.waitpid
+
+    def waitpid(pid, flags):
+        result = real_waitpid(pid, flags)
+        if pid == process.pid and result[0] == pid:
+            reaped.set()
+            assert other_asked.wait(60)
+        return result
+
+    monkeypatch.setattr(os, "waitpid", waitpid)
+    codes = {}
+
+    def wait(name):
+        codes[name] = w.wait_exit(60)
+        other_asked.set()  # the other thread is done (a lock-free wait never asks for a turn)
+
+    reaper = threading.Thread(target=wait, args=("reaper",), name="reaper")
+    reaper.start()
+    assert reaped.wait(60)
+    other = threading.Thread(target=wait, args=("other",), name="other")
+    other.start()
+    other.join(60)
+    reaper.join(60)
+    assert codes == {"reaper": 3, "other": 3}
