@@ -120,15 +120,25 @@ def failure_report(name: str, log_path: str | None, reason: str) -> str:
 
 
 def is_stopped(pid: int) -> bool:
-    """Whether a process is in the stopped state ('T': SIGSTOP, SIGTSTP), not merely waiting.
+    """Whether a process, or a process of its tree, is in the stopped state ('T': SIGSTOP,
+    SIGTSTP), not merely waiting. The tree counts because a stopped subprocess holds its parent up
+    as surely: SGLang's HTTP process keeps answering while its stopped scheduler generates nothing.
 
     A debugger's tracing stop ('t', gdb or py-spy attached) does not count."""
     import psutil
 
     try:
-        return psutil.Process(pid).status() == psutil.STATUS_STOPPED
+        leader = psutil.Process(pid)
+        tree = [leader, *leader.children(recursive=True)]
     except psutil.Error:
         return False
+    for p in tree:
+        try:
+            if p.status() == psutil.STATUS_STOPPED:
+                return True
+        except psutil.Error:
+            continue
+    return False
 
 
 def log_path(plan: LaunchPlan, spec: ProcessSpec) -> str:

@@ -4,7 +4,7 @@ check that the run either recovers and completes, or stops cleanly, naming what 
     .venv/bin/python scripts/chaos.py --trials 3 --seed 1            # from the repo root
     .venv/bin/python scripts/chaos.py --trials 1 --target server --moment weight_update --signal SIGSTOP
 
-Each trial runs one of three CPU configs small, under its own fileroot (--config):
+Each trial runs one of five configs small, under its own fileroot (--config): three on CPU,
   demo       tiny_arith_cpu.yaml, batches of 8, fsdp:d2 trainers (the default)
   colocated  the demo time-shared on one device: launcher.colocate=true, synchronous
              (max_head_offpolicyness=0), actor.offload=true, weights through shared memory;
@@ -15,12 +15,23 @@ Each trial runs one of three CPU configs small, under its own fileroot (--config
   agent      calculator_agent_cpu.yaml (the OpenAI-API agent through the proxy), fsdp:d2 (no
              reward workers: the agent scores its own episodes; the episodes run in agent worker
              processes of trainer-0, workflow.agent.workers)
-each with --steps steps, a checkpoint every 2 steps, launcher.restart_failed_servers (but for
-colocated), a 5 s server health timeout and a 10 s launcher.stopped_timeout_s (--stopped-timeout;
+and two on one GPU with real SGLang (the one-GPU SmolLM2 recipe, smollm2_gsm8k_1gpu.yaml):
+  gpu        asynchronous, server and trainer side by side; weights through disk, so a server that
+             launcher.restart_failed_servers restarts loads the current version
+  gpu_sync   time-shared and synchronous: SGLang releases its memory while the trainer trains
+             (weights through CUDA IPC; no server restart)
+with --backend local or ray, and --extra for more overrides (sglang.attention_backend=triton where
+FA3 is missing). On the GPU a trial also checks that the device's memory returns to what it was
+before the run (nvidia-smi), and, on Ray, that no raylet or GCS server of a local Ray outlives it.
+Each run has --steps steps, a checkpoint every 2 steps, launcher.restart_failed_servers (but for
+colocated and gpu_sync), a 5 s server health timeout (60 s on the GPU: SGLang's /health stays
+silent while it compiles kernels for a new batch shape) and a 10 s launcher.stopped_timeout_s (--stopped-timeout;
 evaluation every 2 steps in "evaluation" trials), and picks (or takes as given):
 
   target   launcher | server | trainer-0 | trainer-1 | reward (a reward worker of trainer-0)
            | agent_worker (an agent worker process of trainer-0: its proxy, client and agents)
+           | scheduler (SGLang's scheduler process, sglang::scheduler, under server-0's HTTP
+           process; the launcher names server-0)
   moment   generation     (right after a step is logged: the next batch is being generated)
            training       (as the PPO update starts: RUN/logs/trainer-K.phase says "step N train")
            weight_update  (right after the trainer logs "weight update vN")
@@ -72,17 +83,26 @@ import psutil
 from launcher.procs import run_processes
 
 REPO = Path(__file__).resolve().parents[1]
-TARGETS = ("launcher", "server", "trainer-0", "trainer-1", "reward", "agent_worker")
+TARGETS = ("launcher", "server", "scheduler", "trainer-0", "trainer-1", "reward", "agent_worker")
 
 
 @dataclass(frozen=True)
 class Preset:
-    """A CPU config the trials run: its file, run folder, overrides and the targets it has."""
+    """A config the trials run: its file, run folder, overrides and the targets it has; on the GPU
+    (`gpu`) each trial also checks that the device's memory returns to where it was."""
 
     config: str
     experiment: str
     overrides: tuple[str, ...]
     targets: tuple[str, ...]
+    gpu: bool = False
+    health_timeout_s: float = 5.0  # launcher.server_health_timeout_s of the runs
+
+
+# SGLang's first batches of a new shape compile kernels: its /health stays silent for up to minutes
+# on cold caches (docs/benchmarks.md, section 9), longer than the CPU presets' 5 s.
+GPU_HEALTH_TIMEOUT_S = 60.0
+GPU_TARGETS = ("launcher", "server", "scheduler", "trainer-0")
 
 
 PRESETS = {
@@ -117,6 +137,31 @@ PRESETS = {
         ("actor.backend=fsdp:d2", "cluster.n_gpus_per_node=3", "launcher.restart_failed_servers=true"),
         ("launcher", "server", "trainer-0", "trainer-1", "agent_worker"),
     ),
+    # the one-GPU SmolLM2 recipe on SGLang (--extra sglang.attention_backend=triton where FA3 is
+    # missing): server and trainer share the device; weights through disk, so a restarted server
+    # loads the current version (launcher.restart_failed_servers)
+    "gpu": Preset(
+        "smollm2_gsm8k_1gpu.yaml",
+        "smollm2_gsm8k_1gpu",
+        ("actor.weight_update=disk", "launcher.restart_failed_servers=true", "rollout.server=sglang"),
+        GPU_TARGETS,
+        gpu=True,
+        health_timeout_s=GPU_HEALTH_TIMEOUT_S,
+    ),
+    # the same, time-shared and synchronous: SGLang releases its memory while the trainer trains
+    "gpu_sync": Preset(
+        "smollm2_gsm8k_1gpu.yaml",
+        "smollm2_gsm8k_1gpu",
+        (
+            "rollout.max_head_offpolicyness=0",
+            "actor.offload=true",
+            "launcher.restart_failed_servers=false",  # a restarted server would miss tensor updates
+            "rollout.server=sglang",
+        ),
+        GPU_TARGETS,
+        gpu=True,
+        health_timeout_s=GPU_HEALTH_TIMEOUT_S,
+    ),
 }
 MOMENTS = ("generation", "training", "weight_update", "checkpoint", "evaluation")
 SIGNALS = ("SIGKILL", "SIGSTOP")
@@ -137,6 +182,7 @@ class Trial:
     seconds: float = float("nan")  # signal -> clean exit, or -> the end of a run that completed by itself
     recovery_s: float = float("nan")  # signal -> a completed run (by itself, or the relaunch's end)
     note: str = ""
+    gpu_left_mib: int = 0  # GPU memory still in use after the trial, above what it was before
 
 
 class Run:
@@ -171,7 +217,7 @@ class Run:
             "saver.save_at_end=false",
             "stats_logger.progress_bar=false",
             "stats_logger.plot=false",
-            "launcher.server_health_timeout_s=5",
+            f"launcher.server_health_timeout_s={preset.health_timeout_s:g}",
             "launcher.shutdown_grace_s=3",
             f"launcher.server_base_port={base}",
             f"launcher.trainer_master_port={next_free_port(base + 10)}",
@@ -190,7 +236,7 @@ class Run:
         return self.console.read_text(errors="replace")
 
     def pid_of(self, name: str) -> int | None:
-        found = re.findall(rf"started {name} \(pid (\d+)\)", self.text())
+        found = re.findall(rf"started {name}(?: on \S+)? \(pid (\d+)\)", self.text())  # " on IP": Ray
         return int(found[-1]) if found else None
 
     def steps(self) -> list[int]:
@@ -283,11 +329,52 @@ def target_pid(run: Run, target: str) -> int:
         if not workers:
             raise RuntimeError(f"trainer-0 has no {target.replace('_', ' ')} right now")
         return workers[0].pid
+    if target == "scheduler":  # SGLang's scheduler process: a child of its HTTP process (server-0)
+        server = run.pid_of("server-0")
+        found = [p.pid for p in psutil.Process(server).children(recursive=True) if is_scheduler(p)]
+        if not found:
+            raise RuntimeError("server-0 has no SGLang scheduler process (sglang::scheduler) right now")
+        return found[0]
     name = "server-0" if target == "server" else target
     pid = run.pid_of(name)
     if pid is None:
         raise RuntimeError(f"the launcher's console names no {name}")
     return pid
+
+
+def is_scheduler(p: psutil.Process) -> bool:
+    """SGLang names its scheduler processes sglang::scheduler[_TPk] (setproctitle)."""
+    try:
+        return p.name().startswith("sglang::sched") or " ".join(p.cmdline()).startswith("sglang::scheduler")
+    except psutil.Error:
+        return False
+
+
+def gpu_memory_mib() -> int | None:
+    """Memory in use on the device(s), summed over GPUs (nvidia-smi), or None without one."""
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout
+        return sum(int(x) for x in out.split())
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+
+
+def ray_leftovers(since: float) -> list[str]:
+    """Ray's own processes (a local Ray the launcher started) created after `since` and still
+    there: a launcher killed without its teardown leaves them."""
+    out = []
+    for p in psutil.process_iter(["name", "create_time"]):
+        try:
+            if p.info["create_time"] >= since and p.info["name"] in ("raylet", "gcs_server"):
+                out.append(f"{p.pid} {p.info['name']}")
+        except psutil.Error:
+            continue
+    return out
 
 
 def leftovers(config: str) -> list[str]:
@@ -359,9 +446,11 @@ def trial(
     relaunch: bool,
     preset: Preset,
     stopped_timeout_s: float,
+    overrides: tuple[str, ...] = (),
 ) -> Trial:
     eval_every = EVAL_EVERY if t.moment == "evaluation" else None
-    stopped = [f"launcher.stopped_timeout_s={stopped_timeout_s:g}"]
+    stopped = [f"launcher.stopped_timeout_s={stopped_timeout_s:g}", *overrides]
+    memory_before, started = (gpu_memory_mib() if preset.gpu else None), time.time()
     run = Run(root, steps, stopped, 0, eval_every, preset)
     try:
         at_moment(run, t.moment, kill_after, t.target)
@@ -401,9 +490,13 @@ def trial(
             t.outcome, t.seconds, t.note = ("completed" if not problem else "INCOMPLETE"), seconds, problem or back
             t.recovery_s = seconds if not problem else float("nan")
             return t
-        named = {"launcher": None, "reward": "trainer-0", "agent_worker": "trainer-0", "server": "server-0"}.get(
-            t.target, t.target
-        )
+        named = {
+            "launcher": None,
+            "reward": "trainer-0",
+            "agent_worker": "trainer-0",
+            "server": "server-0",
+            "scheduler": "server-0",  # SGLang's HTTP process exits with its scheduler: the server is named
+        }.get(t.target, t.target)
         message = re.search(rf"error: {named} .*; log: \S+", text) if named else True
         if t.target == "launcher":
             exited = "all exited" if seconds <= EXIT_WITHIN_S else "slow exit"
@@ -436,6 +529,27 @@ def trial(
         if left:
             t.note += f" [left after the trial: {left}]"
             kill_run(run)
+        if "launcher.backend=ray" in overrides and (ray_left := ray_leftovers(started)):
+            t.note += f" [Ray processes left: {ray_left}]"
+        if memory_before is not None:
+            t.gpu_left_mib = gpu_memory_left(memory_before)
+            if t.gpu_left_mib:
+                t.note += f" [GPU memory: {memory_before} MiB before, {t.gpu_left_mib} MiB more after]"
+
+
+GPU_SLACK_MIB = 64  # what the driver itself may hold on to after a run
+
+
+def gpu_memory_left(before: int) -> int:
+    """MiB of GPU memory in use above `before` once it settles (0: all given back), waiting up to
+    EXIT_WITHIN_S for the driver to release the memory of processes that just exited."""
+    deadline = time.monotonic() + EXIT_WITHIN_S
+    while True:
+        now = gpu_memory_mib()
+        extra = 0 if now is None or now <= before + GPU_SLACK_MIB else now - before
+        if not extra or time.monotonic() > deadline:
+            return extra
+        time.sleep(1.0)
 
 
 def wait_until_empty(config: str) -> list[str]:
@@ -503,6 +617,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--moment", choices=MOMENTS)
     ap.add_argument("--signal", choices=SIGNALS)
     ap.add_argument("--root", default="/tmp/areal_chaos", help="each trial runs under ROOT/trial-K")
+    ap.add_argument("--backend", choices=("local", "ray"), default="local", help="launcher.backend of the runs")
+    ap.add_argument(
+        "--extra",
+        nargs="*",
+        default=[],
+        help="more overrides for every run (e.g. sglang.attention_backend=triton on a GPU without FA3)",
+    )
     ap.add_argument(
         "--no-relaunch",
         action="store_true",
@@ -515,7 +636,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def failed(r: Trial) -> bool:
     """A trial that hung, left processes, lost or doubled a step, was not recovered, or was never
     delivered (its moment did not come)."""
-    return r.outcome.startswith(("HUNG", "orphans", "INCOMPLETE", "not delivered")) or "NOT" in r.outcome
+    return (
+        r.outcome.startswith(("HUNG", "orphans", "INCOMPLETE", "not delivered"))
+        or "NOT" in r.outcome
+        or r.gpu_left_mib > 0
+        or "Ray processes left" in r.note
+    )
 
 
 def run_trials(args) -> list[Trial]:
@@ -535,7 +661,10 @@ def run_trials(args) -> list[Trial]:
             shutil.rmtree(root)
         root.mkdir(parents=True)
         print(f"trial {k}: {t.signal} to {t.target} at {t.moment} after step {kill_after} ({root})", flush=True)
-        results.append(trial(t, root, args.steps, kill_after, not args.no_relaunch, preset, args.stopped_timeout))
+        overrides = (*args.extra, *(["launcher.backend=ray"] if args.backend == "ray" else []))
+        results.append(
+            trial(t, root, args.steps, kill_after, not args.no_relaunch, preset, args.stopped_timeout, overrides)
+        )
         r = results[-1]
         print(f"  -> {r.outcome} ({r.seconds:.1f} s) {r.note}", flush=True)
     return results

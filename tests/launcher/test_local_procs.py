@@ -321,3 +321,26 @@ def test_a_stalled_server_is_named_once_and_again_when_it_answers(monkeypatch, c
         assert re.fullmatch(r"\[launcher\] server-0 answers /health again, after \d+ s\n", capsys.readouterr().out)
     finally:
         watch.close()
+
+
+def test_a_stopped_subprocess_counts_as_a_stopped_process():
+    """launcher.stopped_timeout_s watches whole trees: SGLang's HTTP process answers while its
+    SIGSTOPped scheduler generates nothing."""
+    from launcher.supervisor import is_stopped
+
+    code = (
+        "import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']);"
+        " print('pids', c.pid, flush=True); time.sleep(600)"
+    )
+    proc = ManagedProcess("server-0", [PY, "-c", code], dict(os.environ))
+    try:
+        child = _child_pids(proc, 1)[0]
+        assert not is_stopped(proc.pid)
+        os.kill(child, signal.SIGSTOP)
+        deadline = time.monotonic() + 20
+        while psutil.Process(child).status() != psutil.STATUS_STOPPED:  # the kernel applies it promptly
+            assert time.monotonic() < deadline, "the child never entered the stopped state"
+            time.sleep(0.01)
+        assert is_stopped(proc.pid)
+    finally:
+        stop_all([proc], grace_s=5)
