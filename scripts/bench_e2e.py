@@ -772,16 +772,9 @@ def hardware(device: str) -> dict:
     except Exception:
         info["sglang"] = None
     if device == "cuda":
-        try:
-            out = subprocess.run(
-                ["nvidia-smi", "--query-gpu=index,name,memory.total,driver_version", "--format=csv,noheader"],
-                capture_output=True,
-                text=True,
-                timeout=30,
-            ).stdout
-            info["gpus"] = [line.strip() for line in out.splitlines() if line.strip()]
-        except (OSError, subprocess.TimeoutExpired) as e:
-            info["gpus"] = f"nvidia-smi failed: {e}"
+        from areal.infra.host import query_gpus
+
+        info["gpus"] = query_gpus("index,name,memory.total,driver_version") or "nvidia-smi failed or missing"
     return info
 
 

@@ -352,16 +352,10 @@ def is_scheduler(p: psutil.Process) -> bool:
 
 def gpu_memory_mib() -> int | None:
     """Memory in use on the device(s), summed over GPUs (nvidia-smi), or None without one."""
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        ).stdout
-        return sum(int(x) for x in out.split())
-    except (OSError, ValueError, subprocess.TimeoutExpired):
-        return None
+    from areal.infra.host import query_gpus
+
+    rows = query_gpus("memory.used", units=False)
+    return sum(int(row) for row in rows if row.isdigit()) if rows else None
 
 
 def ray_leftovers(since: float) -> list[str]:

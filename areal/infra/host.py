@@ -40,19 +40,26 @@ def detect_host_facts() -> HostFacts:
 
 def _gpu_memory_bytes() -> int | None:
     """memory.total of the smallest GPU nvidia-smi lists (MiB -> bytes)."""
-    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "" or not shutil.which("nvidia-smi"):
+    if os.environ.get("CUDA_VISIBLE_DEVICES", None) == "":
         return None
+    rows = query_gpus("memory.total", units=False, timeout=10)
+    sizes = [int(row) for row in rows or [] if row.isdigit()]
+    return min(sizes) * 2**20 if sizes else None
+
+
+def query_gpus(fields: str, *, units: bool = True, timeout: float = 30.0) -> list[str] | None:
+    """One line per GPU of `nvidia-smi --query-gpu=<fields>` (CSV, no header; `units=False` drops
+    MiB and the like), or None where nvidia-smi is missing, fails or hangs."""
+    if not shutil.which("nvidia-smi"):
+        return None
+    fmt = "--format=csv,noheader" + ("" if units else ",nounits")
     try:
         out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=10,
+            ["nvidia-smi", f"--query-gpu={fields}", fmt], capture_output=True, text=True, timeout=timeout
         )
-        sizes = [int(line.strip()) for line in out.stdout.splitlines() if line.strip().isdigit()]
-    except (OSError, subprocess.TimeoutExpired, ValueError):
+    except (OSError, subprocess.TimeoutExpired):
         return None
-    return min(sizes) * 2**20 if out.returncode == 0 and sizes else None
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else None
 
 
 def _installed_version(dist: str) -> str | None:
