@@ -14,7 +14,7 @@ from areal.config import ExperimentConfig
 from .console import console_program, process_console
 from .plan import TRAINER_HEAD, LaunchPlan, ProcessSpec
 from .procs import ManagedProcess, advertised_host, child_env, next_free_port, stop_all, with_port
-from .supervisor import Supervisor, is_stopped, log_path, say
+from .supervisor import StoppedCheck, Supervisor, log_path, say
 
 
 def run_local(plan: LaunchPlan, cfg: ExperimentConfig) -> int:
@@ -54,6 +54,7 @@ class LocalRun(Supervisor):
     def __init__(self, plan: LaunchPlan, cfg: ExperimentConfig):
         super().__init__(plan, cfg)
         self.retired: list[ManagedProcess] = []  # replaced by a restart; their orphans still count
+        self._stopped = StoppedCheck()
 
     def prepare(self) -> None:
         assign_ports(self.plan)
@@ -80,7 +81,7 @@ class LocalRun(Supervisor):
         return {s.name: f"{advertised_host(s.command)}:{s.port}" for s in servers}
 
     def is_stopped(self, name: str) -> bool:
-        return is_stopped(self.procs[name].pid)
+        return self._stopped(self.procs[name].pid)
 
     def teardown(self) -> None:
         running = [p.name for p in self.procs.values() if p.poll() is None]

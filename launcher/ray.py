@@ -38,7 +38,7 @@ from .procs import (
     start_banner,
     with_port,
 )
-from .supervisor import Supervisor, is_stopped, log_path, say
+from .supervisor import StoppedCheck, Supervisor, log_path, say
 
 PLACEMENT_TIMEOUT_S = 180.0
 CALL_TIMEOUT_S = 60.0  # one actor call (actor start-up included)
@@ -104,6 +104,7 @@ class ProcessHost:
         self.name = name
         self.proc: ManagedProcess | None = None
         self.lines: deque[str] = deque()
+        self._stopped = StoppedCheck()
 
     def node(self) -> dict:
         import ray
@@ -140,7 +141,7 @@ class ProcessHost:
         code = self.proc.poll() if self.proc else None
         if code is not None:
             self.proc.wait_output()
-        return self._take(), code, code is None and self.proc is not None and is_stopped(self.proc.pid)
+        return self._take(), code, code is None and self.proc is not None and self._stopped(self.proc.pid)
 
     def healthy(self, addr: str) -> bool:
         from areal.infra.health import is_healthy

@@ -48,6 +48,7 @@ from .procs import LaunchError, exit_code, with_flag
 POLL_S = 0.2
 TAIL_LINES = 30
 MAX_SERVER_RESTARTS = 3  # per server and run, with launcher.restart_failed_servers
+STOPPED_CHECK_S = 1.0  # launcher.stopped_timeout_s is seconds or more: a 1 s delay is noise
 STALL_NOTICE_S = 30.0  # a server silent this long on /health is named on the console (note_stalls)
 # What a silent server is likely doing, by server program: SGLang's /health generates one token,
 # so it fails while the scheduler produces nothing, e.g. while Triton compiles the kernels of a new
@@ -139,6 +140,22 @@ def is_stopped(pid: int) -> bool:
         except psutil.Error:
             continue
     return False
+
+
+class StoppedCheck:
+    """is_stopped(pid), asked again for a pid at most every STOPPED_CHECK_S: it lists every
+    process of the machine to find the tree, and the monitor polls every POLL_S."""
+
+    def __init__(self):
+        self._last: dict[int, tuple[float, bool]] = {}
+
+    def __call__(self, pid: int) -> bool:
+        now = time.monotonic()
+        at, stopped = self._last.get(pid, (float("-inf"), False))
+        if now - at >= STOPPED_CHECK_S:
+            stopped = is_stopped(pid)
+            self._last[pid] = (now, stopped)
+        return stopped
 
 
 def log_path(plan: LaunchPlan, spec: ProcessSpec) -> str:
