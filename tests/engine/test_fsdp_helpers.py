@@ -108,6 +108,7 @@ def run_torchrun(args: list[str], out_dir: Path, nproc: int = 2, timeout: int = 
         **os.environ,
         "OMP_NUM_THREADS": "1",
         "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONFAULTHANDLER": "1",  # a rank that aborts prints every thread's Python stack
         "PYTHONPATH": str(REPO),
         **(env or {}),
     }
