@@ -6,6 +6,7 @@ shapes, one route family per module, assembled by `build_app`:
     routes_control.py   pause / continue / abort, /flush_cache, memory release and resume
     routes_weights.py   weight versions and updates (disk, tensor, distributed)
     routes_lora.py      LoRA adapters
+    routes_profile.py   /start_profile, /stop_profile (torch.profiler traces, SGLang's file names)
     openai_api.py       /v1/models, /v1/chat/completions, /v1/completions
 
 Request bodies are validated in the route modules (see `validation.py`, `bodies.py`); the model
@@ -42,6 +43,7 @@ from areal.server.routes_control import ControlRoutes
 from areal.server.routes_generate import GenerateRoutes
 from areal.server.routes_info import InfoRoutes
 from areal.server.routes_lora import LoraRoutes
+from areal.server.routes_profile import ProfileRoutes
 from areal.server.routes_weights import WeightRoutes
 from areal.server.state import ServerState
 from areal.server.validation import BadRequest
@@ -60,6 +62,7 @@ def build_app(state: ServerState) -> web.Application:
     info, control = InfoRoutes(state, generation), ControlRoutes(state)
     weights, lora = WeightRoutes(state), LoraRoutes(state)
     openai = OpenAIRoutes(state, generation)
+    profile = ProfileRoutes(state)
     add = app.router.add_route
     for path, handler in (
         ("/health", info.health),
@@ -77,6 +80,8 @@ def build_app(state: ServerState) -> web.Application:
         add(method, "/flush_cache", control.flush_cache)
         add(method, "/release_memory_occupation", control.release_memory)
         add(method, "/resume_memory_occupation", control.resume_memory)
+        add(method, "/start_profile", profile.start_profile)
+        add(method, "/stop_profile", profile.stop_profile)
     for method in ("POST", "PUT"):
         add(method, "/generate", generation.generate)
     for path, handler in (
