@@ -30,6 +30,7 @@ REQUESTS = (
     "ReleaseMemoryOccupationReqInput",
     "ResumeMemoryOccupationReqInput",
     "FlushCacheReqInput",
+    "ProfileReq",
 )
 BASE_FIELDS = {"rid", "http_worker_ipc"}  # BaseReq's; left out of control requests, kept for /generate
 

@@ -79,6 +79,10 @@ def test_generate_payload_uses_only_sglang_keys():
         ),
         (lambda: protocol.memory_payload(["kv_cache"]), "ReleaseMemoryOccupationReqInput"),
         (lambda: protocol.memory_payload(None, protocol.RESUME_MEMORY), "ResumeMemoryOccupationReqInput"),
+        (
+            lambda: protocol.start_profile_payload("/r/server-0", "step3", with_stack=False, record_shapes=False),
+            "ProfileReq",
+        ),
     ],
 )
 def test_control_payloads_use_only_sglang_keys(builder, fields):

@@ -8,10 +8,11 @@
 
 Every control route of a set of inference servers goes through here: generation control
 (pause / continue), versions (/model_info), server information (/server_info), LoRA adapters,
-the three weight loads (disk, distributed, tensor), the cache flush and memory hand-off (release /
-resume), with one retry and auth policy: connection errors and 502/503/504 are retried `retries`
-times with backoff, every request carries the bearer key, and any server's failure raises an error
-naming it. Payloads are built and answers parsed by `protocol.py`; this module only sends them.
+the three weight loads (disk, distributed, tensor), the cache flush, memory hand-off (release /
+resume) and profiling (start / stop a torch.profiler trace), with one retry and auth policy:
+connection errors and 502/503/504 are retried `retries` times with backoff, every request carries
+the bearer key, and any server's failure raises an error naming it. Payloads are built and
+answers parsed by `protocol.py`; this module only sends them.
 
 The pause mode is resolved once, before this object exists (areal.infra.pause explains each mode
 and what it asks of the prefix cache), and passed in; the addresses and the mode never change
@@ -376,6 +377,21 @@ class ServerControl:
         """Servers take back what release_memory_occupation freed (a weight-sized copy: its deadline
         is weight_timeout_s)."""
         self.post_all(protocol.RESUME_MEMORY, protocol.memory_payload(tags, protocol.RESUME_MEMORY), weights=True)
+
+    # ---- profiling ----------------------------------------------------------------------------
+    def start_profile(self, output_dir_of: Callable[[int], str], profile_id: str, **options: bool) -> None:
+        """Every server starts a torch.profiler trace (CPU and GPU) that stop_profile writes to
+        output_dir_of(index)/{profile_id}-TP-{rank}.trace.json.gz on the server's machine; options:
+        with_stack, record_shapes (protocol.start_profile_payload)."""
+        self.post_all(
+            protocol.START_PROFILE,
+            lambda i, a: protocol.start_profile_payload(output_dir_of(i), profile_id, **options),
+        )
+
+    def stop_profile(self) -> None:
+        """Every server stops its trace and writes it; the answer waits for the file, which for a
+        long window takes as long as a weight load (its deadline is weight_timeout_s)."""
+        self.post_all(protocol.STOP_PROFILE, {}, weights=True)
 
 
 class WeightUpdate:

@@ -51,6 +51,8 @@ DESTROY_GROUP = "/destroy_weights_update_group"
 UPDATE_FROM_TENSOR = "/update_weights_from_tensor"
 RELEASE_MEMORY = "/release_memory_occupation"
 RESUME_MEMORY = "/resume_memory_occupation"
+START_PROFILE = "/start_profile"  # answers 200 with plain text; a refusal is an HTTP error
+STOP_PROFILE = "/stop_profile"  # answers once the trace is written
 
 # Every key the client may send, exactly as SGLang spells it (sampling keys: SAMPLING_KEYS).
 GENERATE_KEYS = frozenset({"input_ids", "sampling_params", "rid", "return_logprob", "stream", "lora_path", "extra_key"})
@@ -58,6 +60,7 @@ PAUSE_KEYS = frozenset({"mode"})
 DISK_UPDATE_KEYS = frozenset({"model_path", "weight_version", "abort_all_requests", "flush_cache"})
 LOAD_LORA_KEYS = frozenset({"lora_name", "lora_path"})
 WEIGHT_VERSION_KEYS = frozenset({"new_version", "abort_all_requests"})
+PROFILE_KEYS = frozenset({"output_dir", "activities", "with_stack", "record_shapes", "profile_id"})
 INIT_GROUP_KEYS = frozenset({"master_address", "master_port", "rank_offset", "world_size", "group_name", "backend"})
 DISTRIBUTED_UPDATE_KEYS = frozenset(
     {"names", "dtypes", "shapes", "group_name", "flush_cache", "abort_all_requests", "weight_version"}
@@ -333,6 +336,20 @@ def memory_payload(tags: list[str] | None, route: str = RELEASE_MEMORY) -> dict[
             )
     body = {"tags": None if tags is None else list(tags)}
     _check_keys(body, MEMORY_KEYS, route)
+    return body
+
+
+def start_profile_payload(output_dir: str, profile_id: str, *, with_stack: bool, record_shapes: bool) -> dict[str, Any]:
+    """/start_profile until /stop_profile, CPU and GPU. with_stack and record_shapes are always sent:
+    SGLang turns both on when they are missing, which makes traces large and steps slow."""
+    body = {
+        "output_dir": output_dir,
+        "activities": ["CPU", "GPU"],
+        "with_stack": bool(with_stack),
+        "record_shapes": bool(record_shapes),
+        "profile_id": profile_id,
+    }
+    _check_keys(body, PROFILE_KEYS, START_PROFILE)
     return body
 
 
