@@ -14,7 +14,7 @@ from .actor import ActorConfig, RefConfig
 from .base import Section
 from .cluster import ClusterConfig
 from .data import DatasetConfig
-from .io import EvaluatorConfig, RecoverConfig, SaverConfig, StatsLoggerConfig
+from .io import EvaluatorConfig, ProfilerConfig, RecoverConfig, SaverConfig, StatsLoggerConfig
 from .launcher import LauncherConfig
 from .parallel import ParallelStrategyError, parse_parallel
 from .rollout import GenerationConfig, RolloutConfig, WorkflowConfig
@@ -48,6 +48,9 @@ class ExperimentConfig(Section):
     evaluator: EvaluatorConfig = Field(default_factory=EvaluatorConfig, description="Periodic evaluation.")
     stats_logger: StatsLoggerConfig = Field(default_factory=StatsLoggerConfig, description="Metrics output.")
     recover: RecoverConfig = Field(default_factory=RecoverConfig, description="Checkpoints and resume.")
+    profiler: ProfilerConfig = Field(
+        default_factory=ProfilerConfig, description="torch.profiler traces of chosen steps."
+    )
 
     @property
     def run_dir(self) -> str:

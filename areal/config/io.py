@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -54,3 +54,19 @@ class RecoverConfig(Section):
     )
     freq_steps: int | None = Field(None, ge=1, description="Write a recovery checkpoint every N steps; null disables.")
     keep_last: int = Field(1, ge=1, description="Recovery checkpoints kept.")
+
+
+class ProfilerConfig(Section):
+    steps: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=list,
+        description="Training steps to trace with torch.profiler on every trainer rank, e.g. [3]; each writes "
+        "RUN/profile/trainer-rank{r}-step{n}.trace.json.gz (summarise with scripts/trace_summary.py). "
+        "Empty: no tracing.",
+    )
+    servers: bool = Field(
+        True,
+        description="Also trace the inference servers over the same steps (SGLang's /start_profile and "
+        "/stop_profile; traces in RUN/profile/server-{i}/ on the servers' machines).",
+    )
+    with_stack: bool = Field(False, description="Record Python stacks of the ops (large traces, slower steps).")
+    record_shapes: bool = Field(False, description="Record the input shapes of the ops.")

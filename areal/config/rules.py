@@ -314,6 +314,25 @@ def _restart_needs_full_disk_updates(cfg):
         )
 
 
+def _profiled_steps(cfg):
+    """A traced step that never runs would leave a user waiting for a trace that never comes."""
+    steps, last = cfg.profiler.steps, cfg.total_train_steps
+    if steps and not trainer_runs(cfg):
+        yield ConfigIssue(
+            "profiler.steps",
+            steps,
+            "nothing trains in an inference-only run",
+            "set launcher.trainer_n_nodes or profiler.steps=[]",
+        )
+    elif last is not None and (late := [s for s in steps if s > last]):
+        yield ConfigIssue(
+            "profiler.steps",
+            steps,
+            f"step(s) {late} come after total_train_steps={last}",
+            f"choose steps between 1 and {last}",
+        )
+
+
 def _clip_bounds(cfg):
     """actor.eps_clip is the symmetric shorthand that eps_clip_low / eps_clip_high follow when null
     (resolve_follow_defaults fills them in). With both set (an algo preset sets them), a changed
@@ -500,6 +519,7 @@ RULES = [
     _colocation,
     _memory_hand_off,
     _agent_workflow,
+    _profiled_steps,
 ]
 RULES += [_clip_bounds, _rollout_correction, _dynamic_sampling]  # algorithm knobs
 

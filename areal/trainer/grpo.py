@@ -7,7 +7,7 @@ prepare batch -> recompute logprobs -> advantages -> PPO update
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,13 +38,15 @@ class Phases:
     cpu: dict[str, list[float]] = field(default_factory=dict)  # name -> [main thread, others]
     marker: Path | None = None  # overwritten with "step N PHASE" as each phase starts
     step: int = 0
+    annotate: bool = False  # a traced step (profiler.steps): each phase is a profiler annotation
 
     @contextmanager
     def __call__(self, name: str):
         if self.marker is not None:
             self.marker.write_text(f"step {self.step} {name}\n")
         t, main, process = time.perf_counter(), time.thread_time(), time.process_time()
-        yield
+        with _annotation(name) if self.annotate else nullcontext():
+            yield
         main, process = time.thread_time() - main, time.process_time() - process
         self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t
         acc = self.cpu.setdefault(name, [0.0, 0.0])
@@ -58,10 +60,19 @@ class Phases:
         return out
 
 
-def grpo_step(ctx: TrainContext, step: int) -> dict[str, Any]:
-    """One training step; returns its metrics."""
+def _annotation(name: str):
+    from torch.profiler import record_function
+
+    from areal.trainer.profiling import PHASE_PREFIX
+
+    return record_function(PHASE_PREFIX + name)
+
+
+def grpo_step(ctx: TrainContext, step: int, traced: bool = False) -> dict[str, Any]:
+    """One training step; returns its metrics. `traced`: the step runs under torch.profiler
+    (profiler.steps), its phases marked."""
     cfg, actor, a = ctx.cfg, ctx.actor, ctx.cfg.actor
-    phases, t0 = Phases(marker=ctx.phase_marker, step=step), time.perf_counter()
+    phases, t0 = Phases(marker=ctx.phase_marker, step=step, annotate=traced), time.perf_counter()
     with phases("rollout"):
         batch = ctx.source.next_batch()  # with dynamic sampling: only groups whose rewards differ
     with phases("advantages"):
@@ -86,7 +97,10 @@ def grpo_step(ctx: TrainContext, step: int) -> dict[str, Any]:
     with phases("eval"):
         evaluation = ctx.evaluate(step)
     ctx.step_records = record_ids_of(batch, cfg.gconfig.n_samples)  # RUN/prompts.jsonl, with the step's log
-    return _metrics(step, ctx, batch, train_stats, update, evaluation, phases, time.perf_counter() - t0, algo_metrics)
+    out = _metrics(step, ctx, batch, train_stats, update, evaluation, phases, time.perf_counter() - t0, algo_metrics)
+    if traced:
+        out["profiler/traced"] = 1.0  # its timings include the profiler's cost
+    return out
 
 
 def _mismatch(local: dict[str, Any], actor_cfg) -> dict[str, float]:
@@ -170,8 +184,13 @@ def _metrics(step, ctx, batch, train_stats, update, evaluation, phases, step_s, 
 
 
 def train(ctx: TrainContext) -> None:
+    from areal.trainer.profiling import StepProfiler
+
+    engine = ctx.source.rollout_engine
+    profiler = StepProfiler(ctx.cfg, ctx.actor.rank, getattr(engine, "control", None))
     for step in range(ctx.start_step, ctx.total_steps + 1):
-        metrics = grpo_step(ctx, step)
+        with profiler.step(step) as traced:
+            metrics = grpo_step(ctx, step, traced)
         ctx.log(step, metrics)
         ctx.checkpoint(step)  # after the log: a run resumed from step N's checkpoint has step N's rows
         if step == ctx.start_step:
