@@ -61,7 +61,7 @@ Every wait has a deadline. The outcome is one of
 and the table says how long from the signal to completion, recovery or exit. A completed or
 recovered run must have logged steps 1..N once each in metrics.jsonl and prompts.jsonl.
 Processes of a run are found by their AREAL_CONFIG environment (launcher/procs.run_processes).
-tests/scripts/test_chaos.py runs 6 seeded trials in CI.
+tests/scripts/test_chaos.py runs 5 seeded trials in CI.
 """
 
 from __future__ import annotations

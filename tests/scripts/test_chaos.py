@@ -1,11 +1,12 @@
-"""scripts/chaos.py in CI: 6 seeded trials on the CPU demo (4 steps each, no relaunch) that strike
+"""scripts/chaos.py in CI: 5 seeded trials on the CPU demo (4 steps each, no relaunch) that strike
 every kind of process of a run (the launcher, the server, trainer ranks 0 and 1 of fsdp:d2, a
 reward worker) at each moment (generation, training, weight update, checkpoint write,
 evaluation), with SIGKILL and SIGSTOP.
 
 Seed 5 draws: launcher SIGKILL at a weight update, server SIGKILL at a checkpoint write,
 trainer-1 SIGSTOP in training, trainer-0 SIGSTOP in generation, reward worker SIGKILL in an
-evaluation, trainer-0 SIGSTOP in an evaluation. Each must end in a completed run (steps 1..4 once
+evaluation (a sixth trial, trainer-0 SIGSTOP in an evaluation, struck no new kind and was dropped
+to keep the suite under 20 minutes). Each must end in a completed run (steps 1..4 once
 each in metrics.jsonl and prompts.jsonl) or in every process exiting within 60 s with an error
 naming the process and its log; never a hang, never a process left behind. The relaunch with
 recover.mode=auto is left to the full script (docs/reliability.md) and tests/launcher/test_faults.py.
@@ -25,7 +26,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "chaos.py"
 
 
 @pytest.mark.slow
-def test_six_chaos_trials_end_in_recovery_or_a_named_exit(tmp_path, monkeypatch):
+def test_five_chaos_trials_end_in_recovery_or_a_named_exit(tmp_path, monkeypatch):
     spec = importlib.util.spec_from_file_location("chaos", SCRIPT)
     chaos = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "chaos", chaos)  # its dataclass looks itself up there
@@ -33,7 +34,7 @@ def test_six_chaos_trials_end_in_recovery_or_a_named_exit(tmp_path, monkeypatch)
     args = chaos.parse_args(
         [
             "--trials",
-            "6",
+            "5",
             "--seed",
             "5",
             "--steps",

@@ -16,9 +16,17 @@ def test_objects_are_frozen_once_after_the_first_step(monkeypatch):
         real_freeze()
 
     monkeypatch.setattr(gc, "freeze", freeze)
-    monkeypatch.setattr(grpo, "grpo_step", lambda ctx, step: events.append(("step", step, gc.get_freeze_count())) or {})
+    monkeypatch.setattr(
+        grpo, "grpo_step", lambda ctx, step, traced: events.append(("step", step, gc.get_freeze_count())) or {}
+    )
     ctx = types.SimpleNamespace(
-        start_step=3, total_steps=5, log=lambda step, metrics: None, checkpoint=lambda step: None
+        start_step=3,
+        total_steps=5,
+        log=lambda step, metrics: None,
+        checkpoint=lambda step: None,
+        cfg=types.SimpleNamespace(profiler=types.SimpleNamespace(steps=[])),  # no step traced
+        source=types.SimpleNamespace(rollout_engine=None),
+        actor=types.SimpleNamespace(rank=0),
     )
     gc.unfreeze()
     try:
