@@ -75,7 +75,14 @@ def _timed(step, n_warmup: int, n_steps: int, device: str) -> list[float]:
 
 
 def bench_engine(
-    args, model_dir: str, tok_dir: str, batch: dict, *, compile: bool = False, profile: str | None = None
+    args,
+    model_dir: str,
+    tok_dir: str,
+    batch: dict,
+    *,
+    compile: bool = False,
+    fused: bool = False,
+    profile: str | None = None,
 ) -> dict:
     from areal.engine.fsdp.engine import FSDPEngine
 
@@ -89,6 +96,7 @@ def bench_engine(
         max_tokens_per_mb=args.max_tokens_per_mb,
         gradient_checkpointing=args.gradient_checkpointing,
         compile=compile,
+        fused_logprobs=fused,
         device=args.device,
     )
     local = engine.dp_shard(batch)  # this data-parallel rank's rows; tensor-parallel peers get the same
@@ -224,6 +232,11 @@ def main(argv=None) -> None:
         action="store_true",
         help="also run the engine with actor.compile (torch.compile per decoder layer): engine_compiled",
     )
+    p.add_argument(
+        "--fused-logprobs",
+        action="store_true",
+        help="also run the engine with actor.fused_logprobs (no [tokens, vocab] logits kept): engine_fused",
+    )
     p.add_argument("--profile", metavar="TXT", help="also profile one engine step; write the kernel table here")
     p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "areal-bench-train"))
     p.add_argument("--out", required=True)
@@ -294,17 +307,22 @@ def main(argv=None) -> None:
             world,
         )
         _release(args.device)
+    if args.fused_logprobs:
+        profile = args.profile and args.profile.replace(".txt", "") + "_fused.txt"
+        run = bench_engine(args, model_dir, tok_dir, batch, fused=True, profile=profile)
+        result["engine_fused"] = summarise(run, real, padded, cfg, avg_len, args, world)
+        _release(args.device)
     if not args.skip_bare:
         result["bare_fsdp2_backend"] = f"fsdp:d{world}"
         result["bare_fsdp2"] = summarise(bench_bare(args, model_dir, batch), real, padded, cfg, avg_len, args, world)
-        for name in ("engine", "engine_compiled"):
+        for name in ("engine", "engine_compiled", "engine_fused"):
             if name in result:
                 result[f"{name}_speedup_vs_bare"] = (
                     result["bare_fsdp2"]["median_step_s"] / result[name]["median_step_s"]
                 )
     if rank == 0:
         Path(args.out).write_text(json.dumps(result, indent=1))
-        runs = ("engine", "engine_compiled", "bare_fsdp2")
+        runs = ("engine", "engine_compiled", "engine_fused", "bare_fsdp2")
         print(json.dumps({k: v for k, v in result.items() if k not in runs}))
         for name in runs:
             if name in result:

@@ -50,6 +50,12 @@ class ActorConfig(Section):
         description="torch.compile every decoder layer: fuses norms, rotary embeddings and activations "
         "(the first two steps pay the compilation, tens of seconds; needs a C++ compiler on CPU).",
     )
+    fused_logprobs: bool = Field(
+        False,
+        description="Compute token logprobs from the hidden states chunk by chunk, with the lm_head folded "
+        "in: no [tokens, vocab] logits or logit gradients are kept (12 GB each in bf16 for a 152k vocabulary "
+        "and 40k tokens), at the cost of one more lm_head matmul per micro-batch in backward.",
+    )
     # LoRA (peft)
     use_lora: bool = Field(False, description="Train LoRA adapters (peft) instead of all weights.")
     lora_rank: int = Field(16, ge=1, description="LoRA rank r.")

@@ -5,7 +5,8 @@ rank 0's measurements to result.json, and the pytest tests below assert on them:
   mesh:      FSDP d2 / HSDP d2r2 / TP t2 meshes as asked; one sharded step equals a plain
              single-process step (loss, grad norm, updated parameters); loss falls on a fixed
              batch; packed multi-micro-batch forward equals the unpacked model; HF save -> load
-             round trip gives identical logprobs.
+             round trip gives identical logprobs; with actor.fused_logprobs, FSDP d2 and TP t2
+             steps equal the plain step too.
   recover:   train 2 steps, checkpoint, train 2 more (run A); a new torchrun resumes from the
              checkpoint and trains the same 2 steps (run B): same final parameters.
   update:    a running built-in server gets the trainer's weights (distributed over gloo, then
@@ -61,7 +62,7 @@ def test_tp_shards_attention_and_mlp(mesh_results):
     assert r["q_proj_local_rows"] * 2 == r["q_proj_rows"]
 
 
-@pytest.mark.parametrize("name", ["fsdp_d2", "hsdp_d2r2", "tp_t2"])
+@pytest.mark.parametrize("name", ["fsdp_d2", "hsdp_d2r2", "tp_t2", "fused_d2", "fused_tp_t2"])
 def test_one_sharded_step_equals_single_process_step(mesh_results, name):
     r = mesh_results[name]
     assert r["loss"] == pytest.approx(r["ref_loss"], rel=1e-5)
@@ -221,6 +222,11 @@ def scenario_mesh(args) -> dict:
     r.update(_step_vs_reference(e, args.model, batch))
     results["tp_t2"] = r
     e.destroy()
+    # actor.fused_logprobs: the lm_head folded into the logprobs, sharded and tensor-parallel
+    for name, kw in (("fused_d2", {"dp_size": 2}), ("fused_tp_t2", {"tp_size": 2})):
+        e = _engine(args.model, fused_logprobs=True, **kw)
+        results[name] = _step_vs_reference(e, args.model, batch)
+        e.destroy()
     return results
 
 

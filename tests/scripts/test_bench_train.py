@@ -1,5 +1,5 @@
 """scripts/bench_train.py --backend: the layout checks (fast) and a 2-process tensor-parallel CPU
-run through torchrun (slow, about 20 s)."""
+run through torchrun, plain and with --fused-logprobs (slow, about 20 s)."""
 
 from __future__ import annotations
 
@@ -71,6 +71,7 @@ def test_two_process_layout_on_cpu(tmp_path, backend, dp, tp):
             *SMALL,
             "--backend",
             backend,
+            "--fused-logprobs",
             "--workdir",
             str(tmp_path / "w"),
             "--out",
@@ -88,3 +89,5 @@ def test_two_process_layout_on_cpu(tmp_path, backend, dp, tp):
     engine = result["engine"]
     assert engine["tokens_per_s"] > 0 and engine["tokens_per_s_per_device"] == pytest.approx(engine["tokens_per_s"] / 2)
     assert engine["real_tokens"] > 0 and engine["loss"] is not None
+    # the same two steps with the lm_head folded into the logprobs (bf16: rounding differs)
+    assert result["engine_fused"]["loss"] == pytest.approx(engine["loss"], rel=1e-2)

@@ -184,6 +184,11 @@ class FSDPEngine(TrainEngine):
         self.hf_config = model.config
         self.generation_config = getattr(model, "generation_config", None)
         self.tied_lm_head = bool(getattr(model.config, "tie_word_embeddings", False))
+        self.logprob_head = None
+        if cfg.fused_logprobs:
+            from .logprob_head import LogprobHead
+
+            self.logprob_head = LogprobHead.replace_in(model)
         if cfg.gradient_checkpointing:
             _enable_checkpointing(model)
         self.lora_scaling = None
@@ -247,8 +252,24 @@ class FSDPEngine(TrainEngine):
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         return [packing.pack(batch["input_ids"], lengths, b, pad) for b in bins]
 
-    def _logits(self, mb: packing.PackedMicroBatch) -> torch.Tensor:
-        """[T, V] logits of one packed row; attention never crosses sequence boundaries."""
+    def _token_logprobs(self, mb: packing.PackedMicroBatch, temperature: float, with_entropy: bool = True):
+        """(logprobs [T], entropy [T] or None, the model's output) of one packed row, as
+        packing.token_logprobs gives them; with actor.fused_logprobs, from the hidden states."""
+        ids = mb.input_ids[0].to(self.device)
+        if self.logprob_head is None:
+            logits = self._run_model(mb)
+            lp, ent = packing.token_logprobs(
+                logits, ids, mb.seqlens, temperature=temperature, with_entropy=with_entropy
+            )
+            return lp, ent, logits
+        with self.logprob_head.predicting(ids[1:], temperature, with_entropy):
+            out = self._run_model(mb)  # [T - 1, 2]: logprob, entropy
+        lp, ent = packing.align_to_tokens(out[:, 0], out[:, 1] if with_entropy else None, mb.seqlens)
+        return lp, ent, out
+
+    def _run_model(self, mb: packing.PackedMicroBatch) -> torch.Tensor:
+        """The model's output for one packed row: [T, V] logits, or [T - 1, 2] while the LogprobHead
+        predicts (_token_logprobs). Attention never crosses sequence boundaries."""
         ids = mb.input_ids.to(self.device)
         pos = mb.position_ids.to(self.device)
         seqlens = mb.seqlens or [1]
@@ -294,12 +315,9 @@ class FSDPEngine(TrainEngine):
         logp = torch.zeros(shape, dtype=torch.float32, device=self.device)
         ent = torch.zeros(shape, dtype=torch.float32, device=self.device) if with_entropy else None
         for mb in self._microbatches(batch):
-            logits = self._logits(mb)
+            lp, e, _ = self._token_logprobs(mb, temperature, with_entropy)
             if mb.is_dummy:
                 continue
-            lp, e = packing.token_logprobs(
-                logits, mb.input_ids[0].to(self.device), mb.seqlens, temperature=temperature, with_entropy=with_entropy
-            )
             width = max(mb.seqlens)
             rows = torch.tensor(mb.indices, device=self.device)
             logp[rows, :width] = packing.unpack(lp, mb, width)
@@ -372,13 +390,10 @@ class FSDPEngine(TrainEngine):
         n_tokens = 0
         for k, (mb, sub, w) in enumerate(zip(mbs, subs, weights)):
             self.model.set_requires_gradient_sync(k == len(mbs) - 1)
-            logits = self._logits(mb)
+            lp, ent, out = self._token_logprobs(mb, temperature)
             if sub is None:
-                (logits.sum() * 0.0).backward()
+                (out.sum() * 0.0).backward()
                 continue
-            lp, ent = packing.token_logprobs(
-                logits, mb.input_ids[0].to(self.device), mb.seqlens, temperature=temperature
-            )
             width = max(mb.seqlens)
             loss, stats = loss_fn(packing.unpack(lp, mb, width), packing.unpack(ent, mb, width), sub)
             # FSDP averages gradients over the dp ranks; multiplying by dp_size turns that into a sum.

@@ -133,9 +133,15 @@ def token_logprobs(
     from .logprobs import token_logprobs_and_entropy
 
     lp, e = token_logprobs_and_entropy(logits[:-1], input_ids[1:], temperature=temperature, with_entropy=with_entropy)
+    return align_to_tokens(lp, e, seqlens)
+
+
+def align_to_tokens(lp: torch.Tensor, ent: torch.Tensor | None, seqlens: list[int]):
+    """Next-token figures of a packed row ([T - 1]: row t is about token t + 1) -> per-token [T],
+    0 at the first token of every packed sequence (nothing predicts it)."""
     starts = _starts(seqlens, lp.device)
     lp = torch.cat([lp.new_zeros(1), lp]).masked_fill(starts, 0.0)
-    ent = None if e is None else torch.cat([e.new_zeros(1), e]).masked_fill(starts, 0.0)
+    ent = None if ent is None else torch.cat([ent.new_zeros(1), ent]).masked_fill(starts, 0.0)
     return lp, ent
 
 

@@ -1,0 +1,125 @@
+"""actor.fused_logprobs: token log-probabilities straight from the hidden states, chunk by chunk.
+
+The plain path materialises the [T, V] logits of a micro-batch and, in backward, their gradient:
+for Qwen2.5's 152k vocabulary and a 40k-token micro-batch that is 12 GB each in bf16 (logprobs.py
+already avoids the fp32 copies). Here the lm_head matmul is folded into the log-probability:
+each chunk of rows computes its logits, its log-partition and the target's logprob, and keeps
+nothing of size V. Backward recomputes one chunk's logits at a time and turns them into the
+gradients of the hidden states and of the lm_head weight. The price is one more lm_head matmul
+per micro-batch (the recomputation).
+
+`LogprobHead` takes the place of the model's lm_head module, holding the same weight parameter
+(tied embeddings stay tied), so FSDP and TP see the usual module tree and gather the weight in
+the model's forward as before. Set the targets with `head.predicting(...)`; the model's output
+`logits` is then [1, T - 1, 2]: the logprob of each next token and the entropy (a statistic,
+no gradient). Outside `predicting` it is the ordinary linear layer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch import nn
+
+from .logprobs import CHUNK_ROWS
+
+
+class _LinearTokenLogprob(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, targets, temperature: float, with_entropy: bool, chunk: int):
+        lse_parts, lp_parts, ent_parts = [], [], []
+        for h, tgt in zip(hidden.split(chunk), targets.split(chunk)):
+            z = (h @ weight.t()).float()
+            if temperature != 1.0:
+                z = z / temperature
+            lse = torch.logsumexp(z, dim=-1)
+            lse_parts.append(lse)
+            lp_parts.append(z.gather(-1, tgt[:, None]).squeeze(-1) - lse)
+            if with_entropy:
+                ent_parts.append(lse - torch.linalg.vecdot(torch.softmax(z, dim=-1), z))
+        lse = torch.cat(lse_parts) if lse_parts else hidden.new_zeros(0, dtype=torch.float32)
+        ctx.save_for_backward(hidden, weight, targets, lse)
+        ctx.temperature, ctx.chunk = temperature, chunk
+        lp = torch.cat(lp_parts) if lp_parts else lse.new_zeros(0)
+        ent = torch.cat(ent_parts) if with_entropy and ent_parts else lse.new_zeros(lp.shape)
+        ctx.mark_non_differentiable(ent)
+        return lp, ent
+
+    @staticmethod
+    def backward(ctx, grad_lp, grad_ent):
+        hidden, weight, targets, lse = ctx.saved_tensors
+        t, chunk = ctx.temperature, ctx.chunk
+        grad_hidden = torch.empty_like(hidden)
+        acc = torch.promote_types(weight.dtype, torch.float32)  # bf16 weights: sum the chunks in fp32
+        grad_weight = torch.zeros(weight.shape, dtype=acc, device=weight.device)
+        for start in range(0, hidden.shape[0], chunk):
+            end = start + chunk
+            h = hidden[start:end]
+            z = (h @ weight.t()).float()
+            if t != 1.0:
+                z = z / t
+            g = grad_lp[start:end, None] / t
+            dz = z.sub_(lse[start:end, None]).exp_().mul_(-g)  # -softmax * g / T
+            dz.scatter_add_(-1, targets[start:end, None], g)  # + onehot * g / T
+            dz = dz.to(hidden.dtype)
+            grad_hidden[start:end] = dz @ weight
+            grad_weight += (dz.t() @ h).to(acc)
+        return grad_hidden, grad_weight.to(weight.dtype), None, None, None, None
+
+
+def linear_token_logprobs(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = True,
+    chunk: int = CHUNK_ROWS,
+):
+    """hidden [N, H], weight [V, H], targets [N] -> (log p(targets) [N] fp32, entropy [N] fp32),
+    as token_logprobs_and_entropy(hidden @ weight.T, targets) computes them, without [N, V] tensors
+    kept for backward. Differentiable in hidden and weight through the logprobs."""
+    return _LinearTokenLogprob.apply(hidden, weight, targets, float(temperature), with_entropy, chunk)
+
+
+class LogprobHead(nn.Module):
+    """The lm_head, answering log-probabilities of given targets instead of logits (see above)."""
+
+    def __init__(self, weight: nn.Parameter):
+        super().__init__()
+        self.weight = weight  # the lm_head's own parameter: shared with the embeddings when tied
+        self._targets: torch.Tensor | None = None
+        self._temperature, self._with_entropy = 1.0, True
+
+    @classmethod
+    def replace_in(cls, model: nn.Module) -> "LogprobHead":
+        """Put a LogprobHead in place of model's output embedding layer (a bias-free Linear)."""
+        head = model.get_output_embeddings()
+        if not isinstance(head, nn.Linear) or head.bias is not None:
+            raise ValueError(
+                f"actor.fused_logprobs=true needs a bias-free nn.Linear lm_head; this model's is {head!r}. "
+                "Set actor.fused_logprobs=false."
+            )
+        fused = cls(head.weight)
+        model.set_output_embeddings(fused)
+        return fused
+
+    @contextlib.contextmanager
+    def predicting(self, targets: torch.Tensor, temperature: float = 1.0, with_entropy: bool = True):
+        """Within: the model's output is [1, T - 1, 2], row t the logprob of targets[t] (the token at
+        t + 1 of the packed row) and the entropy at t."""
+        self._targets, self._temperature, self._with_entropy = targets, float(temperature), with_entropy
+        try:
+            yield
+        finally:
+            self._targets = None
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        if self._targets is None:
+            return nn.functional.linear(hidden, self.weight)
+        rows = hidden[0, :-1]
+        lp, ent = linear_token_logprobs(
+            rows, self.weight, self._targets, temperature=self._temperature, with_entropy=self._with_entropy
+        )
+        return torch.stack([lp[None], ent[None]], dim=-1)  # a new tensor: FSDP hooks its output, not a view
