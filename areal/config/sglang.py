@@ -58,6 +58,20 @@ class SGLangConfig(Section):
     chunked_prefill_size: int | None = Field(None, description="SGLang chunked prefill size.")
     attention_backend: str | None = Field(None, description="SGLang attention backend (e.g. fa3, flashinfer).")
     disable_cuda_graph: bool = Field(False, description="Turn off SGLang CUDA graphs (faster start-up).")
+    cuda_graph_max_bs: int | None = Field(
+        None,
+        ge=1,
+        description="SGLang: the largest decode batch captured in a CUDA graph (larger batches run without "
+        "one); null: SGLang's choice from the GPU's memory (512 on an H200 at tp 1 in 0.5.16).",
+    )
+    sampling_backend: Literal["flashinfer", "pytorch"] | None = Field(
+        None, description="SGLang: the sampling kernels; null: SGLang's choice (flashinfer where it is installed)."
+    )
+    disable_radix_cache: bool = Field(
+        False,
+        description="SGLang: no prefix cache, also under rollout.pause_mode abort and in_place (retract always "
+        "runs without it): to measure what the cache saves a run.",
+    )
     enable_metrics: bool = Field(False, description="SGLang Prometheus metrics.")
     skip_tokenizer_init: bool = Field(False, description="Serve token ids only (the client sends input_ids).")
     enable_lora: bool | None = Field(

@@ -110,7 +110,8 @@ def server_command(
     """`python -m <server module> --flag value ...`. SGLang cannot read the project's model names
     (`tiny:<preset>`, `smollm2:135m-instruct`): for those it is started through areal.models.serve,
     which resolves them to the folder every process of the run shares, then execs SGLang."""
-    flags = server_flags(cfg, port=port, kind=kind) + list(extra_flags or [])
+    flags = server_flags(cfg, port=port, kind=kind)
+    flags += [f for f in extra_flags or [] if f not in flags]  # --disable-radix-cache: set, or retract's
     if kind != "sglang":
         return [python, "-m", SERVER_MODULES[kind], *flags]
     check_sglang_version(sglang_version)

@@ -146,6 +146,18 @@ def test_the_plan_resolves_the_pause_mode_once_per_server_program():
     assert json.loads(sglang_plan.to_json())["pause_mode"] == "abort"
 
 
+def test_sglang_tuning_knobs_reach_sglang_only_and_once():
+    sglang = HostFacts(cuda_available=True, sglang_version="0.5.16", python="python")
+    knobs = dict(sglang__cuda_graph_max_bs=256, sglang__sampling_backend="pytorch", sglang__disable_radix_cache=True)
+    for mode in ("abort", "retract"):  # retract adds --disable-radix-cache itself
+        cmd = make_plan(cfg(rollout__pause_mode=mode, **knobs), sglang).by_role("server")[0].command
+        assert cmd.count("--disable-radix-cache") == 1, cmd
+        assert cmd[cmd.index("--cuda-graph-max-bs") + 1] == "256"
+        assert cmd[cmd.index("--sampling-backend") + 1] == "pytorch"
+    builtin = make_plan(cfg(rollout__server="builtin", **knobs), CPU).by_role("server")[0].command
+    assert not {"--cuda-graph-max-bs", "--sampling-backend", "--disable-radix-cache"} & set(builtin)
+
+
 def test_sglang_gets_a_folder_for_the_projects_model_names():
     """SGLang cannot read tiny:/smollm2: names: it starts through areal.models.serve, which resolves
     them to the shared folder and execs SGLang; folders and hub ids go to SGLang directly."""
