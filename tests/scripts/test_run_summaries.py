@@ -57,6 +57,30 @@ def test_summarise_run_leaves_out_warmup_and_compares_to_the_first(tmp_path):
     assert first["memory_gb_max"] == {"memory/server_train_peak_gb": 3.0}
     assert first["last_eval_accuracy"] == 0.5
     assert second["samples_per_s"] == 8.0 and second["speedup_vs_first"] == 2.0
+    assert first["train_us_per_token"] is None and "train_us_per_token_vs_first" not in second  # no token counts
+
+
+def test_summarise_run_gives_per_token_times_against_the_first(tmp_path):
+    def row(step, tokens, train_s, recompute_s):
+        return step_row(
+            step,
+            4.0,
+            **{"train/n_tokens": tokens, "timing/train_s": train_s, "timing/recompute_logprob_s": recompute_s},
+        )
+
+    rlvr = write_metrics(
+        tmp_path / "rlvr.jsonl", [row(1, 1000, 9.0, 9.0), row(2, 1000, 1.0, 0.25), row(3, 3000, 3.0, 0.75)]
+    )
+    agent = write_metrics(
+        tmp_path / "agent.jsonl", [row(1, 10, 9.0, 9.0), row(2, 2000, 2.4, 0.4), row(3, 2000, 2.4, 0.4)]
+    )
+    out = tmp_path / "s.json"
+    summarise_run.main([str(rlvr), str(agent), "--warmup", "1", "--out", str(out)])
+    first, second = json.loads(out.read_text())
+    assert first["train_us_per_token"] == 1000.0 and first["recompute_us_per_token"] == 250.0
+    assert first["trained_tokens_per_s"] == 500.0  # 4000 tokens over 2 steps of 4 s
+    assert second["train_us_per_token"] == 1200.0 and second["train_us_per_token_vs_first"] == 1.2
+    assert second["recompute_us_per_token"] == 200.0 and second["recompute_us_per_token_vs_first"] == 0.8
 
 
 def test_summarise_run_names_a_run_with_no_steps_after_warmup(tmp_path):
