@@ -33,10 +33,8 @@ activities (CUDA memory snapshots, ROCm's RPD tracer).
 from __future__ import annotations
 
 import asyncio
-import gzip
 import logging
 import os
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +44,7 @@ from aiohttp import web
 from areal.server.bodies import error, read_json
 from areal.server.state import Routes, ServerState
 from areal.server.validation import BadRequest, check_keys, get_typed
+from areal.utils.traces import export_chrome_trace_gz
 
 logger = logging.getLogger("areal.server")
 
@@ -70,8 +69,6 @@ START_KEYS = {
 }
 ALREADY_RUNNING = "Profiling is already in progress. Call /stop_profile first."
 NOT_RUNNING = "Profiling is not in progress. Call /start_profile first."
-GZIP_LEVEL = 6  # zlib's default: most of level 9's ratio, far faster on traces of hundreds of MB
-GZIP_CHUNK = 4 * 2**20  # zlib releases the GIL while it compresses a chunk
 
 
 @dataclass
@@ -217,26 +214,8 @@ class ProfileRoutes(Routes):
             await asyncio.wrap_future(self.s.scheduler.call(profiler.stop))
             path = req.trace_path
             try:  # off the worker (generation goes on) and off the event loop
-                await asyncio.get_running_loop().run_in_executor(None, _export, profiler, path)
+                await asyncio.get_running_loop().run_in_executor(None, export_chrome_trace_gz, profiler, path)
             except OSError as exc:
                 return error(500, f"{STOP}: the profile stopped, but writing its trace to {str(path)!r} failed: {exc}")
             logger.info("Profiling done in %.1f s. The trace is saved to %s", time.perf_counter() - t0, path)
         return web.Response(text="Stop profiling. This will take some time.\n", status=200)
-
-
-def _export(profiler, path: Path) -> None:
-    """Write the gzipped Chrome trace at `path`: export_chrome_trace to a plain JSON file next to
-    it, then gzip that in large chunks (torch gzips `.gz` paths line by line, in Python: minutes
-    for a long profile, holding the GIL the event loop needs). The file appears complete or not
-    at all."""
-    path.parent.mkdir(parents=True, exist_ok=True)  # as SGLang: the folder may have gone meanwhile
-    raw = path.with_name(f".{path.name}.json.partial")
-    packed = path.with_name(f".{path.name}.partial")
-    try:
-        profiler.export_chrome_trace(str(raw))
-        with open(raw, "rb") as fin, gzip.open(packed, "wb", compresslevel=GZIP_LEVEL) as fout:
-            shutil.copyfileobj(fin, fout, GZIP_CHUNK)
-        os.replace(packed, path)
-    finally:
-        raw.unlink(missing_ok=True)
-        packed.unlink(missing_ok=True)

@@ -15,12 +15,11 @@ run nothing but a warning: the trainer's trace is still written.
 from __future__ import annotations
 
 import contextlib
-import gzip
 import logging
-import os
-import shutil
 from pathlib import Path
 from typing import Any, Iterator
+
+from areal.utils.traces import export_chrome_trace_gz
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +63,7 @@ class StepProfiler:
             if servers:
                 self._stop_servers(step)
         path = trainer_trace_path(self.cfg.run_dir, self.rank, step)
-        export_gzipped(prof, path)
+        export_chrome_trace_gz(prof, path)
         logger.info("step %d traced: %s (python scripts/trace_summary.py %s)", step, path, path)
 
     def _start_servers(self, step: int) -> bool:
@@ -93,16 +92,3 @@ class StepProfiler:
             return
         if not quiet:
             logger.info("step %d: the servers' traces are under %s", step, server_trace_dir(self.cfg.run_dir, 0).parent)
-
-
-def export_gzipped(prof, path: Path) -> None:
-    """Chrome trace JSON, gzipped (a step's trace is tens of MB as text); written under a temporary
-    name and renamed, so a trace that exists is whole."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    raw = path.with_name(path.name.removesuffix(".gz") + f".{os.getpid()}.tmp")
-    prof.export_chrome_trace(str(raw))
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    with open(raw, "rb") as src, gzip.open(tmp, "wb", compresslevel=3) as dst:
-        shutil.copyfileobj(src, dst)
-    raw.unlink()
-    os.replace(tmp, path)

@@ -41,7 +41,7 @@ def test_only_listed_steps_are_traced(tmp_path):
     assert not trainer_trace_path(tmp_path, 0, 1).exists()
     names = {e.get("name") for e in _events(trainer_trace_path(tmp_path, 0, 2))}
     assert STEP_ANNOTATION in names and "aten::mm" in names
-    assert not list(trainer_trace_path(tmp_path, 0, 2).parent.glob("*.tmp"))
+    assert not list(trainer_trace_path(tmp_path, 0, 2).parent.glob("*.partial"))  # no half-written file left
 
 
 def test_unreachable_servers_cost_a_warning_not_the_step(tmp_path, caplog):

@@ -22,7 +22,7 @@ import contextlib
 import torch
 from torch import nn
 
-from .logprobs import CHUNK_ROWS
+from .logprobs import CHUNK_ROWS, chunk_logprobs, joined, logits_grad_, scaled
 
 
 class _LinearTokenLogprob(torch.autograd.Function):
@@ -30,18 +30,15 @@ class _LinearTokenLogprob(torch.autograd.Function):
     def forward(ctx, hidden, weight, targets, temperature: float, with_entropy: bool, chunk: int):
         lse_parts, lp_parts, ent_parts = [], [], []
         for h, tgt in zip(hidden.split(chunk), targets.split(chunk)):
-            z = (h @ weight.t()).float()
-            if temperature != 1.0:
-                z = z / temperature
-            lse = torch.logsumexp(z, dim=-1)
+            lse, lp, ent = chunk_logprobs(scaled(h @ weight.t(), temperature), tgt, with_entropy)
             lse_parts.append(lse)
-            lp_parts.append(z.gather(-1, tgt[:, None]).squeeze(-1) - lse)
+            lp_parts.append(lp)
             if with_entropy:
-                ent_parts.append(lse - torch.linalg.vecdot(torch.softmax(z, dim=-1), z))
-        lse = torch.cat(lse_parts) if lse_parts else hidden.new_zeros(0, dtype=torch.float32)
+                ent_parts.append(ent)
+        lse = joined(lse_parts, hidden)
         ctx.save_for_backward(hidden, weight, targets, lse)
         ctx.temperature, ctx.chunk = temperature, chunk
-        lp = torch.cat(lp_parts) if lp_parts else lse.new_zeros(0)
+        lp = joined(lp_parts, hidden)
         ent = torch.cat(ent_parts) if with_entropy and ent_parts else lse.new_zeros(lp.shape)
         ctx.mark_non_differentiable(ent)
         return lp, ent
@@ -56,13 +53,8 @@ class _LinearTokenLogprob(torch.autograd.Function):
         for start in range(0, hidden.shape[0], chunk):
             end = start + chunk
             h = hidden[start:end]
-            z = (h @ weight.t()).float()
-            if t != 1.0:
-                z = z / t
-            g = grad_lp[start:end, None] / t
-            dz = z.sub_(lse[start:end, None]).exp_().mul_(-g)  # -softmax * g / T
-            dz.scatter_add_(-1, targets[start:end, None], g)  # + onehot * g / T
-            dz = dz.to(hidden.dtype)
+            z = scaled(h @ weight.t(), t)
+            dz = logits_grad_(z, lse[start:end], targets[start:end], grad_lp[start:end] / t).to(hidden.dtype)
             grad_hidden[start:end] = dz @ weight
             grad_weight += (dz.t() @ h).to(acc)
         return grad_hidden, grad_weight.to(weight.dtype), None, None, None, None
