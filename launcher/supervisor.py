@@ -5,8 +5,9 @@ for their /health and records their addresses (the run's name record and AREAL_S
 then the trainer workers (or, inference-only, the rollout driver) start.
 
 The run succeeds when every trainer (or the driver) exits 0. The first process to fail decides
-the exit code; then, as on Ctrl-C or SIGTERM, every process tree is stopped (SIGTERM, SIGKILL
-after launcher.shutdown_grace_s), so no orphan outlives the launcher. A server that stops
+the exit code (of several found dead in one poll, one killed by a signal: `cause_first`); then,
+as on Ctrl-C or SIGTERM, every process tree is stopped (SIGTERM, SIGKILL after
+launcher.shutdown_grace_s), so no orphan outlives the launcher. A server that stops
 answering /health for launcher.server_health_timeout_s counts as failed too, and so does any
 process left in the stopped state (SIGSTOP) for launcher.stopped_timeout_s: a stopped trainer
 rank would otherwise hang the run silently, its peers waiting for it in a collective (those fail
@@ -109,6 +110,14 @@ def describe_exit(returncode: int) -> str:
     if returncode == 0:
         return "exited with code 0 while the run still needed it"
     return f"exited with code {returncode}"
+
+
+def cause_first(exits: list[tuple[str, int]]) -> list[tuple[str, int]]:
+    """Exits found in one poll, the likely cause first: clean exits, then deaths by a signal, then
+    error exits. A trainer rank killed by a signal breaks its peers' collective, and they exit
+    with an error within milliseconds, often inside the same POLL_S; nobody else sends signals
+    before the launcher acts, so the signalled process is the cause (kept in start order)."""
+    return sorted(exits, key=lambda e: 0 if e[1] == 0 else 1 if e[1] < 0 else 2)
 
 
 def failure_report(name: str, log_path: str | None, reason: str) -> str:
@@ -330,6 +339,10 @@ class Supervisor(abc.ABC):
         self.refresh()
         return self.procs[name].poll()
 
+    def exits(self) -> list[tuple[str, int]]:
+        """(name, exit status) of every process that has exited, in start order."""
+        return [(name, code) for name, proc in self.procs.items() if (code := proc.poll()) is not None]
+
     def _check(self, name: str, addr: str) -> bool:
         result = self.probe(name, addr)
         return is_healthy(addr) if result is None else result
@@ -347,10 +360,9 @@ class Supervisor(abc.ABC):
         try:
             while remaining:
                 self.refresh()
-                for name, proc in self.procs.items():
-                    code = proc.poll()
+                for name, code in cause_first(self.exits()):
                     finished_before = code == 0 and name in mains and name not in remaining
-                    if code is None or finished_before:
+                    if finished_before:
                         continue
                     if code == 0 and name in remaining:
                         remaining.discard(name)

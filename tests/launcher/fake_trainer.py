@@ -10,6 +10,8 @@ environment asks:
   FAKE_SPAWN_CHILD=1               start a grandchild that sleeps, pid in the JSON
   FAKE_IGNORE_TERM=1               ignore SIGTERM (the launcher must SIGKILL it)
   FAKE_STOP_RANK=r                 rank r sends itself SIGSTOP (a hung rank; SIGCONT resumes it)
+  FAKE_KILL_PEER=r                 SIGKILL rank r, wait until it is dead, then exit FAKE_EXIT (a
+                                   peer whose collective broke, exiting within milliseconds)
   FAKE_UNTIL_RESTARTED=name        first wait until the launcher has started process `name` a
                                    second time (two start banners in its log); exit 1 after 120 s
 """
@@ -67,6 +69,38 @@ def started_twice(run_dir: Path, name: str, timeout: float = 120.0) -> bool:
     return False
 
 
+def wait_for(what: str, ready, timeout: float = 60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = ready()
+        if value:
+            return value
+        time.sleep(0.01)
+    raise TimeoutError(f"fake trainer: waited {timeout} s for {what}")
+
+
+def pid_dead(pid: int) -> bool:
+    """Gone or a zombie: the launcher's poll() sees the exit (not our child, so no waitpid)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+def recorded_pid(record: Path) -> int | None:
+    try:
+        return json.loads(record.read_text())["pid"]
+    except (FileNotFoundError, ValueError):  # not written yet, or half written
+        return None
+
+
+def kill_peer(out: Path, rank: int) -> None:
+    record = out / f"trainer-{rank}.json"
+    pid = wait_for(f"{record}", lambda: recorded_pid(record))
+    os.kill(pid, signal.SIGKILL)
+    wait_for(f"rank {rank} (pid {pid}) to die", lambda: pid_dead(pid))
+
+
 def log_like_a_trainer() -> None:
     """Lines of each kind a real trainer prints, for the console filter (launcher/console.py):
     a per-step engine record, a run event, a warning and a progress line."""
@@ -109,6 +143,11 @@ def main() -> int:
     if env.get("FAKE_FAIL_RANK") == str(rank):
         time.sleep(float(env.get("FAKE_FAIL_AFTER_S", "0")))
         print(f"rank {rank} failing on purpose", flush=True)
+        return int(env.get("FAKE_EXIT", "3"))
+    peer = env.get("FAKE_KILL_PEER")
+    if peer is not None and peer != str(rank):
+        kill_peer(out, int(peer))
+        print(f"rank {rank}: peer rank {peer} died", flush=True)
         return int(env.get("FAKE_EXIT", "3"))
     if env.get("FAKE_STOP_RANK") == str(rank):
         print(f"rank {rank} stopping itself", flush=True)

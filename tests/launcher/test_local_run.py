@@ -8,6 +8,7 @@ from pathlib import Path
 
 from launcher.cli import write_run_dir
 from launcher.local import run_local
+from launcher.supervisor import cause_first
 from tests.launcher.helpers import all_pids, free_ports, make_cfg, make_plan, outputs, wait_gone
 
 
@@ -198,3 +199,30 @@ def test_restart_failed_servers(tmp_path, capsys):
     assert "server-0 exited with code 0 while the run still needed it; restarting it at" in captured.err
     assert "server-0 is back at" in captured.out
     assert (Path(cfg.run_dir) / "logs" / "server-0.log").read_text().count("=== server-0 started") >= 2
+
+
+def test_killed_rank_is_named_not_the_peer_that_exits_after_it(tmp_path, capsys):
+    """Rank 0 SIGKILLs rank 1 and exits 3 at once (a peer whose collective broke): the launcher
+    often finds both dead in one poll, and must name the killed rank and exit 137."""
+    rc, cfg = run(
+        tmp_path,
+        '+launcher.trainer_env.FAKE_KILL_PEER="1"',
+        '+launcher.trainer_env.FAKE_EXIT="3"',
+        '+launcher.trainer_env.FAKE_SLEEP_S="300"',
+    )
+    assert rc == 137
+    err = capsys.readouterr().err
+    assert "error: trainer-1 was killed by SIGKILL (exit code 137)" in err
+    assert "error: trainer-0" not in err
+    assert wait_gone(all_pids(cfg.run_dir)) == []
+
+
+def test_cause_first_puts_a_signal_death_before_error_exits():
+    exits = [("server-0", 0), ("trainer-0", 1), ("trainer-1", -9), ("trainer-2", -15), ("trainer-3", 0)]
+    assert cause_first(exits) == [
+        ("server-0", 0),
+        ("trainer-3", 0),
+        ("trainer-1", -9),
+        ("trainer-2", -15),
+        ("trainer-0", 1),
+    ]
