@@ -74,16 +74,25 @@ def _timed(step, n_warmup: int, n_steps: int, device: str) -> list[float]:
     return times
 
 
+# the engine runs beside the default one: result key -> (the flag that asks for it, its actor settings)
+ENGINE_VARIANTS = {
+    "engine_compiled": ("compile", {"compile": True}),
+    "engine_fused": ("fused_logprobs", {"fused_logprobs": True}),
+    "engine_compiled_logprobs": ("compile_logprobs", {"compile_logprobs": True}),
+    "engine_fused_compiled_logprobs": ("fused_compiled_logprobs", {"fused_logprobs": True, "compile_logprobs": True}),
+}
+
+
 def bench_engine(
     args,
     model_dir: str,
     tok_dir: str,
     batch: dict,
     *,
-    compile: bool = False,
-    fused: bool = False,
     profile: str | None = None,
+    **options,
 ) -> dict:
+    """Time the engine's training step; `options` are actor settings (compile, fused_logprobs, ...)."""
     from areal.engine.fsdp.engine import FSDPEngine
 
     t0 = time.perf_counter()
@@ -95,9 +104,8 @@ def bench_engine(
         backend=args.backend,
         max_tokens_per_mb=args.max_tokens_per_mb,
         gradient_checkpointing=args.gradient_checkpointing,
-        compile=compile,
-        fused_logprobs=fused,
         device=args.device,
+        **options,
     )
     local = engine.dp_shard(batch)  # this data-parallel rank's rows; tensor-parallel peers get the same
     stats = {}
@@ -237,6 +245,16 @@ def main(argv=None) -> None:
         action="store_true",
         help="also run the engine with actor.fused_logprobs (no [tokens, vocab] logits kept): engine_fused",
     )
+    p.add_argument(
+        "--compile-logprobs",
+        action="store_true",
+        help="also run the engine with actor.compile_logprobs (fused logprob kernels): engine_compiled_logprobs",
+    )
+    p.add_argument(
+        "--fused-compiled-logprobs",
+        action="store_true",
+        help="also run the engine with both actor.fused_logprobs and actor.compile_logprobs",
+    )
     p.add_argument("--profile", metavar="TXT", help="also profile one engine step; write the kernel table here")
     p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "areal-bench-train"))
     p.add_argument("--out", required=True)
@@ -295,34 +313,23 @@ def main(argv=None) -> None:
         bench_engine(args, model_dir, tok_dir, batch, profile=args.profile), real, padded, cfg, avg_len, args, world
     )
     _release(args.device)
-    if args.compile:
-        profile = args.profile and args.profile.replace(".txt", "") + "_compiled.txt"
-        result["engine_compiled"] = summarise(
-            bench_engine(args, model_dir, tok_dir, batch, compile=True, profile=profile),
-            real,
-            padded,
-            cfg,
-            avg_len,
-            args,
-            world,
-        )
-        _release(args.device)
-    if args.fused_logprobs:
-        profile = args.profile and args.profile.replace(".txt", "") + "_fused.txt"
-        run = bench_engine(args, model_dir, tok_dir, batch, fused=True, profile=profile)
-        result["engine_fused"] = summarise(run, real, padded, cfg, avg_len, args, world)
-        _release(args.device)
+    for name, (flag, options) in ENGINE_VARIANTS.items():
+        if getattr(args, flag):
+            profile = args.profile and args.profile.replace(".txt", "") + name.removeprefix("engine") + ".txt"
+            run = bench_engine(args, model_dir, tok_dir, batch, profile=profile, **options)
+            result[name] = summarise(run, real, padded, cfg, avg_len, args, world)
+            _release(args.device)
     if not args.skip_bare:
         result["bare_fsdp2_backend"] = f"fsdp:d{world}"
         result["bare_fsdp2"] = summarise(bench_bare(args, model_dir, batch), real, padded, cfg, avg_len, args, world)
-        for name in ("engine", "engine_compiled", "engine_fused"):
+        for name in ("engine", *ENGINE_VARIANTS):
             if name in result:
                 result[f"{name}_speedup_vs_bare"] = (
                     result["bare_fsdp2"]["median_step_s"] / result[name]["median_step_s"]
                 )
     if rank == 0:
         Path(args.out).write_text(json.dumps(result, indent=1))
-        runs = ("engine", "engine_compiled", "engine_fused", "bare_fsdp2")
+        runs = ("engine", *ENGINE_VARIANTS, "bare_fsdp2")
         print(json.dumps({k: v for k, v in result.items() if k not in runs}))
         for name in runs:
             if name in result:

@@ -57,17 +57,26 @@ def test_a_head_with_a_bias_is_refused():
         LogprobHead.replace_in(model)
 
 
-@pytest.mark.parametrize("tied", [True, False])
-def test_engine_step_matches_the_logits_path(tmp_path, tied):
+@pytest.mark.parametrize(
+    "tied, fused, compiled",
+    [(True, True, False), (False, True, False), (True, False, True), (False, True, True)],
+    ids=["fused-tied", "fused-untied", "compiled", "fused-compiled"],
+)
+def test_engine_step_matches_the_eager_logits_path(tmp_path, tied, fused, compiled):
+    """actor.fused_logprobs and actor.compile_logprobs, alone and together, against neither."""
     from areal.models.tiny import make_tiny_model_dir
+
+    from torch._dynamo.utils import counters
 
     model_dir = str(make_tiny_model_dir(tmp_path / "m", tie_word_embeddings=tied))
     batch = make_batch(4)
+    torch._dynamo.reset()
+    counters.clear()
     runs = []
-    for fused in (True, False):
-        engine = _engine(model_dir, fused_logprobs=fused)
+    for variant in (True, False):
+        engine = _engine(model_dir, fused_logprobs=fused and variant, compile_logprobs=compiled and variant)
         try:
-            assert isinstance(engine.model.get_output_embeddings(), LogprobHead) == fused
+            assert isinstance(engine.model.get_output_embeddings(), LogprobHead) == (fused and variant)
             before, entropy = engine.forward(batch, with_entropy=True, temperature=0.9)
             stats = engine.train_batch(batch, nll_loss, token_weight, temperature=0.9)
             runs.append((before, entropy, stats, engine.forward(batch)))
@@ -80,3 +89,4 @@ def test_engine_step_matches_the_logits_path(tmp_path, tied):
     assert st_f["n_microbatches"] >= 2
     assert (after_f - after_p).abs().max() < 1e-5  # the same update
     assert (after_p - lp_p).abs().max() > 1e-3  # ...which moved the model
+    assert (counters["stats"]["unique_graphs"] > 0) == compiled  # compiled kernels ran, or none did

@@ -188,7 +188,7 @@ class FSDPEngine(TrainEngine):
         if cfg.fused_logprobs:
             from .logprob_head import LogprobHead
 
-            self.logprob_head = LogprobHead.replace_in(model)
+            self.logprob_head = LogprobHead.replace_in(model, compiled=cfg.compile_logprobs)
         if cfg.gradient_checkpointing:
             _enable_checkpointing(model)
         self.lora_scaling = None
@@ -259,7 +259,12 @@ class FSDPEngine(TrainEngine):
         if self.logprob_head is None:
             logits = self._run_model(mb)
             lp, ent = packing.token_logprobs(
-                logits, ids, mb.seqlens, temperature=temperature, with_entropy=with_entropy
+                logits,
+                ids,
+                mb.seqlens,
+                temperature=temperature,
+                with_entropy=with_entropy,
+                compiled=self.config.compile_logprobs,
             )
             return lp, ent, logits
         with self.logprob_head.predicting(ids[1:], temperature, with_entropy):

@@ -22,22 +22,22 @@ import contextlib
 import torch
 from torch import nn
 
-from .logprobs import CHUNK_ROWS, chunk_logprobs, joined, logits_grad_, scaled
+from .logprobs import CHUNK_ROWS, RowKernels, joined, row_kernels
 
 
 class _LinearTokenLogprob(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, hidden, weight, targets, temperature: float, with_entropy: bool, chunk: int):
+    def forward(ctx, hidden, weight, targets, temperature: float, with_entropy: bool, kernels: RowKernels, chunk: int):
         lse_parts, lp_parts, ent_parts = [], [], []
         for h, tgt in zip(hidden.split(chunk), targets.split(chunk)):
-            lse, lp, ent = chunk_logprobs(scaled(h @ weight.t(), temperature), tgt, with_entropy)
+            lse, lp, ent = kernels.forward(h @ weight.t(), tgt, temperature, with_entropy)
             lse_parts.append(lse)
             lp_parts.append(lp)
             if with_entropy:
                 ent_parts.append(ent)
         lse = joined(lse_parts, hidden)
         ctx.save_for_backward(hidden, weight, targets, lse)
-        ctx.temperature, ctx.chunk = temperature, chunk
+        ctx.temperature, ctx.kernels, ctx.chunk = temperature, kernels, chunk
         lp = joined(lp_parts, hidden)
         ent = torch.cat(ent_parts) if with_entropy and ent_parts else lse.new_zeros(lp.shape)
         ctx.mark_non_differentiable(ent)
@@ -46,18 +46,17 @@ class _LinearTokenLogprob(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_lp, grad_ent):
         hidden, weight, targets, lse = ctx.saved_tensors
-        t, chunk = ctx.temperature, ctx.chunk
+        t, kernels, chunk = ctx.temperature, ctx.kernels, ctx.chunk
         grad_hidden = torch.empty_like(hidden)
         acc = torch.promote_types(weight.dtype, torch.float32)  # bf16 weights: sum the chunks in fp32
         grad_weight = torch.zeros(weight.shape, dtype=acc, device=weight.device)
         for start in range(0, hidden.shape[0], chunk):
             end = start + chunk
             h = hidden[start:end]
-            z = scaled(h @ weight.t(), t)
-            dz = logits_grad_(z, lse[start:end], targets[start:end], grad_lp[start:end] / t).to(hidden.dtype)
+            dz = kernels.grad(h @ weight.t(), lse[start:end], targets[start:end], grad_lp[start:end], t)
             grad_hidden[start:end] = dz @ weight
             grad_weight += (dz.t() @ h).to(acc)
-        return grad_hidden, grad_weight.to(weight.dtype), None, None, None, None
+        return grad_hidden, grad_weight.to(weight.dtype), None, None, None, None, None
 
 
 def linear_token_logprobs(
@@ -67,25 +66,29 @@ def linear_token_logprobs(
     *,
     temperature: float = 1.0,
     with_entropy: bool = True,
+    compiled: bool = False,
     chunk: int = CHUNK_ROWS,
 ):
     """hidden [N, H], weight [V, H], targets [N] -> (log p(targets) [N] fp32, entropy [N] fp32),
     as token_logprobs_and_entropy(hidden @ weight.T, targets) computes them, without [N, V] tensors
-    kept for backward. Differentiable in hidden and weight through the logprobs."""
-    return _LinearTokenLogprob.apply(hidden, weight, targets, float(temperature), with_entropy, chunk)
+    kept for backward. Differentiable in hidden and weight through the logprobs. `compiled`: each
+    chunk's logits go through torch.compile's fused kernels (logprobs.py)."""
+    kernels = row_kernels(compiled, chunk)
+    return _LinearTokenLogprob.apply(hidden, weight, targets, float(temperature), with_entropy, kernels, chunk)
 
 
 class LogprobHead(nn.Module):
     """The lm_head, answering log-probabilities of given targets instead of logits (see above)."""
 
-    def __init__(self, weight: nn.Parameter):
+    def __init__(self, weight: nn.Parameter, compiled: bool = False):
         super().__init__()
         self.weight = weight  # the lm_head's own parameter: shared with the embeddings when tied
+        self.compiled = compiled  # actor.compile_logprobs
         self._targets: torch.Tensor | None = None
         self._temperature, self._with_entropy = 1.0, True
 
     @classmethod
-    def replace_in(cls, model: nn.Module) -> "LogprobHead":
+    def replace_in(cls, model: nn.Module, compiled: bool = False) -> "LogprobHead":
         """Put a LogprobHead in place of model's output embedding layer (a bias-free Linear)."""
         head = model.get_output_embeddings()
         if not isinstance(head, nn.Linear) or head.bias is not None:
@@ -93,7 +96,7 @@ class LogprobHead(nn.Module):
                 f"actor.fused_logprobs=true needs a bias-free nn.Linear lm_head; this model's is {head!r}. "
                 "Set actor.fused_logprobs=false."
             )
-        fused = cls(head.weight)
+        fused = cls(head.weight, compiled)
         model.set_output_embeddings(fused)
         return fused
 
@@ -112,6 +115,11 @@ class LogprobHead(nn.Module):
             return nn.functional.linear(hidden, self.weight)
         rows = hidden[0, :-1]
         lp, ent = linear_token_logprobs(
-            rows, self.weight, self._targets, temperature=self._temperature, with_entropy=self._with_entropy
+            rows,
+            self.weight,
+            self._targets,
+            temperature=self._temperature,
+            with_entropy=self._with_entropy,
+            compiled=self.compiled,
         )
         return torch.stack([lp[None], ent[None]], dim=-1)  # a new tensor: FSDP hooks its output, not a view
