@@ -59,6 +59,18 @@ def rows_logits_grad(rows: torch.Tensor, lse: torch.Tensor, targets: torch.Tenso
     return logits_grad_(scaled(rows, temperature), lse, targets, grad_lp / temperature).to(rows.dtype)
 
 
+def rows_logits_grad_pointwise(
+    rows: torch.Tensor, lse: torch.Tensor, targets: torch.Tensor, grad_lp: torch.Tensor, temperature: float
+):
+    """rows_logits_grad as one element-wise expression, the one-hot from a comparison instead of a
+    scatter: torch.compile makes it a single kernel that writes the gradient in the rows' dtype and
+    keeps no [rows, V] buffer of its own (eager, it would build several)."""
+    g = (grad_lp / temperature)[:, None]
+    p = torch.exp(rows.float() / temperature - lse[:, None])
+    hit = torch.arange(rows.shape[-1], device=rows.device)[None] == targets[:, None]
+    return ((hit.float() - p) * g).to(rows.dtype)
+
+
 class RowKernels(NamedTuple):
     """How rows of logits become (lse, logprob, entropy) and back into their gradient, and how many
     rows go in at once (None: all of them)."""
@@ -73,10 +85,10 @@ EAGER = RowKernels(rows_logprobs, rows_logits_grad, CHUNK_ROWS)
 
 @functools.cache
 def compiled_kernels() -> RowKernels:
-    """rows_logprobs and rows_logits_grad under torch.compile, compiled on first use (one graph each
-    for any number of rows; a new temperature or entropy setting adds one)."""
+    """rows_logprobs and rows_logits_grad_pointwise under torch.compile, compiled on first use (one
+    graph each for any number of rows; a new temperature or entropy setting adds one)."""
     fwd = torch.compile(rows_logprobs, dynamic=True)
-    grad = torch.compile(rows_logits_grad, dynamic=True)
+    grad = torch.compile(rows_logits_grad_pointwise, dynamic=True)
     return RowKernels(fwd, grad, None)
 
 
