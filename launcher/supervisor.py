@@ -43,6 +43,7 @@ from areal.infra.discovery import (
 from areal.infra.health import HealthWatch, ServerStartupError, is_healthy, wait_healthy
 from areal.infra.server_process import tail_lines
 
+from .diagnosis import hints
 from .plan import LaunchPlan, ProcessSpec
 from .procs import LaunchError, exit_code, with_flag
 
@@ -121,11 +122,12 @@ def cause_first(exits: list[tuple[str, int]]) -> list[tuple[str, int]]:
 
 
 def failure_report(name: str, log_path: str | None, reason: str) -> str:
-    """The error the user sees: which process, why, its log and the log's last lines."""
+    """The error the user sees: which process, why, its log and the log's last lines, then a hint
+    for each known cause found in them (launcher/diagnosis.py)."""
     lines = [f"error: {name} {reason}" + (f"; log: {log_path}" if log_path else "")]
     tail = tail_lines(log_path, TAIL_LINES) if log_path else []
     if tail:
-        lines += [f"--- last {len(tail)} lines of {log_path} ---", *tail, "---"]
+        lines += [f"--- last {len(tail)} lines of {log_path} ---", *tail, "---", *hints(tail)]
     return "\n".join(lines)
 
 

@@ -45,6 +45,12 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 py=${PYTHON:-python3}
 data="${AREAL_GSM8K_DIR:-}/train.jsonl"
+after_ready() {  # after_ready LOG: wait (at most 300 s) until that run's launcher says "servers ready" (or fails).
+  # SGLang sizes its KV cache from the free memory it sees before and after loading its weights, so
+  # servers that load together on one GPU starve each other: side-by-side runs start one by one.
+  [ -n "$1" ] || return 0
+  for _ in $(seq 300); do grep -qE "servers ready|^error:" "$1" 2>/dev/null && return 0; sleep 1; done
+}
 step() {  # step NAME TIMEOUT_S CMD...: run with a time limit, log to $out/NAME.log, never abort the stage
   local name=$1 limit=$2; shift 2
   echo "== $name: $*" | tee -a "$out/stages.log"
@@ -117,17 +123,18 @@ x1_learning)
   # cut at SMOLLM2_TIMEOUT s and keeps what it logged.
   $py -c "from areal.models.resolve import resolve_model_path as r; print(r('smollm2:135m-instruct'))" \
     >"$out/smollm2_convert.log" 2>&1
-  i=0
+  i=0; prev=""
   for mode in ${MODES:-in_place retract}; do
     for seed in ${SEED_LIST:-$(seq 1 "${SEEDS:-3}")}; do
       run=/tmp/areal-smollm2-1gpu-$mode-$seed
+      after_ready "$prev"
       (step smollm2_1gpu_${mode}_s$seed "${SMOLLM2_TIMEOUT:-500}" $py -m launcher.cli --config smollm2_gsm8k_1gpu.yaml \
          cluster.fileroot=$run rollout.pause_mode=$mode seed=$seed trial_name=${mode}_s$seed \
          sglang.mem_fraction_static=0.04 actor.max_tokens_per_mb=8192 \
          launcher.server_base_port=$((31000 + 100 * i)) launcher.trainer_master_port=$((28000 + 100 * i)) \
          ${LEARNING_ARGS:-}
        cp $run/smollm2_gsm8k_1gpu/${mode}_s$seed/metrics.jsonl "$out/smollm2_1gpu_${mode}_s${seed}_metrics.jsonl") &
-      i=$((i + 1))
+      prev="$out/smollm2_1gpu_${mode}_s$seed.log"; i=$((i + 1))
     done
   done
   wait
@@ -157,17 +164,14 @@ x1_agent)
   ;;
 x1_agent_vs_rlvr)
   # Issue 37's comparison: the agent recipe at its shape (AGENT_SEEDS) beside the RLVR recipe
-  # (RLVR_LRS, seed 1), all on the one GPU at once, each cut at SWEEP_TIMEOUT s. Each run starts
-  # once the previous one's server is ready: SGLang sizes its KV cache from the free memory it sees
-  # before and after loading weights, so servers loading together starve each other.
+  # (RLVR_LRS, seed 1), all on the one GPU at once (started one by one: after_ready), each cut at
+  # SWEEP_TIMEOUT s.
   $py -c "from areal.models.resolve import resolve_model_path as r; print(r('smollm2:135m-instruct'))" \
     >"$out/smollm2_convert.log" 2>&1
   i=0; prev=""
   launch() {  # NAME CONFIG OVERRIDES...
     local name=$1 cfg=$2; shift 2
-    if [ -n "$prev" ]; then  # wait (at most 300 s) for the previous run's "servers ready"
-      for _ in $(seq 300); do grep -q "servers ready" "$prev" 2>/dev/null && break; sleep 1; done
-    fi
+    after_ready "$prev"
     local run=/tmp/areal-sweep-$name
     (step "$name" "${SWEEP_TIMEOUT:-520}" $py -m launcher.cli --config "$cfg" cluster.fileroot=$run trial_name=$name \
        sglang.attention_backend="${SGLANG_ATTENTION:-triton}" sglang.mem_fraction_static=0.1 actor.max_tokens_per_mb=16384 \
