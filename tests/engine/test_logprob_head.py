@@ -64,9 +64,9 @@ def test_a_head_with_a_bias_is_refused():
 )
 def test_engine_step_matches_the_eager_logits_path(tmp_path, tied, fused, compiled):
     """actor.fused_logprobs and actor.compile_logprobs, alone and together, against neither."""
-    from areal.models.tiny import make_tiny_model_dir
-
     from torch._dynamo.utils import counters
+
+    from areal.models.tiny import make_tiny_model_dir
 
     model_dir = str(make_tiny_model_dir(tmp_path / "m", tie_word_embeddings=tied))
     batch = make_batch(4)

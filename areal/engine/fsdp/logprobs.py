@@ -54,7 +54,9 @@ def rows_logprobs(rows: torch.Tensor, targets: torch.Tensor, temperature: float,
     return chunk_logprobs(scaled(rows, temperature), targets, with_entropy)
 
 
-def rows_logits_grad(rows: torch.Tensor, lse: torch.Tensor, targets: torch.Tensor, grad_lp: torch.Tensor, temperature: float):
+def rows_logits_grad(
+    rows: torch.Tensor, lse: torch.Tensor, targets: torch.Tensor, grad_lp: torch.Tensor, temperature: float
+):
     """The gradient of logit rows (in their dtype) from d loss / d log p(targets) per row."""
     return logits_grad_(scaled(rows, temperature), lse, targets, grad_lp / temperature).to(rows.dtype)
 
