@@ -175,6 +175,25 @@ def test_gpu_sampler_and_measured_window(tmp_path, monkeypatch):
     assert got["gpu"]["trainer-0"]["index"] == 1 and got["gpu"]["source"] == "nvidia-smi"
     b = mod.balance({"sync": {**got, "step_s_mean": 1.0}})
     assert b["async_ceiling"] == pytest.approx(1.0 / 0.6)
+    rows[2]["profiler/traced"] = 1.0  # a traced step carries the profiler's cost: left out
+    traced = mod.summarise(args, 2, rows, [start, start + 0.2, end], sampler, start - 5)
+    assert traced["measured_steps"] == 1 and traced["traced_steps_left_out"] == 1
+
+
+def test_a_speedup_from_runs_that_stopped_early_meets_no_goal():
+    mod = _script()
+    result = {
+        "modes": {
+            "sync": {"status": "timeout", "samples_per_s": 36.7},
+            "async2": {"status": "ok", "samples_per_s": 70.8},
+        }
+    }
+    mod.finish(result)
+    assert result["speedup"]["async2_vs_sync"] == pytest.approx(70.8 / 36.7)  # still shown, as a hint
+    assert result["stopped_early"] == ["sync"] and result["goal_met"] is None
+    result["modes"]["sync"]["status"] = "ok"
+    mod.finish(result)
+    assert result["stopped_early"] == [] and result["goal_met"] is True
 
 
 def test_gpu_summary_line_skips_the_source_entry():
