@@ -141,6 +141,8 @@ x1_learning)
     done
   done
   wait
+  # one row per run: accuracy first -> last, the mean of the last 3 evaluations, the training reward
+  $py scripts/summarise_run.py "$out"/smollm2_1gpu_*_metrics.jsonl --warmup 2 --table >"$out/learning_table.md"
   ;;
 x1_modes)
   # The one-GPU recipe as shipped, one schedule at a time on a quiet GPU: sync time-shares the device
@@ -187,6 +189,8 @@ x1_agent_vs_rlvr)
   wait
   $py scripts/summarise_run.py "$out"/rlvr_*_metrics.jsonl "$out"/agent_*_metrics.jsonl --warmup 2 \
     --out "$out/agent_vs_rlvr.json" >/dev/null
+  $py scripts/summarise_run.py "$out"/rlvr_*_metrics.jsonl "$out"/agent_*_metrics.jsonl --warmup 2 --table \
+    >"$out/agent_vs_rlvr_table.md"
   ;;
 x1_sglang)
   # SGLANG_ATTENTION: the attention backend (triton or flashinfer where FA3 is missing)

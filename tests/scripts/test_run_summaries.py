@@ -83,6 +83,27 @@ def test_summarise_run_gives_per_token_times_against_the_first(tmp_path):
     assert second["recompute_us_per_token"] == 200.0 and second["recompute_us_per_token_vs_first"] == 0.8
 
 
+def test_summarise_run_gives_the_learning_figures_and_a_table(tmp_path, capsys):
+    """First and last held-out accuracy, the mean of the last 3 evaluations (warm-up steps count:
+    learning is judged over the whole run) and the training reward of the last 5 steps."""
+    rows = [{"step": 0, "eval/accuracy": 0.2}]
+    for step in range(1, 9):
+        extra = {"eval/accuracy": 0.1 * step} if step % 2 == 0 else {}
+        rows.append(step_row(step, 1.0, **extra))  # reward 0.1 * step
+    run_dir = tmp_path / "abort_s1"
+    run_dir.mkdir()
+    path = write_metrics(run_dir / "metrics.jsonl", rows)
+    got = summarise_run.summarise(path, 2)
+    assert got["first_eval_accuracy"] == 0.2 and got["last_eval_accuracy"] == 0.8
+    assert got["eval_last3_mean"] == pytest.approx(0.6)  # steps 4, 6, 8
+    assert got["reward_last5_mean"] == pytest.approx(0.6)  # steps 4..8
+    assert got["last_step"] == 8
+    summarise_run.main([str(path), "--warmup", "2", "--table"])
+    header, rule, row = capsys.readouterr().out.strip().splitlines()
+    assert header.startswith("| run | last step |") and rule.startswith("| ---")
+    assert row == "| abort_s1 | 8 | 0.200 -> 0.800 | 0.600 | 0.600 | 8.0 |"
+
+
 def test_summarise_run_names_a_run_with_no_steps_after_warmup(tmp_path):
     path = write_metrics(tmp_path / "m.jsonl", [step_row(1, 1.0)])
     with pytest.raises(SystemExit, match="--warmup 2"):
