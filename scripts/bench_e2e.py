@@ -650,7 +650,8 @@ def summarise(
     args, k: int, steps: list[dict], arrivals: list[float], sampler, start: float, roles: dict[str, int] | None = None
 ) -> dict:
     # a traced step (profiler.steps) pays the profiler's cost: its figures are not the pipeline's
-    measured = [r for r in steps if r["step"] > args.warmup and not r.get("profiler/traced")]
+    after_warmup = [r for r in steps if r["step"] > args.warmup]
+    measured = [r for r in after_warmup if not r.get("profiler/traced")]
     step_arrivals = [t for r, t in zip_steps(steps, arrivals)]
 
     def total(key):
@@ -665,7 +666,7 @@ def summarise(
     out = {
         "max_head_offpolicyness": k,
         "measured_steps": len(measured),
-        "traced_steps_left_out": sum(1 for r in steps if r["step"] > args.warmup and r.get("profiler/traced")),
+        "traced_steps_left_out": len(after_warmup) - len(measured),
         "measured_s": seconds,
         "samples_per_s": total("rollout/n_samples") / seconds if seconds else None,
         "gen_tokens_per_s": total("rollout/gen_tokens") / seconds if seconds else None,

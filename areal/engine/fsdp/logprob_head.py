@@ -73,7 +73,7 @@ def linear_token_logprobs(
     as token_logprobs_and_entropy(hidden @ weight.T, targets) computes them, without [N, V] tensors
     kept for backward. Differentiable in hidden and weight through the logprobs. `compiled`: each
     chunk's logits go through torch.compile's fused kernels (logprobs.py)."""
-    kernels = row_kernels(compiled, chunk)
+    kernels = row_kernels(compiled)
     return _LinearTokenLogprob.apply(hidden, weight, targets, float(temperature), with_entropy, kernels, chunk)
 
 

@@ -74,15 +74,13 @@ def rows_logits_grad_pointwise(
 
 
 class RowKernels(NamedTuple):
-    """How rows of logits become (lse, logprob, entropy) and back into their gradient, and how many
-    rows go in at once (None: all of them)."""
+    """How rows of logits become (lse, logprob, entropy) and back into their gradient."""
 
     forward: Callable
     grad: Callable
-    chunk: int | None
 
 
-EAGER = RowKernels(rows_logprobs, rows_logits_grad, CHUNK_ROWS)
+EAGER = RowKernels(rows_logprobs, rows_logits_grad)
 
 
 @functools.cache
@@ -91,23 +89,22 @@ def compiled_kernels() -> RowKernels:
     graph each for any number of rows; a new temperature or entropy setting adds one)."""
     fwd = torch.compile(rows_logprobs, dynamic=True)
     grad = torch.compile(rows_logits_grad_pointwise, dynamic=True)
-    return RowKernels(fwd, grad, None)
+    return RowKernels(fwd, grad)
 
 
-def row_kernels(compiled: bool, chunk: int = CHUNK_ROWS) -> RowKernels:
-    """The compiled kernels, or the eager ones over `chunk` rows at a time."""
-    return compiled_kernels() if compiled else EAGER._replace(chunk=chunk)
-
-
-def split_rows(x: torch.Tensor, chunk: int | None):
-    return x.split(chunk) if chunk else (x,)
+def row_kernels(compiled: bool) -> RowKernels:
+    return compiled_kernels() if compiled else EAGER
 
 
 class _TokenLogprob(torch.autograd.Function):
+    """`chunk` rows of logits at a time, or all of them at once (None: the compiled kernels keep no
+    [rows, V] buffer to bound)."""
+
     @staticmethod
-    def forward(ctx, logits, targets, temperature: float, with_entropy: bool, kernels: RowKernels):
+    def forward(ctx, logits, targets, temperature: float, with_entropy: bool, kernels: RowKernels, chunk: int | None):
+        step = chunk or max(logits.shape[0], 1)
         lse_parts, lp_parts, ent_parts = [], [], []
-        for rows, tgt in zip(split_rows(logits, kernels.chunk), split_rows(targets, kernels.chunk)):
+        for rows, tgt in zip(logits.split(step), targets.split(step)):
             lse, lp, ent = kernels.forward(rows, tgt, temperature, with_entropy)
             lse_parts.append(lse)
             lp_parts.append(lp)
@@ -115,7 +112,7 @@ class _TokenLogprob(torch.autograd.Function):
                 ent_parts.append(ent)
         lse = joined(lse_parts, logits)
         ctx.save_for_backward(logits, targets, lse)
-        ctx.temperature, ctx.kernels = temperature, kernels
+        ctx.temperature, ctx.kernels, ctx.step = temperature, kernels, step
         ent = torch.cat(ent_parts) if with_entropy else lse.new_zeros(0)
         ctx.mark_non_differentiable(ent)
         return joined(lp_parts, logits), ent
@@ -123,14 +120,14 @@ class _TokenLogprob(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_lp, grad_ent):
         logits, targets, lse = ctx.saved_tensors
-        t, kernels = ctx.temperature, ctx.kernels
-        if not kernels.chunk:
-            return kernels.grad(logits, lse, targets, grad_lp, t), None, None, None, None
+        t, kernels, step = ctx.temperature, ctx.kernels, ctx.step
+        if step >= logits.shape[0]:  # one piece: its gradient is the whole, no copy into a second buffer
+            return kernels.grad(logits, lse, targets, grad_lp, t), None, None, None, None, None
         grad = torch.empty_like(logits)
-        for start in range(0, logits.shape[0], kernels.chunk):
-            end = start + kernels.chunk
+        for start in range(0, logits.shape[0], step):
+            end = start + step
             grad[start:end] = kernels.grad(logits[start:end], lse[start:end], targets[start:end], grad_lp[start:end], t)
-        return grad, None, None, None, None
+        return grad, None, None, None, None, None
 
 
 def token_logprobs_and_entropy(
@@ -147,6 +144,8 @@ def token_logprobs_and_entropy(
     Differentiable in the log-probabilities; the entropy is a statistic (no gradient). `compiled`:
     torch.compile's fused kernels (see above) instead of the eager loop over `chunk` rows at a time.
     """
-    kernels = row_kernels(compiled, chunk)
-    lp, ent = _TokenLogprob.apply(logits, targets, float(temperature), with_entropy, kernels)
+    kernels = row_kernels(compiled)
+    lp, ent = _TokenLogprob.apply(
+        logits, targets, float(temperature), with_entropy, kernels, None if compiled else chunk
+    )
     return lp, (ent if with_entropy else None)
