@@ -40,9 +40,10 @@ from __future__ import annotations
 
 PAUSE_MODES = ("abort", "retract", "in_place")
 
-# rollout.pause_mode=auto, per server program: retract learned best on the built-in server
-# (docs/benchmarks.md section 5); abort is the only mode measured on SGLang so far.
-AUTO_PAUSE_MODE = {"builtin": "retract", "sglang": "abort"}
+# rollout.pause_mode=auto, per server program, the mode with the highest mean of the last 3
+# evaluations over 3 seeds of the one-GPU recipe: retract on the built-in server (docs/benchmarks.md
+# section 5), in_place on SGLang 0.5.16 (0.757 against retract 0.732 and abort 0.715; section 9).
+AUTO_PAUSE_MODE = {"builtin": "retract", "sglang": "in_place"}
 
 
 def resolve_pause_mode(configured: str, server_kind: str | None) -> str:
