@@ -185,6 +185,49 @@ class Trial:
     gpu_left_mib: int = 0  # GPU memory still in use after the trial, above what it was before
 
 
+TRIAL_NAME = "demo"  # every trial's run is ROOT/<experiment>/demo, whatever its config names it
+
+
+def run_dir_of(root: Path, preset: Preset) -> Path:
+    return root / preset.experiment / TRIAL_NAME
+
+
+def run_env(environ) -> dict[str, str]:
+    """A trial run's environment: the caller's, with the repo first on PYTHONPATH and whatever the
+    caller's PYTHONPATH held after it (on the device, the folder SGLang was installed to), and no
+    OMP_NUM_THREADS (the launcher sets it per process)."""
+    env = {**environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), environ.get("PYTHONPATH")]))}
+    env.pop("OMP_NUM_THREADS", None)
+    return env
+
+
+def launch_args(
+    root: Path, steps: int, extra: list[str], eval_every: int | None, preset: Preset, ports: tuple[int, int]
+) -> list[str]:
+    """The areal-launch command of one trial's run (server and trainer ports given)."""
+    return [
+        sys.executable,
+        "-m",
+        "launcher.cli",
+        "--config",
+        preset.config,
+        f"cluster.fileroot={root}",
+        f"trial_name={TRIAL_NAME}",
+        *preset.overrides,
+        f"total_train_steps={steps}",
+        "recover.freq_steps=2",
+        f"evaluator.freq_steps={eval_every or 'null'}",
+        "saver.save_at_end=false",
+        "stats_logger.progress_bar=false",
+        "stats_logger.plot=false",
+        f"launcher.server_health_timeout_s={preset.health_timeout_s:g}",
+        "launcher.shutdown_grace_s=3",
+        f"launcher.server_base_port={ports[0]}",
+        f"launcher.trainer_master_port={ports[1]}",
+        *extra,
+    ]
+
+
 class Run:
     """One areal-launch subprocess whose console goes to a file under the trial's folder."""
 
@@ -200,33 +243,13 @@ class Run:
         from areal.infra.ports import next_free_port
 
         self.root = root
-        self.run_dir = root / preset.experiment / "demo"
+        self.run_dir = run_dir_of(root, preset)
         self.console = root / f"console-{attempt}.log"
         base = next_free_port(20000 + random.randrange(30000))
-        args = [
-            sys.executable,
-            "-m",
-            "launcher.cli",
-            "--config",
-            preset.config,
-            f"cluster.fileroot={root}",
-            *preset.overrides,
-            f"total_train_steps={steps}",
-            "recover.freq_steps=2",
-            f"evaluator.freq_steps={eval_every or 'null'}",
-            "saver.save_at_end=false",
-            "stats_logger.progress_bar=false",
-            "stats_logger.plot=false",
-            f"launcher.server_health_timeout_s={preset.health_timeout_s:g}",
-            "launcher.shutdown_grace_s=3",
-            f"launcher.server_base_port={base}",
-            f"launcher.trainer_master_port={next_free_port(base + 10)}",
-            *extra,
-        ]
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        env.pop("OMP_NUM_THREADS", None)
+        ports = (base, next_free_port(base + 10))
+        args = launch_args(root, steps, extra, eval_every, preset, ports)
         self.out = open(self.console, "w")
-        self.proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=self.out, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(args, cwd=REPO, env=run_env(os.environ), stdout=self.out, stderr=subprocess.STDOUT)
 
     @property
     def config(self) -> str:
@@ -600,7 +623,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--steps", type=int, default=10, help="training steps of each run")
-    ap.add_argument("--config", choices=tuple(PRESETS), default="demo", help="which CPU config the trials run")
+    ap.add_argument("--config", choices=tuple(PRESETS), default="demo", help="which config the trials run (PRESETS)")
     ap.add_argument(
         "--stopped-timeout",
         type=float,

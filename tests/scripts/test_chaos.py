@@ -25,12 +25,17 @@ import pytest
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "chaos.py"
 
 
-@pytest.mark.slow
-def test_five_chaos_trials_end_in_recovery_or_a_named_exit(tmp_path, monkeypatch):
+def _load_chaos(monkeypatch):
     spec = importlib.util.spec_from_file_location("chaos", SCRIPT)
     chaos = importlib.util.module_from_spec(spec)
     monkeypatch.setitem(sys.modules, "chaos", chaos)  # its dataclass looks itself up there
     spec.loader.exec_module(chaos)
+    return chaos
+
+
+@pytest.mark.slow
+def test_five_chaos_trials_end_in_recovery_or_a_named_exit(tmp_path, monkeypatch):
+    chaos = _load_chaos(monkeypatch)
     args = chaos.parse_args(
         [
             "--trials",
@@ -57,3 +62,36 @@ def test_five_chaos_trials_end_in_recovery_or_a_named_exit(tmp_path, monkeypatch
         assert r.outcome in ("completed", "clean exit", "all exited"), table
         if r.outcome != "completed":
             assert r.seconds <= chaos.EXIT_WITHIN_S, table
+
+
+# ids not named "gpu": a keyword "gpu" would skip the test as GPU-marked (tests/conftest.py)
+@pytest.mark.parametrize("name", ["demo", "colocated", "agent", "gpu", "gpu_sync"], ids=lambda n: f"preset_{n}")
+def test_each_preset_runs_where_the_trials_watch_it(name, tmp_path, monkeypatch):
+    """The trials read metrics.jsonl and the phase files under chaos.run_dir_of; the launcher's own
+    plan of the trial's command must put the run there (the GPU presets' config names its trial
+    trial0, and the trials once waited for steps under .../demo). The GPU presets are planned with
+    the built-in server: SGLang is not installed on CPU, and the server does not move the run."""
+    import json
+    import subprocess
+
+    chaos = _load_chaos(monkeypatch)
+    preset = chaos.PRESETS[name]
+    args = chaos.launch_args(tmp_path, 4, [], None, preset, (31000, 31010))
+    args = [a.replace("rollout.server=sglang", "rollout.server=builtin") for a in args]
+    out = subprocess.run([*args, "--dry-run", "--json"], cwd=chaos.REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    plan = json.loads(out.stdout)
+    assert plan["run_dir"] == str(chaos.run_dir_of(tmp_path, preset))
+    assert {p["env"]["AREAL_RUN_DIR"] for p in plan["processes"]} == {plan["run_dir"]}
+
+
+def test_a_trial_run_keeps_the_callers_python_path(monkeypatch):
+    """On the device SGLang lives in a folder named by PYTHONPATH; a run that lost it died at import
+    (pydantic, then sglang) before its first step."""
+    import os
+
+    chaos = _load_chaos(monkeypatch)
+    env = chaos.run_env({"PYTHONPATH": "/tmp/site", "OMP_NUM_THREADS": "1", "HOME": "/root"})
+    assert env["PYTHONPATH"].split(os.pathsep) == [str(chaos.REPO), "/tmp/site"]
+    assert "OMP_NUM_THREADS" not in env and env["HOME"] == "/root"
+    assert chaos.run_env({})["PYTHONPATH"] == str(chaos.REPO)
