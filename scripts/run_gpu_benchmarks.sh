@@ -51,14 +51,16 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 py=${PYTHON:-python3}
 data="${AREAL_GSM8K_DIR:-}/train.jsonl"
-after_ready() {  # after_ready LOG: wait (at most 300 s) until that run's launcher says "servers ready" (or fails).
+after_ready() {  # after_ready LOG: wait (at most 600 s) until that run has logged its first step (or failed).
   # SGLang sizes its KV cache from the free memory it sees before and after loading its weights, so
-  # servers that load together on one GPU starve each other: side-by-side runs start one by one.
+  # a server that loads while another run's server or trainer allocates is starved: side-by-side runs
+  # start one by one, each once the previous one's trainer has taken a step (after its server was
+  # merely ready, a trainer's first step took 36% of the free memory from under the next server).
   [ -n "$1" ] || return 0
-  for _ in $(seq 300); do grep -qE "servers ready|^error:" "$1" 2>/dev/null && return 0; sleep 1; done
+  for _ in $(seq 600); do grep -qE "step 1/|^error:" "$1" 2>/dev/null && return 0; sleep 1; done
 }
 side_by_side() {  # side_by_side NAME CONFIG MEM_FRACTION MB_TOKENS OVERRIDES...: one run of a sweep that
-  # shares the GPU, started once the previous one's servers are ready, on its own ports, cut at
+  # shares the GPU, started once the previous one has taken its first step, on its own ports, cut at
   # SWEEP_TIMEOUT s; its metrics land in $out/NAME_metrics.jsonl. Callers set i=0, prev="" and runs=()
   # first, and wait for "${runs[@]}".
   local name=$1 cfg=$2 mem=$3 mb=$4; shift 4
