@@ -4,9 +4,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from .base import DType, Section
+
+# actor.max_tokens_per_mb=auto (areal/engine/fsdp/mb_budget.py): the budget of a pass measured on
+# CUDA, and the fixed budget where there is no device memory to measure (CPU)
+AUTO_PROBE_TOKENS = 4096
+AUTO_CPU_TOKENS = 16384
 
 
 class OptimizerConfig(Section):
@@ -41,8 +46,20 @@ class ActorConfig(Section):
     dtype: DType = Field("bfloat16", description="Parameter dtype during compute.")
     grad_reduce_dtype: DType = Field("float32", description="Dtype of gradient reduction across ranks.")
     optimizer: OptimizerConfig = Field(default_factory=OptimizerConfig, description="Optimizer and LR schedule.")
-    max_tokens_per_mb: int = Field(
-        16384, ge=1, description="Token budget of one packed micro-batch (sequences are packed, never split)."
+    max_tokens_per_mb: int | Literal["auto"] = Field(
+        16384,
+        description="Token budget of one packed micro-batch (sequences are packed, never split), or 'auto': "
+        f"on CUDA the first pass of each kind (logprob recompute, training) runs at {AUTO_PROBE_TOKENS} tokens "
+        "and its peak memory per token is measured; later passes get the free memory x (1 - "
+        "mb_memory_headroom) over that, a multiple of 1024, never below the longest sequence. On CPU 'auto' "
+        f"is a fixed {AUTO_CPU_TOKENS}. Logged as train/mb_token_budget.",
+    )
+    mb_memory_headroom: float = Field(
+        0.1,
+        ge=0,
+        lt=1,
+        description="With max_tokens_per_mb=auto: the fraction of the free device memory left unused "
+        "(allocator fragmentation, memory others take meanwhile). Not read with a fixed budget.",
     )
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
     compile: bool = Field(
@@ -189,6 +206,23 @@ class ActorConfig(Section):
         "parameters, gradients and optimizer state to CPU memory while the servers generate, and back "
         "for training, so generation can use the whole device.",
     )
+
+    @field_validator("max_tokens_per_mb", mode="before")
+    @classmethod
+    def _token_budget(cls, value):
+        """A whole number of tokens >= 1 or 'auto', with one message for anything else (not one per
+        member of the union)."""
+        if isinstance(value, str) and value.strip().lower() == "auto":
+            return "auto"
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value.strip())
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            return value
+        raise ValueError(
+            "must be a whole number of tokens >= 1 (e.g. 16384) or 'auto' (sized from the free device memory)"
+        )
 
 
 class RefConfig(Section):

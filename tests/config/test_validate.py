@@ -280,3 +280,25 @@ def test_null_dataset_kwargs_are_left_out():
     assert validate_config(raw).train_dataset.kwargs == {"size": 8}
     raw["train_dataset"]["kwargs"]["uniform_answers"] = True
     assert [i.key for i in issues(raw)] == ["train_dataset.kwargs.uniform_answers"]
+
+
+@pytest.mark.parametrize("value, kept", [(16384, 16384), ("4096", 4096), ("auto", "auto"), ("Auto", "auto")])
+def test_max_tokens_per_mb_takes_a_token_count_or_auto(value, kept):
+    cfg = validate_config(with_(actor__max_tokens_per_mb=value, actor__mb_memory_headroom=0.25))
+    assert cfg.actor.max_tokens_per_mb == kept and cfg.actor.mb_memory_headroom == 0.25
+    assert validate_config(base()).actor.max_tokens_per_mb == 16384  # nothing changes unless asked
+
+
+@pytest.mark.parametrize("value", [0, -4096, "lots", "", 1.5, True, None])
+def test_max_tokens_per_mb_refuses_anything_else_in_one_issue(value):
+    found = issues(with_(actor__max_tokens_per_mb=value))
+    assert [i.key for i in found] == ["actor.max_tokens_per_mb"]  # one issue, not one per union member
+    assert found[0].value == value
+    assert "whole number of tokens >= 1" in found[0].rule and "'auto'" in found[0].rule
+    assert found[0].fix.startswith("set actor.max_tokens_per_mb to a valid value")
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.0, 2])
+def test_mb_memory_headroom_is_a_fraction_below_one(value):
+    found = issues(with_(actor__max_tokens_per_mb="auto", actor__mb_memory_headroom=value))
+    assert [i.key for i in found] == ["actor.mb_memory_headroom"] and found[0].value == value

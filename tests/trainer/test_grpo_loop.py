@@ -74,12 +74,14 @@ def test_trainer_only_run_against_external_server(tmp_path, server, arith_model)
             "evaluator.freq_steps=2",
             "recover.freq_steps=2",
             "saver.freq_steps=2",
+            "actor.max_tokens_per_mb=auto",  # on CPU: the fixed 16384, reported every step
         ],
     )
     run_module("areal.trainer.main", path)
     rows = metrics(cfg)
     steps = [r for r in rows if r["step"] > 0]
     assert [r["step"] for r in steps] == [1, 2, 3, 4]
+    assert all(r["train/mb_token_budget"] == r["train/mb_token_budget_forward"] == 16384 for r in steps)
     for key in ("epoch", "weight_version", "rollout/reward_mean", "train/loss", "timing/step_s"):
         assert all(key in r for r in steps), key
     assert [r["weight_version"] for r in steps] == [1, 2, 3, 4]

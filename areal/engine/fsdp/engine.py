@@ -29,6 +29,7 @@ from areal.api.train import Batch, LossFn, TrainEngine
 from areal.api.weights import WeightSink, WeightUpdateMeta
 
 from . import packing, state, weight_sync
+from .mb_budget import CudaMemory, TokenBudget
 from .optim import build_optimizer, build_scheduler, clip_grad_norm
 from .parallelize import (
     apply_fsdp,
@@ -75,6 +76,9 @@ class FSDPEngine(TrainEngine):
         self.model = self.optimizer = self.scheduler = self.tokenizer = self.mesh = None
         self._owns_process_group = False
         self.offloaded = False  # parameters and optimizer state are in CPU memory (offload())
+        # actor.max_tokens_per_mb: fixed, or (auto) measured on CUDA per pass kind (mb_budget.py)
+        memory = CudaMemory() if self._device_type == "cuda" else None
+        self.mb_budget = TokenBudget(config.max_tokens_per_mb, config.mb_memory_headroom, memory)
 
     @classmethod
     def from_pretrained(cls, model: str, **kwargs) -> "FSDPEngine":
@@ -238,13 +242,14 @@ class FSDPEngine(TrainEngine):
         return {k: v[lo:hi] if _per_sequence(v, n) else v for k, v in batch.items()}
 
     # ---- micro-batches ---------------------------------------------------------------------------
-    def _microbatches(self, batch: Batch) -> list[packing.PackedMicroBatch]:
-        """Packed micro-batches; every rank gets the same count (FSDP collectives need it)."""
+    def _microbatches(self, batch: Batch, kind: str = "forward") -> list[packing.PackedMicroBatch]:
+        """Packed micro-batches within the token budget of a `kind` pass ("forward" or "train":
+        mb_budget.py); every rank gets the same count (FSDP collectives need it)."""
         import torch.distributed as dist
 
         lengths = packing.sequence_lengths(batch["attention_mask"])
-        budget = self.config.max_tokens_per_mb
-        bins = packing.allocate(lengths, budget)
+        budget, min_count = self.mb_budget.plan(kind, lengths)
+        bins = packing.allocate(lengths, budget, min_count=min_count)
         count = torch.tensor(len(bins), device=self.device)
         dist.all_reduce(count, op=dist.ReduceOp.MAX)
         if int(count) > len(bins):
@@ -319,15 +324,17 @@ class FSDPEngine(TrainEngine):
         # micro-batch's kernels before the host could queue the next one.
         logp = torch.zeros(shape, dtype=torch.float32, device=self.device)
         ent = torch.zeros(shape, dtype=torch.float32, device=self.device) if with_entropy else None
-        for mb in self._microbatches(batch):
-            lp, e, _ = self._token_logprobs(mb, temperature, with_entropy)
-            if mb.is_dummy:
-                continue
-            width = max(mb.seqlens)
-            rows = torch.tensor(mb.indices, device=self.device)
-            logp[rows, :width] = packing.unpack(lp, mb, width)
-            if with_entropy:
-                ent[rows, :width] = packing.unpack(e, mb, width)
+        mbs = self._microbatches(batch, "forward")
+        with self.mb_budget.measure("forward", [mb.n_tokens for mb in mbs]):
+            for mb in mbs:
+                lp, e, _ = self._token_logprobs(mb, temperature, with_entropy)
+                if mb.is_dummy:
+                    continue
+                width = max(mb.seqlens)
+                rows = torch.tensor(mb.indices, device=self.device)
+                logp[rows, :width] = packing.unpack(lp, mb, width)
+                if with_entropy:
+                    ent[rows, :width] = packing.unpack(e, mb, width)
         logp = logp.to(home)
         return (logp, ent.to(home)) if with_entropy else logp
 
@@ -348,7 +355,8 @@ class FSDPEngine(TrainEngine):
         self._require_initialized(train=True)
         t0 = time.perf_counter()
         self.model.train()
-        mbs = self._microbatches(batch)
+        mbs = self._microbatches(batch, "train")
+        budgets = self._budget_stats()
         subs = [None if mb.is_dummy else self._sub_batch(batch, mb, self.device) for mb in mbs]
         weights = [0.0 if sub is None else float(loss_weight_fn(sub)) for sub in subs]
         total = torch.tensor(sum(weights), dtype=torch.float64, device=self.device)
@@ -359,8 +367,9 @@ class FSDPEngine(TrainEngine):
             logger.warning(
                 "train_batch: the loss weights sum to 0 over all ranks (no loss tokens?); skipping the optimizer step"
             )
-            return {"loss": 0.0, "grad_norm": 0.0, "lr": self.lr, "skipped": 1.0}
-        loss_sum, stat_sums, n_tokens = self._backward_microbatches(mbs, subs, weights, total, loss_fn, temperature)
+            return {"loss": 0.0, "grad_norm": 0.0, "lr": self.lr, "skipped": 1.0, **budgets}
+        with self.mb_budget.measure("train", [mb.n_tokens for mb in mbs]):
+            loss_sum, stat_sums, n_tokens = self._backward_microbatches(mbs, subs, weights, total, loss_fn, temperature)
         grad_norm = clip_grad_norm(self.model.parameters(), self.config.optimizer.gradient_clipping)
         lr = self.lr
         if torch.isfinite(torch.tensor(grad_norm)):
@@ -379,9 +388,19 @@ class FSDPEngine(TrainEngine):
             "skipped": skipped,
             "n_microbatches": float(len(mbs)),
             "n_tokens": float(n_tokens),
+            **budgets,
         }
         out.update({f"loss_fn/{k}": v for k, v in self._sum_over_dp(stat_sums).items()})
         out["step_s"] = time.perf_counter() - t0
+        return out
+
+    def _budget_stats(self) -> dict[str, float]:
+        """This rank's micro-batch token budgets: of the train pass being run (mb_token_budget) and
+        of the latest forward pass (mb_token_budget_forward, once there was one)."""
+        used = self.mb_budget.used
+        out = {"mb_token_budget": float(used["train"])}
+        if "forward" in used:
+            out["mb_token_budget_forward"] = float(used["forward"])
         return out
 
     def _backward_microbatches(self, mbs, subs, weights, total: float, loss_fn: LossFn, temperature: float):
