@@ -26,7 +26,8 @@
 #                                                           # and a CANDIDATE_ARGS run, all at once (~18 min)
 #   scripts/run_gpu_benchmarks.sh x1_profile RESULTS_DIR    # torch-profiler traces of a pipeline step,
 #                                                           # trainer and SGLang, 0.5B (SHAPE), with summaries (~9 min)
-#   scripts/run_gpu_benchmarks.sh x1_logprobs RESULTS_DIR   # trainer alone: eager, fused, compiled logprobs (~4 min)
+#   scripts/run_gpu_benchmarks.sh x1_logprobs RESULTS_DIR   # trainer alone: eager, fused, compiled logprobs,
+#                                                           # then max_tokens_per_mb=auto's gpu test (~5 min)
 #   scripts/run_gpu_benchmarks.sh x1_sglang RESULTS_DIR     # the gpu-marked tests against real SGLang
 #                                                           # (pip install sglang==0.5.16) (~8 min)
 #   scripts/run_gpu_benchmarks.sh x1_sglang_perf RESULTS_DIR  # SGLang beside the built-in server: decode
@@ -276,6 +277,8 @@ x1_logprobs)
     --fused-logprobs --compile-logprobs --fused-compiled-logprobs --out "$out/trainer_logprobs_0.5b.json"
   step gpu_tests_logprobs 150 $py -m pytest -q -m gpu tests/engine/gpu/test_fsdp_gpu.py -k "fused or compiled" -s \
     -p no:cacheprovider
+  # actor.max_tokens_per_mb=auto: budgets measured on a free device and beside a tenant (its line has the figures)
+  step gpu_tests_mb_budget 150 $py -m pytest -q -m gpu tests/engine/gpu/test_fsdp_mb_budget_gpu.py -s -p no:cacheprovider
   ;;
 x4_train)
   # The trainer alone on GPUs 2,3 (where areal-launch puts it beside two servers), 1.5B shape.
