@@ -75,6 +75,16 @@ def say(msg: str) -> None:
     print(msg, flush=True)
 
 
+def _token_budget(text: str) -> int | str:
+    """--max-tokens-per-mb: a whole number of tokens or 'auto' (what actor.max_tokens_per_mb takes)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither a number of tokens nor 'auto'") from None
+
+
 def parse_args(argv=None):
     from model_shapes import SHAPES
 
@@ -123,7 +133,13 @@ def parse_args(argv=None):
         help="sglang.max_running_requests (sequences decoded together per server); default: max-concurrent x n-samples",
     )
     p.add_argument("--ppo-minibatches", type=int, default=4, help="actor.ppo_n_minibatches")
-    p.add_argument("--max-tokens-per-mb", type=int, default=16384, help="actor.max_tokens_per_mb")
+    p.add_argument(
+        "--max-tokens-per-mb",
+        type=_token_budget,
+        default=16384,
+        help="actor.max_tokens_per_mb: tokens, or auto (sized from the free memory; the budgets used are "
+        "reported as mb_token_budget_mean)",
+    )
     p.add_argument(
         "--grad-ckpt",
         action=argparse.BooleanOptionalAction,
@@ -681,6 +697,11 @@ def summarise(
         "phase_cpu_s_mean": {
             p: {"main": mean(f"cpu/{p}_main_s"), "others": mean(f"cpu/{p}_others_s")}
             for p in ("recompute_logprob", "train")
+        },
+        # the micro-batch token budgets the trainer used (with --max-tokens-per-mb auto: measured)
+        "mb_token_budget_mean": {
+            "train": mean("train/mb_token_budget"),
+            "forward": mean("train/mb_token_budget_forward"),
         },
         "weight_update_s_mean": mean("weight_update/seconds"),
         # its parts (gather, transfer, ...) and, around it, pausing and resuming generation

@@ -196,6 +196,28 @@ def test_a_speedup_from_runs_that_stopped_early_meets_no_goal():
     assert result["stopped_early"] == [] and result["goal_met"] is True
 
 
+def test_auto_token_budget_reaches_the_config_and_the_summary(tmp_path):
+    """--max-tokens-per-mb auto goes to actor.max_tokens_per_mb, and the summary averages the budgets
+    the trainer reported (train/mb_token_budget, _forward) over the measured steps."""
+    from areal.config import validate_config
+    from launcher.compose import compose
+
+    mod = _script()
+    assert mod.parse_args(["--out", "x"]).max_tokens_per_mb == 16384
+    with pytest.raises(SystemExit):
+        mod.parse_args(["--out", "x", "--max-tokens-per-mb", "lots"])
+    args = mod.parse_args(["--out", "x", "--max-tokens-per-mb", "auto", "--steps", "2", "--warmup", "1"])
+    args.device, args.dtype = "cuda", "bfloat16"
+    ov = mod.overrides(args, 2, 0, str(tmp_path / "m"), str(tmp_path / "t"), str(tmp_path / "d"), tmp_path)
+    assert validate_config(compose(args.config, ov)).actor.max_tokens_per_mb == "auto"
+    rows = [
+        {"step": s, "timing/step_s": 1.0, "train/mb_token_budget": b, "train/mb_token_budget_forward": 4 * b}
+        for s, b in ((1, 4096), (2, 40960), (3, 49152))  # the probe's step is a warm-up step
+    ]
+    got = mod.summarise(args, 2, rows, [0.0, 1.0, 2.0], None, -1.0)
+    assert got["mb_token_budget_mean"] == {"train": 45056, "forward": 4 * 45056}
+
+
 def test_gpu_summary_line_skips_the_source_entry():
     mod = _script()
     gpu = {
