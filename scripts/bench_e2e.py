@@ -76,13 +76,13 @@ def say(msg: str) -> None:
 
 
 def _token_budget(text: str) -> int | str:
-    """--max-tokens-per-mb: a whole number of tokens or 'auto' (what actor.max_tokens_per_mb takes)."""
-    if text.strip().lower() == "auto":
-        return "auto"
+    """--max-tokens-per-mb: what actor.max_tokens_per_mb takes (areal.config.actor.token_budget)."""
+    from areal.config.actor import token_budget
+
     try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is neither a number of tokens nor 'auto'") from None
+        return token_budget(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text!r}: {e}") from None
 
 
 def parse_args(argv=None):

@@ -14,6 +14,20 @@ AUTO_PROBE_TOKENS = 4096
 AUTO_CPU_TOKENS = 16384
 
 
+def token_budget(value) -> int | str:
+    """actor.max_tokens_per_mb's value: a whole number of tokens >= 1 or 'auto', with one message for
+    anything else (not one per member of the union). bench_e2e.py parses its option with it too."""
+    if isinstance(value, str) and value.strip().lower() == "auto":
+        return "auto"
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value.strip())
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    raise ValueError("must be a whole number of tokens >= 1 (e.g. 16384) or 'auto' (sized from the free device memory)")
+
+
 class OptimizerConfig(Section):
     type: Literal["adamw"] = Field("adamw", description="Optimizer (AdamW).")
     lr: float = Field(1e-5, gt=0, description="Peak learning rate.")
@@ -210,19 +224,7 @@ class ActorConfig(Section):
     @field_validator("max_tokens_per_mb", mode="before")
     @classmethod
     def _token_budget(cls, value):
-        """A whole number of tokens >= 1 or 'auto', with one message for anything else (not one per
-        member of the union)."""
-        if isinstance(value, str) and value.strip().lower() == "auto":
-            return "auto"
-        if isinstance(value, str) and value.strip().isdigit():
-            value = int(value.strip())
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-            return value
-        raise ValueError(
-            "must be a whole number of tokens >= 1 (e.g. 16384) or 'auto' (sized from the free device memory)"
-        )
+        return token_budget(value)
 
 
 class RefConfig(Section):
