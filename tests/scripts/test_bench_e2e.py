@@ -119,6 +119,79 @@ def test_cpu_smoke_sync_and_async_two_servers_two_ranks(tmp_path, gsm8k_file):
     assert "gconfig.ignore_eos=true" in result["config"]["overrides_example"]
 
 
+@pytest.mark.slow
+def test_cpu_variants_run_their_own_overrides_and_are_compared(tmp_path, gsm8k_file):
+    """Two --variant run sets in one call: each run gets its variant's overrides (last, so they win
+    over the benchmark's own), lands in its own trial, and the comparison rows refer to the first."""
+    out = tmp_path / "e2e.json"
+    args = ["--device", "cpu", "--shape", "tiny", "--batch-size", "2", "--n-samples", "2", "--max-new-tokens", "4"]
+    args += ["--steps", "1", "--warmup", "0", "--ppo-minibatches", "1", "--offpolicyness", "2"]
+    args += ["--data", str(gsm8k_file), "--workdir", str(tmp_path / "work"), "--out", str(out)]
+    args += ["--port-base", "31470", "--master-port-base", "29470", "--max-tokens-per-mb", "16384"]
+    args += ["--variant", "base", "--variant", "small_mb", "actor.max_tokens_per_mb=8192", "actor.fused_logprobs=true"]
+    rc = _script().main(args)
+    result = json.loads(out.read_text())
+    assert rc == 0, {k: m.get("log_tail") for lay in result["layouts"].values() for k, m in lay["modes"].items()}
+    assert list(result["layouts"]) == ["fsdp:d1/base", "fsdp:d1/small_mb"]
+    base, small = (result["layouts"][k]["modes"]["async2"] for k in result["layouts"])
+    assert result["modes"]["async2"] == base  # the top level is the first variant's
+    assert Path(base["run_dir"]).name == "async2_base" and Path(small["run_dir"]).name == "async2_small_mb"
+    assert base["mb_token_budget_mean"]["train"] == 16384 and small["mb_token_budget_mean"]["train"] == 8192
+    assert "fused_logprobs: true" in (Path(small["run_dir"]) / "config.yaml").read_text()
+    assert "fused_logprobs: false" in (Path(base["run_dir"]) / "config.yaml").read_text()
+    rows = {r["variant"]: r for r in result["variants"]}
+    assert rows["base"]["samples_per_s_vs_first"] == 1.0 and rows["base"]["train_tokens_per_s_vs_first"] == 1.0
+    assert rows["small_mb"]["overrides"] == ["actor.max_tokens_per_mb=8192", "actor.fused_logprobs=true"]
+    assert rows["small_mb"]["samples_per_s_vs_first"] == pytest.approx(small["samples_per_s"] / base["samples_per_s"])
+
+
+def test_variants_are_named_once_and_hold_overrides():
+    mod = _script()
+    args = mod.parse_args(["--out", "x", "--variant", "a", "--variant", "b.2", "x.y=1", "z=[1,2]"])
+    assert args.variants == {"a": [], "b.2": ["x.y=1", "z=[1,2]"]}
+    assert mod.run_sets(args) == [("fsdp:d1", "a"), ("fsdp:d1", "b.2")]
+    assert mod.trial_name("fsdp:d1", 2, args, "b.2") == "async2_b.2" and mod.set_key("fsdp:d1", "a") == "fsdp:d1/a"
+    plain = mod.parse_args(["--out", "x"])
+    assert plain.variants == {} and mod.run_sets(plain) == [("fsdp:d1", None)]
+    assert mod.trial_name("fsdp:d1", 0, plain) == "sync" and mod.set_key("fsdp:d1", None) == "fsdp:d1"
+    for bad, says in (
+        (["a", "--variant", "a"], "given twice"),
+        (["x.y=1"], "no variant name"),
+        (["a/b"], "no variant name"),
+        (["a", "x.y"], "no Hydra override"),
+    ):
+        with pytest.raises(ValueError, match=says):
+            mod.parse_variants([bad] if "--variant" not in bad else [bad[:1], bad[2:]])
+
+
+def test_variant_comparison_is_per_layout_and_mode(capsys):
+    mod = _script()
+
+    def lay(backend, variant, **modes):
+        return {
+            "backend": backend,
+            "variant": variant,
+            "variant_overrides": [],
+            "modes": {
+                name: {"status": "ok", "samples_per_s": s, "train_gen_tokens_per_s": t}
+                for name, (s, t) in modes.items()
+            },
+        }
+
+    layouts = {
+        "fsdp:d1/a": lay("fsdp:d1", "a", sync=(10.0, 100.0), async2=(20.0, 80.0)),
+        "fsdp:d1/b": lay("fsdp:d1", "b", sync=(15.0, 150.0), async2=(30.0, None)),
+        "fsdp:d2/a": lay("fsdp:d2", "a", async2=(40.0, 100.0)),
+    }
+    rows = {(r["layout"], r["variant"], r["mode"]): r for r in mod.compare_variants(layouts)}
+    assert rows["fsdp:d1", "b", "sync"]["samples_per_s_vs_first"] == 1.5
+    assert rows["fsdp:d1", "b", "async2"]["samples_per_s_vs_first"] == 1.5
+    assert rows["fsdp:d1", "b", "async2"]["train_tokens_per_s_vs_first"] is None  # no figure, no ratio
+    assert rows["fsdp:d2", "a", "async2"]["samples_per_s_vs_first"] == 1.0  # its own layout's first
+    mod.report({"layouts": {}, "config": {"servers": 1}, "variants": list(rows.values()), "total_s": 1})
+    assert re.search(r"fsdp:d1/b\s+sync\s+ok\s+15.00\s+1.500\s+150\s+1.500", capsys.readouterr().out)
+
+
 def test_gpu_sampler_and_measured_window(tmp_path, monkeypatch):
     """The CUDA-only path on CPU: a fake nvidia-smi answers the query the sampler sends."""
     fake = tmp_path / "bin" / "nvidia-smi"
@@ -326,6 +399,7 @@ def test_gpu_benchmarks_script_parses_and_has_its_stages(tmp_path):
         "x1_chaos",
         "x1_sglang",
         "x1_sglang_perf",
+        "x1_pipeline_ab",
         "x1_profile",
         "x1_logprobs",
         "x4_train",
@@ -348,6 +422,7 @@ def test_gpu_benchmarks_script_parses_and_has_its_stages(tmp_path):
         "x1_chaos",
         "x1_sglang",
         "x1_sglang_perf",
+        "x1_pipeline_ab",
         "x1_profile",
         "x1_logprobs",
         "x4_train",
@@ -359,6 +434,38 @@ def test_gpu_benchmarks_script_parses_and_has_its_stages(tmp_path):
     assert unknown.returncode == 2 and "unknown stage recipe" in unknown.stderr
     for layout in ("fsdp:d2", "fsdp:d2r2", "fsdp:d1t2"):
         assert layout in text
+
+
+def test_pipeline_ab_stage_variants_are_valid_configs(tmp_path):
+    """x1_pipeline_ab's default AB_VARIANTS reach bench_e2e as --variant run sets (run with an echo
+    for python), and every variant's overrides compose and validate as the run would."""
+    import shlex
+    import subprocess
+
+    from areal.config import validate_config
+    from launcher.compose import compose
+
+    env = {**os.environ, "PYTHON": "echo", "AREAL_GSM8K_DIR": str(tmp_path)}
+    env.pop("AB_VARIANTS", None)
+    script = REPO / "scripts" / "run_gpu_benchmarks.sh"
+    subprocess.run(["bash", str(script), "x1_pipeline_ab", str(tmp_path)], env=env, check=True, capture_output=True)
+    argv = shlex.split((tmp_path / "pipeline_ab_0.5b.log").read_text())
+    mod = _script()
+    args = mod.parse_args(argv[1:])
+    assert list(args.variants)[0] == "base" and args.variants["base"] == []
+    assert {"logprobs", "mb_auto", "no_radix", "sampling_pytorch", "compile"} <= set(args.variants)
+    args.device, args.dtype = "cuda", "bfloat16"
+    for variant, extra in args.variants.items():
+        ov = mod.overrides(args, 2, 0, "/m", "/t", "/d", tmp_path, variant=variant)
+        assert ov[len(ov) - len(extra) :] == extra  # the variant's own come last
+        cfg = validate_config(compose(args.config, ov))
+        assert cfg.rollout.server == "sglang" and cfg.launcher.colocate
+    assert (
+        validate_config(
+            compose(args.config, mod.overrides(args, 2, 0, "/m", "/t", "/d", tmp_path, None, "mb_auto"))
+        ).actor.max_tokens_per_mb
+        == "auto"
+    )
 
 
 def test_bench_coin_reward_has_its_rate_and_is_a_function_of_the_answer(monkeypatch):
