@@ -79,8 +79,9 @@ def _fmt_duration(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def format_progress(step: int, total_steps: int | None, metrics: dict, elapsed_s: float | None = None) -> str:
-    """The progress line, e.g. `step 12/450 | reward 0.532 | acc 0.610 | 256.0 samples/s | ETA 5m10s`."""
+def format_progress(step: int, total_steps: int | None, metrics: dict, seconds_per_step: float | None = None) -> str:
+    """The progress line, e.g. `step 12/450 | reward 0.532 | acc 0.610 | 256.0 samples/s | ETA 5m10s`;
+    the ETA is the steps left at `seconds_per_step` (none without it)."""
     parts = [f"step {step}/{total_steps}" if total_steps else f"step {step}"]
     for key, label in ((REWARD_KEY, "reward"), (ACCURACY_KEY, "acc"), (LOSS_KEY, "loss")):
         value = metrics.get(key)
@@ -89,8 +90,8 @@ def format_progress(step: int, total_steps: int | None, metrics: dict, elapsed_s
     rate = metrics.get(THROUGHPUT_KEY)
     if isinstance(rate, (int, float)):
         parts.append(f"{rate:.1f} samples/s")
-    if total_steps and elapsed_s and step > 0:
-        parts.append(f"ETA {_fmt_duration(elapsed_s / step * max(total_steps - step, 0))}")
+    if total_steps and seconds_per_step is not None:
+        parts.append(f"ETA {_fmt_duration(seconds_per_step * max(total_steps - step, 0))}")
     return " | ".join(parts)
 
 
@@ -203,7 +204,7 @@ class StatsLogger:
         self._tb = _open_tensorboard(self.run_dir / "tensorboard") if tensorboard else None
         self._wandb = _open_wandb(wandb or {}, self.run_dir, run_config)
         self._progress = ProgressLine(progress_stream or sys.stderr, progress_every_s) if progress else None
-        self._start = time.monotonic()
+        self._pace_origin: tuple[int, float] | None = None  # (step, time) of the first step logged here
         self._warned_missing = False
         self._closed = False
 
@@ -231,10 +232,18 @@ class StatsLogger:
         self._write_wandb(step, record)
         if self._progress is not None:
             final = self.total_steps is not None and step >= self.total_steps
-            self._progress.update(
-                format_progress(step, self.total_steps, record, time.monotonic() - self._start), final=final
-            )
+            self._progress.update(format_progress(step, self.total_steps, record, self._pace(step)), final=final)
         return record
+
+    def _pace(self, step: int) -> float | None:
+        """Seconds per step since the first step this logger saw. That step is left out: it carries
+        the start-up (servers' warm-up, kernel compiles) and, after a recovery, every step before it;
+        so the first line has no ETA."""
+        now = time.monotonic()
+        if self._pace_origin is None:
+            self._pace_origin = (step, now)
+        origin_step, origin_t = self._pace_origin
+        return (now - origin_t) / (step - origin_step) if step > origin_step else None
 
     def _check_required(self, record: dict) -> None:
         missing = [k for k in REQUIRED_KEYS if k not in record]

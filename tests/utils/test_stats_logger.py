@@ -95,10 +95,38 @@ def test_progress_rewrites_one_line_on_a_terminal(tmp_path):
 
 def test_format_progress():
     assert format_progress(5, None, {}) == "step 5"
-    line = format_progress(
-        10, 100, {"rollout/reward_mean": 0.5, "eval/accuracy": 0.75, "throughput/samples_per_s": 12.34}, elapsed_s=20.0
-    )
+    metrics = {"rollout/reward_mean": 0.5, "eval/accuracy": 0.75, "throughput/samples_per_s": 12.34}
+    line = format_progress(10, 100, metrics, seconds_per_step=2.0)
     assert line == "step 10/100 | reward 0.500 | acc 0.750 | 12.3 samples/s | ETA 3m00s"
+    assert format_progress(10, 100, metrics) == "step 10/100 | reward 0.500 | acc 0.750 | 12.3 samples/s"
+
+
+class _Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def monotonic(self):
+        return self.now
+
+
+@pytest.mark.parametrize("first", [1, 21])  # a fresh run, and one recovered at step 21
+def test_eta_leaves_out_the_first_step(tmp_path, monkeypatch, first):
+    """The first step logged carries the start-up (a cold SGLang start compiles for minutes): the
+    ETA starts at the next step, from the pace since the first one."""
+    import areal.utils.stats_logger as stats_logger
+
+    clock, stream = _Clock(), io.StringIO()
+    monkeypatch.setattr(stats_logger, "time", clock)
+    with StatsLogger(tmp_path, total_steps=40, progress_stream=stream, progress_every_s=0, plot=False) as stats:
+        clock.now += 300.0  # start-up and the first step
+        stats.log(first, step_metrics(first))
+        for step in (first + 1, first + 2):
+            clock.now += 5.0
+            stats.log(step, step_metrics(step))
+    lines = stream.getvalue().splitlines()
+    assert "ETA" not in lines[0]
+    assert lines[1].endswith(f"ETA {(40 - first - 1) * 5 // 60}m{(40 - first - 1) * 5 % 60:02d}s")
+    assert lines[2].endswith(f"ETA {(40 - first - 2) * 5 // 60}m{(40 - first - 2) * 5 % 60:02d}s")
 
 
 def test_missing_required_keys_warn_once_and_tensorboard_absence_is_said(tmp_path, caplog):
