@@ -40,7 +40,7 @@
 #   scripts/run_gpu_benchmarks.sh x1_pipeline_ab RESULTS_DIR  # the colocated 0.5B pipeline on SGLang at
 #                                                           # x1_sglang_perf's settings, once per AB_VARIANTS
 #                                                           # entry (trainer and server options), side by
-#                                                           # side in one process, one after another (~14 min)
+#                                                           # side in one process, one after another (~15 min)
 #
 # On one node with 4 GPUs (two servers on GPUs 0,1, a 2-GPU trainer on 2,3; trainer layouts
 # fsdp:d2 = FSDP, fsdp:d2r2 = HSDP 2x1, fsdp:d1t2 = tensor parallel 2):
@@ -301,8 +301,11 @@ x1_pipeline_ab)
   # the reference); AB_OFFPOLICYNESS: the modes each variant runs (default async2). The first run
   # pays the cold JIT compiles (about 100 s): its startup_s is not the variant's. Over 10 minutes:
   # start it under setsid and read $out/pipeline_ab_0.5b.log from the next call.
-  ab="${AB_VARIANTS:-base; logprobs actor.fused_logprobs=true actor.compile_logprobs=true;
-    mb_auto actor.max_tokens_per_mb=auto; no_radix sglang.disable_radix_cache=true;
+  # graph256: SGLang's own decode-graph cap on an H200 (base covers its 512 running requests);
+  # mrr256: half a step's samples decode at once
+  ab="${AB_VARIANTS:-base; graph256 sglang.cuda_graph_max_bs=256;
+    logprobs actor.fused_logprobs=true actor.compile_logprobs=true; mb_auto actor.max_tokens_per_mb=auto;
+    no_radix sglang.disable_radix_cache=true; mrr256 sglang.max_running_requests=256;
     sampling_pytorch sglang.sampling_backend=pytorch; compile actor.compile=true; mem0.4 sglang.mem_fraction_static=0.4}"
   variants=()
   IFS=';' read -ra specs <<<"${ab//$'\n'/ }"

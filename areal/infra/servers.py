@@ -40,6 +40,11 @@ BUILTIN_FLAGS = {
     "enable_memory_saver",
 }
 BUILTIN_ONLY = {"weight_dirs"}  # SGLang has no such flag
+# sglang.cuda_graph_max_bs when null: SGLang 0.5.16 captures decode graphs up to 256 sequences on
+# an H100 or H200 at tp < 4 (server_args.py, by GPU memory), so a server allowed 512 running
+# requests decoded a full batch without graphs. The launcher covers sglang.max_running_requests
+# instead, up to SGLang's largest default; beyond it the user sets the field.
+CUDA_GRAPH_BS_COVERED = 512
 # Run-directory folders that hold weights a server may be told to load: disk weight updates
 # (weight_sync.disk_update_path), recovery checkpoints (checkpoint.checkpoint_root) and saved
 # models (TrainContext.save). The launcher allows exactly these (plus sglang.weight_dirs).
@@ -96,6 +101,28 @@ def indexed_server_command(
     )
 
 
+def cuda_graph_bs(cfg: SGLangConfig) -> int | None:
+    """The largest decode batch SGLang captures in a CUDA graph: the configured one, else one that
+    covers max_running_requests (at most CUDA_GRAPH_BS_COVERED), else SGLang's own choice (None)."""
+    if cfg.cuda_graph_max_bs is not None or cfg.disable_cuda_graph or cfg.max_running_requests is None:
+        return cfg.cuda_graph_max_bs
+    return min(cfg.max_running_requests, CUDA_GRAPH_BS_COVERED)
+
+
+def graph_coverage_warnings(cfg: SGLangConfig, graph_bs: int | None) -> list[str]:
+    """A warning when running batches can outgrow the captured graphs (they decode without one,
+    host-bound)."""
+    running = cfg.max_running_requests
+    if cfg.disable_cuda_graph or graph_bs is None or running is None or running <= graph_bs:
+        return []
+    why = "" if cfg.cuda_graph_max_bs is not None else f" (null: the launcher's cap, {CUDA_GRAPH_BS_COVERED})"
+    return [
+        f"sglang.cuda_graph_max_bs is {graph_bs}{why} and sglang.max_running_requests {running}: SGLang "
+        f"decodes batches above {graph_bs} sequences without a CUDA graph; set sglang.cuda_graph_max_bs="
+        f"{running} (capture takes longer and holds more memory) or lower sglang.max_running_requests"
+    ]
+
+
 def server_command(
     cfg: SGLangConfig,
     *,
@@ -109,7 +136,13 @@ def server_command(
 ) -> list[str]:
     """`python -m <server module> --flag value ...`. SGLang cannot read the project's model names
     (`tiny:<preset>`, `smollm2:135m-instruct`): for those it is started through areal.models.serve,
-    which resolves them to the folder every process of the run shares, then execs SGLang."""
+    which resolves them to the folder every process of the run shares, then execs SGLang. Its decode
+    graphs cover the running batch (cuda_graph_bs)."""
+    if kind == "sglang":
+        graph_bs = cuda_graph_bs(cfg)
+        if warnings is not None:
+            warnings += graph_coverage_warnings(cfg, graph_bs)
+        cfg = cfg.model_copy(update={"cuda_graph_max_bs": graph_bs})
     flags = server_flags(cfg, port=port, kind=kind)
     flags += [f for f in extra_flags or [] if f not in flags]  # --disable-radix-cache: set, or retract's
     if kind != "sglang":

@@ -158,6 +158,29 @@ def test_sglang_tuning_knobs_reach_sglang_only_and_once():
     assert not {"--cuda-graph-max-bs", "--sampling-backend", "--disable-radix-cache"} & set(builtin)
 
 
+def test_sglang_cuda_graphs_cover_the_running_batch():
+    """SGLang 0.5.16 captures decode graphs up to 256 sequences on an H200 at tp 1: the launcher asks
+    for graphs up to sglang.max_running_requests (at most 512), and says when batches outgrow them."""
+    sglang = HostFacts(cuda_available=True, sglang_version="0.5.16", python="python")
+
+    def server(**kw):
+        plan = make_plan(cfg(rollout__server="sglang", **kw), sglang)
+        cmd = plan.by_role("server")[0].command
+        graph_bs = cmd[cmd.index("--cuda-graph-max-bs") + 1] if "--cuda-graph-max-bs" in cmd else None
+        return graph_bs, [w for w in plan.warnings if "without a CUDA graph" in w]
+
+    assert server(sglang__max_running_requests=512) == ("512", [])
+    assert server(sglang__max_running_requests=64) == ("64", [])
+    assert server() == (None, [])  # both null: SGLang's own sizes
+    assert server(sglang__max_running_requests=512, sglang__disable_cuda_graph=True) == (None, [])
+    graph_bs, (warning,) = server(sglang__max_running_requests=1024)
+    assert graph_bs == "512" and "sglang.cuda_graph_max_bs is 512" in warning and "=1024" in warning
+    graph_bs, (warning,) = server(sglang__max_running_requests=512, sglang__cuda_graph_max_bs=256)
+    assert graph_bs == "256" and "above 256 sequences" in warning and "launcher's cap" not in warning
+    builtin = make_plan(cfg(rollout__server="builtin", sglang__max_running_requests=512), CPU)
+    assert "--cuda-graph-max-bs" not in builtin.by_role("server")[0].command and not builtin.warnings
+
+
 def test_sglang_gets_a_folder_for_the_projects_model_names():
     """SGLang cannot read tiny:/smollm2: names: it starts through areal.models.serve, which resolves
     them to the shared folder and execs SGLang; folders and hub ids go to SGLang directly."""

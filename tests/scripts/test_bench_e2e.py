@@ -453,7 +453,9 @@ def test_pipeline_ab_stage_variants_are_valid_configs(tmp_path):
     mod = _script()
     args = mod.parse_args(argv[1:])
     assert list(args.variants)[0] == "base" and args.variants["base"] == []
-    assert {"logprobs", "mb_auto", "no_radix", "sampling_pytorch", "compile"} <= set(args.variants)
+    assert {"graph256", "logprobs", "mb_auto", "no_radix", "mrr256", "sampling_pytorch", "compile"} <= set(
+        args.variants
+    )
     args.device, args.dtype = "cuda", "bfloat16"
     for variant, extra in args.variants.items():
         ov = mod.overrides(args, 2, 0, "/m", "/t", "/d", tmp_path, variant=variant)
