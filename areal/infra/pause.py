@@ -21,8 +21,11 @@ weight update never asks for the flush itself; instead:
               use.
     retract   retracted requests free their own KV without inserting it into the radix tree
               (`release_kv_cache(is_insert=False)`), but their prompts were inserted at prefill;
-              re-prefilled after the update they would match those old-weight entries. SGLang
-              servers in retract mode therefore run with --disable-radix-cache.
+              re-prefilled after the update they would match those old-weight entries. The
+              per-version namespace of in_place does not help: a request keeps the extra_key it was
+              sent with (Req.extra_key; reset_for_retract leaves it), so its re-prefill looks in
+              the old version's namespace, and no flush can empty it while requests are held.
+              SGLang servers in retract mode therefore run with --disable-radix-cache.
     in_place  held requests keep their old KV by definition; requests sent after the update must
               not reuse it, so every /generate names its weight version in `extra_key`, which
               SGLang's radix cache uses as a namespace (RadixKey.extra_key): a new version starts
