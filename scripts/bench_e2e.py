@@ -10,8 +10,10 @@ public config (scripts/model_shapes.py; the project's character tokenizer), the 
 GSM8K questions, and every sample generates exactly --max-new-tokens tokens (ignore_eos), so all
 modes do the same work per step. Per mode it reports, over the measured steps (the first
 --warmup steps are excluded): samples/s, generated tokens/s, seconds per phase of a step
-(rollout wait, logprob recompute, train, weight update) and the fraction of time each GPU was
-busy (NVML utilization sampled in a background thread; null on CPU). The target: asynchronous
+(rollout wait, logprob recompute, train, weight update), the trainer's rate over all the tokens
+it trains on (prompts included: train_tokens_per_s, and train_mfu as bench_train counts it) and
+the fraction of time each GPU was busy (NVML utilization sampled in a background thread; null on
+CPU). The target: asynchronous
 at least 1.8x synchronous.
 
     # GPU: 2 devices (server on GPU 0, trainer on GPU 1); about 2-2.5 min per mode
@@ -222,6 +224,12 @@ def parse_args(argv=None):
         "steps it finished",
     )
     p.add_argument("--gpu-sample-s", type=float, default=0.1, help="GPU utilization sampling period")
+    p.add_argument(
+        "--peak-tflops",
+        type=float,
+        default=None,
+        help="bf16 dense peak of one GPU for train_mfu (default: an H200's 790, as bench_train)",
+    )
     p.add_argument("--port-base", type=int, default=31200, help="server port of the first run (+10 per run)")
     p.add_argument(
         "--master-port-base", type=int, default=29600, help="trainer rendezvous port of the first run (+10 per run)"
@@ -235,6 +243,10 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.weight_update is None:
         args.weight_update = "tensor" if args.colocate else "distributed"
+    if args.peak_tflops is None:
+        from model_shapes import PEAK_TFLOPS_H200
+
+        args.peak_tflops = PEAK_TFLOPS_H200
     if args.steps < 1 or args.warmup < 0:
         p.error("--steps must be >= 1 and --warmup >= 0")
     if len(set(args.offpolicyness)) != len(args.offpolicyness) or min(args.offpolicyness) < 0:
@@ -789,10 +801,19 @@ def summarise(
             key.removeprefix("server/"): mean(key)
             for key in sorted({k for r in measured for k in r if k.startswith("server/")})
         },
-        # generated tokens over the trainer's seconds (logprob recompute + train): the trainer's
-        # rate on this pipeline, prompts not counted (bench_train reports all tokens)
+        # generated tokens over the trainer's seconds (logprob recompute + train), prompts not
+        # counted: the pipeline's useful output per trainer second
         "train_gen_tokens_per_s": (
             total("rollout/gen_tokens") / (total("timing/recompute_logprob_s") + total("timing/train_s"))
+            if total("timing/train_s")
+            else None
+        ),
+        # all the tokens the trainer's passes run over (prompts and generated), bench_train's measure:
+        # over the train phase alone, and over recompute + train
+        "tokens_per_step": mean("rollout/tokens"),
+        "train_tokens_per_s": total("rollout/tokens") / total("timing/train_s") if total("timing/train_s") else None,
+        "trainer_tokens_per_s": (
+            total("rollout/tokens") / (total("timing/recompute_logprob_s") + total("timing/train_s"))
             if total("timing/train_s")
             else None
         ),
@@ -827,11 +848,27 @@ def summarise(
         t1 = step_arrivals[-1]
     # the measured seconds from arrival times of metrics rows (0.2 s resolution): a cross-check
     out["measured_wall_s"] = t1 - t0 if t0 is not None else None
+    roles = roles or gpu_roles(args.servers, args.trainer_backend[0], args.colocate)
+    out["train_mfu"] = train_mfu(args, out, n_trainers=sum(role.startswith("trainer-") for role in roles))
     if sampler is not None:
-        roles = roles or gpu_roles(args.servers, args.trainer_backend[0], args.colocate)
         out["gpu"] = {role: sampler.summary(i, t0, t1) for role, i in roles.items()}
         out["gpu"]["source"] = sampler.source
     return out
+
+
+def train_mfu(args, mode: dict, n_trainers: int) -> float | None:
+    """The train phase's model FLOP/s per trainer GPU over --peak-tflops, counted as bench_train
+    counts them (scripts/model_shapes.py: flops_per_token at the batch's mean sequence length):
+    comparable with bench_train's MFU. None on CPU or without the token counts."""
+    from types import SimpleNamespace
+
+    from model_shapes import SHAPES, flops_per_token
+
+    rate, tokens, samples = mode.get("train_tokens_per_s"), mode.get("tokens_per_step"), mode.get("samples_per_step")
+    if args.device != "cuda" or not (rate and tokens and samples and n_trainers):
+        return None
+    per_token = flops_per_token(SimpleNamespace(**SHAPES[args.shape]), tokens / samples)
+    return per_token * rate / n_trainers / (args.peak_tflops * 1e12)
 
 
 def zip_steps(steps: list[dict], arrivals: list[float]):
@@ -1099,7 +1136,8 @@ def report(result: dict) -> None:
         )
         say(
             f"{'mode':<8} {'status':<8} {'samples/s':>10} {'gen tok/s':>10} {'step s':>8} {'rollout':>8} "
-            f"{'train':>8} {'w-update':>8} {'trn tok/s':>9} {'srv busy':>8} {'trn busy':>8}"
+            f"{'train':>8} {'w-update':>8} {'trn tok/s':>9} {'all tok/s':>9} {'MFU':>6} {'srv busy':>8} "
+            f"{'trn busy':>8}"
         )
         for name, m in layout["modes"].items():
             ph = m.get("phase_s_mean") or {}
@@ -1108,7 +1146,8 @@ def report(result: dict) -> None:
                 f"{name:<8} {m['status']:<8} {f(m.get('samples_per_s'), '10.2f')} "
                 f"{f(m.get('gen_tokens_per_s'), '10.0f')} {f(m.get('step_s_mean'), '8.2f')} "
                 f"{f(ph.get('rollout'), '8.2f')} {f(train, '8.2f')} {f(ph.get('weight_update'), '8.2f')} "
-                f"{f(m.get('train_gen_tokens_per_s'), '9.0f')} {f(busy(m.get('gpu'), 'server'), '8.0%')} "
+                f"{f(m.get('train_gen_tokens_per_s'), '9.0f')} {f(m.get('train_tokens_per_s'), '9.0f')} "
+                f"{f(m.get('train_mfu'), '6.3f')} {f(busy(m.get('gpu'), 'server'), '8.0%')} "
                 f"{f(busy(m.get('gpu'), 'trainer'), '8.0%')}"
             )
         early = layout.get("stopped_early") or []

@@ -38,23 +38,12 @@ import time
 from pathlib import Path
 
 import torch
-from model_shapes import SHAPES, build_model_dir, make_batch
+from model_shapes import PEAK_TFLOPS_H200, SHAPES, build_model_dir, flops_per_token, make_batch, matmul_params
 
 
 def nll(logprobs, entropy, mb):
     mask = mb["loss_mask"].bool()
     return -(logprobs * mask).sum() / mask.sum().clamp(min=1), {}
-
-
-def matmul_params(cfg) -> int:
-    h, i, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
-    kv = cfg.num_key_value_heads * (h // cfg.num_attention_heads)
-    per_layer = 2 * h * h + 2 * h * kv + 3 * h * i
-    return layers * per_layer + h * cfg.vocab_size
-
-
-def flops_per_token(cfg, avg_len: float) -> float:
-    return 6 * matmul_params(cfg) + 6 * cfg.num_hidden_layers * cfg.hidden_size * avg_len
 
 
 def _sync(device: str) -> None:
@@ -224,7 +213,7 @@ def main(argv=None) -> None:
     p.add_argument(
         "--peak-tflops",
         type=float,
-        default=790.0,
+        default=PEAK_TFLOPS_H200,
         help="bf16 dense peak of one device (H200: 790 measured with torch.matmul, 989 datasheet)",
     )
     p.add_argument(

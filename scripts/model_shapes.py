@@ -37,6 +37,26 @@ SHAPES = {
 }
 
 
+# bf16 dense peak of one H200 as an 8192^3 torch.matmul reaches it (the datasheet says 989):
+# the denominator of the benchmarks' MFU
+PEAK_TFLOPS_H200 = 790.0
+
+
+def matmul_params(cfg) -> int:
+    """Parameters in matrix multiplications, lm_head included (cfg: a model config, or any object
+    with its attributes, e.g. SimpleNamespace(**SHAPES[name]))."""
+    h, i, layers = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+    kv = cfg.num_key_value_heads * (h // cfg.num_attention_heads)
+    per_layer = 2 * h * h + 2 * h * kv + 3 * h * i
+    return layers * per_layer + h * cfg.vocab_size
+
+
+def flops_per_token(cfg, avg_len: float) -> float:
+    """Training FLOPs per token (forward + backward) at sequences of avg_len tokens: 6 x matmul
+    parameters + 6 x layers x hidden x avg_len for causal attention."""
+    return 6 * matmul_params(cfg) + 6 * cfg.num_hidden_layers * cfg.hidden_size * avg_len
+
+
 def build_model_dir(shape: str, root: Path, dtype: str = "bfloat16") -> tuple[str, str]:
     """Random-weight Qwen2 folder of the given shape under `root`, and a tokenizer folder for it.
 

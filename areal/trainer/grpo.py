@@ -159,6 +159,8 @@ def _metrics(step, ctx, batch, train_stats, update, evaluation, phases, step_s, 
         "rollout/reward_std": float(rewards.std()),
         "rollout/n_samples": int(rewards.numel()),
         "rollout/gen_tokens": n_tokens,
+        # prompt and generated tokens: what the trainer's passes run over (bench_e2e's tokens/s and MFU)
+        "rollout/tokens": int(batch["attention_mask"].sum()),
         "timing/step_s": step_s,
         "throughput/samples_per_s": rewards.numel() / max(step_s, 1e-9),
     }

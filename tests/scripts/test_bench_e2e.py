@@ -137,12 +137,39 @@ def test_cpu_variants_run_their_own_overrides_and_are_compared(tmp_path, gsm8k_f
     assert result["modes"]["async2"] == base  # the top level is the first variant's
     assert Path(base["run_dir"]).name == "async2_base" and Path(small["run_dir"]).name == "async2_small_mb"
     assert base["mb_token_budget_mean"]["train"] == 16384 and small["mb_token_budget_mean"]["train"] == 8192
+    # one rank, one minibatch: the trainer's own count of the tokens it trained on is the batch's
+    rows = [json.loads(line) for line in (Path(base["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
+    step = [r for r in rows if r.get("step", 0) > 0][-1]
+    assert step["rollout/tokens"] == step["train/n_tokens"] == base["tokens_per_step"] > base["gen_tokens_per_step"]
+    assert base["train_tokens_per_s"] > base["trainer_tokens_per_s"] > 0 and base["train_mfu"] is None  # CPU
     assert "fused_logprobs: true" in (Path(small["run_dir"]) / "config.yaml").read_text()
     assert "fused_logprobs: false" in (Path(base["run_dir"]) / "config.yaml").read_text()
     rows = {r["variant"]: r for r in result["variants"]}
     assert rows["base"]["samples_per_s_vs_first"] == 1.0 and rows["base"]["train_tokens_per_s_vs_first"] == 1.0
     assert rows["small_mb"]["overrides"] == ["actor.max_tokens_per_mb=8192", "actor.fused_logprobs=true"]
     assert rows["small_mb"]["samples_per_s_vs_first"] == pytest.approx(small["samples_per_s"] / base["samples_per_s"])
+
+
+def test_train_mfu_counts_all_tokens_as_bench_train_does():
+    """0.5B shape, 512 samples of 236 prompt + 192 generated tokens trained in 4.55 s (the sync run
+    of h200/e2e_profiled_0.5b_sglang_2026-12-04.json with GSM8K's mean prompt): about 48k tokens/s,
+    MFU 0.18 at bench_train's 790 TFLOP/s, not the 7% that generated tokens alone suggest."""
+    from types import SimpleNamespace
+
+    from model_shapes import SHAPES, flops_per_token
+
+    mod = _script()
+    args = mod.parse_args(["--out", "x", "--shape", "qwen2.5-0.5b"])
+    args.device = "cuda"
+    tokens = 512 * (236 + 192)
+    mode = {"train_tokens_per_s": tokens / 4.55, "tokens_per_step": tokens, "samples_per_step": 512}
+    mfu = mod.train_mfu(args, mode, n_trainers=1)
+    per_token = flops_per_token(SimpleNamespace(**SHAPES["qwen2.5-0.5b"]), 428)
+    assert mfu == pytest.approx(per_token * tokens / 4.55 / 790e12) and 0.17 < mfu < 0.19
+    assert mod.train_mfu(args, mode, n_trainers=2) == pytest.approx(mfu / 2)  # per trainer GPU
+    assert mod.train_mfu(args, {**mode, "tokens_per_step": None}, 1) is None  # a run from before rollout/tokens
+    args.device = "cpu"
+    assert mod.train_mfu(args, mode, 1) is None
 
 
 def test_variants_are_named_once_and_hold_overrides():

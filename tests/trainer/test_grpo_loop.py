@@ -110,6 +110,7 @@ def test_trainer_only_run_against_external_server(tmp_path, server, arith_model)
         for r in steps
     )
     assert sum(r["server/generated_tokens"] for r in steps) >= sum(r["rollout/gen_tokens"] for r in steps)
+    assert all(r["rollout/tokens"] > r["rollout/gen_tokens"] for r in steps)  # prompts counted too
     run_dir = Path(cfg.run_dir)
     assert (run_dir / "models" / "final" / "config.json").exists()
     assert (run_dir / "models" / "step_00000002" / "tokenizer.json").exists()
