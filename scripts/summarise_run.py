@@ -3,12 +3,13 @@
     python scripts/summarise_run.py RUN_A/metrics.jsonl RUN_B/metrics.jsonl --warmup 2 --out s.json
 
 Per run, over the steps after --warmup: samples/s (samples over the summed step time), trained
-tokens/s (`train/n_tokens` over the same time), the microseconds of training and of logprob
-recomputation per trained token, the mean seconds of each timed phase (`timing/*_s`), of the
-weight update and of each memory hand-off (`handoff/*`), the peak memory figures (`memory/*`,
-their maximum) and the last held-out accuracy. With two or more runs it adds each run's samples/s
-and per-token train and recompute times over the first one's (an agent recipe against the RLVR
-one: issue 37 asks for per-token times within 1.2x). This is how an
+tokens/s (`rollout/tokens`, a step's prompt and generated tokens, over the same time; runs logged
+before it existed fall back on `train/n_tokens`, which then counted the last PPO minibatch only),
+the microseconds of training and of logprob recomputation per trained token, the mean seconds of
+each timed phase (`timing/*_s`), of the weight update and of each memory hand-off (`handoff/*`), the
+peak memory figures (`memory/*`, their maximum) and the last held-out accuracy. With two or more
+runs it adds each run's samples/s and per-token train and recompute times over the first one's (an
+agent recipe against the RLVR one: issue 37 asks for per-token times within 1.2x). This is how an
 `areal-launch` recipe (rather than bench_e2e's random-weight shapes) is compared across schedules.
 
 For learning it gives the first and last held-out accuracy, the mean of the last 3 evaluations
@@ -37,7 +38,7 @@ def summarise(path: Path, warmup: int) -> dict:
         keys = sorted({k for r in steps for k in r if k.startswith(prefix) and isinstance(r[k], (int, float))})
         return {k: round(statistics.fmean(r.get(k, 0.0) for r in steps), 4) for k in keys}
 
-    tokens = sum(r.get("train/n_tokens", 0) for r in steps)
+    tokens = sum(r.get("rollout/tokens", r.get("train/n_tokens", 0)) for r in steps)
     memory = sorted({k for r in steps for k in r if k.startswith("memory/")})
     evals = [r["eval/accuracy"] for r in rows if r.get("eval/accuracy") is not None]
     rewards = [r["rollout/reward_mean"] for r in rows if r.get("step", 0) > 0 and "rollout/reward_mean" in r]

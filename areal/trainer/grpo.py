@@ -144,6 +144,8 @@ def _staleness(versions, generated, trained_version: int) -> dict[str, float]:
     }
 
 
+# train_batch figures summed over a step's PPO minibatches: this rank's trained tokens and micro-batches
+STEP_TOTALS = ("n_tokens", "n_microbatches")
 # push_weights' figures that keep their own prefix (the rest are the update's, weight_update/)
 OWN_PREFIXES = ("server/", "handoff/", "memory/")
 
@@ -176,6 +178,8 @@ def _metrics(step, ctx, batch, train_stats, update, evaluation, phases, step_s, 
     for key, value in last.items():
         out[f"train/{key}"] = float(value)
     out["train/loss"] = sum(float(s.get("loss", 0.0)) for s in train_stats) / len(train_stats)
+    for key in STEP_TOTALS:  # the step's, over its PPO minibatches (the rest are the last minibatch's)
+        out[f"train/{key}"] = sum(float(s.get(key, 0.0)) for s in train_stats)
     out.update(
         {
             k if k.startswith(OWN_PREFIXES) else f"weight_update/{k.removeprefix('weight_update/')}": float(v)

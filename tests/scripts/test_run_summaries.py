@@ -83,6 +83,17 @@ def test_summarise_run_gives_per_token_times_against_the_first(tmp_path):
     assert second["recompute_us_per_token"] == 200.0 and second["recompute_us_per_token_vs_first"] == 0.8
 
 
+def test_summarise_run_counts_the_steps_tokens_where_the_run_logged_them(tmp_path):
+    """rollout/tokens (the batch's prompt and generated tokens) when a run has it; older runs' only
+    count, train/n_tokens, is used otherwise."""
+    rows = [step_row(s, 4.0, **{"train/n_tokens": 500, "rollout/tokens": 1000, "timing/train_s": 2.0}) for s in (1, 2)]
+    path = write_metrics(tmp_path / "m.jsonl", rows)
+    got = summarise_run.summarise(path, 0)
+    assert got["trained_tokens_per_s"] == 250.0 and got["train_us_per_token"] == 2000.0
+    old = write_metrics(tmp_path / "old.jsonl", [{k: v for k, v in r.items() if k != "rollout/tokens"} for r in rows])
+    assert summarise_run.summarise(old, 0)["trained_tokens_per_s"] == 125.0
+
+
 def test_summarise_run_gives_the_learning_figures_and_a_table(tmp_path, capsys):
     """First and last held-out accuracy, the mean of the last 3 evaluations (warm-up steps count:
     learning is judged over the whole run) and the training reward of the last 5 steps."""
