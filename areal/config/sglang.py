@@ -62,8 +62,9 @@ class SGLangConfig(Section):
         None,
         ge=1,
         description="SGLang: the largest decode batch captured in a CUDA graph (larger batches run without "
-        "one). Null: sglang.max_running_requests, at most 512; with that null too, SGLang's choice from the "
-        "GPU's memory (256 on an H100 or H200 at tp below 4 in 0.5.16).",
+        "one; --cuda-graph-max-bs-decode since 0.5.16). Null: sglang.max_running_requests, at most 512; "
+        "with that null too, SGLang's choice from the GPU's memory (256 on an H100 or H200 at tp below 4 "
+        "in 0.5.16).",
     )
     sampling_backend: Literal["flashinfer", "pytorch"] | None = Field(
         None, description="SGLang: the sampling kernels; null: SGLang's choice (flashinfer where it is installed)."

@@ -151,7 +151,7 @@ def server_command(
     note = sglang_version_note(sglang_version)
     if note and warnings is not None:
         warnings.append(note)
-    flags = drop_unknown_flags(flags, sglang_flags, sglang_version, warnings)
+    flags = drop_unknown_flags(renamed_flags(flags, sglang_flags), sglang_flags, sglang_version, warnings)
     if any(is_project_model(p) for p in (cfg.model_path, cfg.tokenizer_path) if p):
         return [python, "-m", "areal.models.serve", SERVER_MODULES[kind], *flags]
     return [python, "-m", SERVER_MODULES[kind], *flags]
@@ -191,6 +191,18 @@ def check_sglang_version(version: str | None) -> None:
                 )
             ]
         )
+
+
+# Flags that SGLang renamed, the old name kept as a deprecated alias that logs a warning:
+# --cuda-graph-max-bs became --cuda-graph-max-bs-decode (0.5.16 has both; 0.5.9 the old one only).
+RENAMED_FLAGS = {"--cuda-graph-max-bs": "--cuda-graph-max-bs-decode"}
+
+
+def renamed_flags(flags: list[str], known: frozenset[str] | None) -> list[str]:
+    """`flags` with each renamed flag under its new name where the installed SGLang has it."""
+    if known is None:
+        return flags
+    return [RENAMED_FLAGS[f] if f in RENAMED_FLAGS and RENAMED_FLAGS[f] in known else f for f in flags]
 
 
 def drop_unknown_flags(

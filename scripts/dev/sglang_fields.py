@@ -4,7 +4,9 @@
     python scripts/dev/sglang_fields.py /tmp/sgl/src/sglang 0.5.16
 
 The protocol tests check that every key the client sends is a field SGLang's request classes
-declare (SGLang drops unknown /generate keys silently and answers unknown sampling keys with 500).
+declare (SGLang drops unknown /generate keys silently and answers unknown sampling keys with 500),
+and the plan tests that every flag the launcher gives SGLang is a ServerArgs field (server_args.py:
+the launcher drops, with a warning, a flag the installed SGLang lacks).
 """
 
 from __future__ import annotations
@@ -47,13 +49,17 @@ def main(root: str, version: str) -> None:
     sp = next(n for n in ast.walk(sampling) if isinstance(n, ast.ClassDef) and n.name == "SamplingParams")
     out: dict = {
         "_source": f"Field names of SGLang {version}'s request classes (managers/io_struct.py; BaseReq's rid and "
-        "http_worker_ipc left out of the control requests) and SamplingParams (sampling/sampling_params.py), "
-        "written by scripts/dev/sglang_fields.py."
+        "http_worker_ipc left out of the control requests), SamplingParams (sampling/sampling_params.py) and "
+        "ServerArgs (server_args.py), written by scripts/dev/sglang_fields.py."
     }
     for name in REQUESTS:
         names = annotated_fields(classes[name])
         out[name] = names if name == "GenerateReqInput" else [f for f in names if f not in BASE_FIELDS]
     out["SamplingParams"] = annotated_fields(sp)
+    server_args = ast.parse((src / "server_args.py").read_text())
+    out["ServerArgs"] = annotated_fields(
+        next(n for n in ast.walk(server_args) if isinstance(n, ast.ClassDef) and n.name == "ServerArgs")
+    )
     OUT.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {OUT} from sglang {version}")
 

@@ -181,6 +181,51 @@ def test_sglang_cuda_graphs_cover_the_running_batch():
     assert "--cuda-graph-max-bs" not in builtin.by_role("server")[0].command and not builtin.warnings
 
 
+def test_every_flag_reaches_sglang_0_5_16():
+    """With every SGLang knob set, each flag of the command is a field of 0.5.16's ServerArgs (read
+    from its source: tests/engine/data/sglang_fields.json), so the launcher drops none: until the
+    rename, sglang.cuda_graph_max_bs was dropped with a warning (0.5.16 calls it
+    --cuda-graph-max-bs-decode)."""
+    from pathlib import Path
+
+    fields = json.loads((Path(__file__).parents[1] / "engine" / "data" / "sglang_fields.json").read_text())
+    known = frozenset("--" + f.replace("_", "-") for f in fields["ServerArgs"])
+    facts = HostFacts(cuda_available=True, sglang_version="0.5.16", sglang_flags=known, python="python")
+    knobs = dict(
+        sglang__max_running_requests=256,
+        sglang__max_queued_requests=64,
+        sglang__max_prefill_tokens=8192,
+        sglang__chunked_prefill_size=4096,
+        sglang__attention_backend="triton",
+        sglang__cuda_graph_max_bs=128,
+        sglang__sampling_backend="pytorch",
+        sglang__disable_radix_cache=True,
+        sglang__enable_metrics=True,
+        sglang__skip_tokenizer_init=True,
+        sglang__enable_memory_saver=True,
+        sglang__api_key="k",
+        actor__use_lora=True,
+        actor__lora_push="adapter",
+    )
+    plan = make_plan(cfg(rollout__server="sglang", **knobs), facts)
+    cmd = plan.by_role("server")[0].command
+    assert not [w for w in plan.warnings if "has no flag" in w], plan.warnings
+    flags = {a for a in cmd if a.startswith("--")}
+    assert flags <= known and cmd[cmd.index("--cuda-graph-max-bs-decode") + 1] == "128"
+    assert {"--enable-lora", "--max-lora-rank", "--sampling-backend", "--disable-radix-cache"} <= flags
+
+
+def test_renamed_sglang_flags_take_the_installed_versions_name():
+    old_only = frozenset({"--model-path", "--port", "--cuda-graph-max-bs"})  # 0.5.9's field
+    new_only = frozenset({"--model-path", "--port", "--cuda-graph-max-bs-decode"})  # 0.5.16's
+    for known, flag in ((old_only, "--cuda-graph-max-bs"), (new_only, "--cuda-graph-max-bs-decode")):
+        facts = HostFacts(cuda_available=True, sglang_version="0.5.16", sglang_flags=known, python="python")
+        plan = make_plan(cfg(rollout__server="sglang", sglang__max_running_requests=64), facts)
+        cmd = plan.by_role("server")[0].command
+        assert cmd[cmd.index(flag) + 1] == "64" and cmd.count("--cuda-graph-max-bs") == (flag == "--cuda-graph-max-bs")
+        assert not any("cuda-graph" in w for w in plan.warnings)
+
+
 def test_sglang_gets_a_folder_for_the_projects_model_names():
     """SGLang cannot read tiny:/smollm2: names: it starts through areal.models.serve, which resolves
     them to the shared folder and execs SGLang; folders and hub ids go to SGLang directly."""
