@@ -144,8 +144,31 @@ def _staleness(versions, generated, trained_version: int) -> dict[str, float]:
     }
 
 
-# train_batch figures summed over a step's PPO minibatches: this rank's trained tokens and micro-batches
-STEP_TOTALS = ("n_tokens", "n_microbatches")
+# train_batch figures summed over a step's PPO minibatches: this rank's trained tokens, micro-batches
+# and skipped optimizer steps
+STEP_TOTALS = ("n_tokens", "n_microbatches", "skipped")
+
+
+def train_metrics(train_stats: list[dict[str, float]]) -> dict[str, float]:
+    """train/* of a step from each PPO minibatch's train_batch figures: STEP_TOTALS summed; the loss,
+    the grad norm and the loss function's stats (loss_fn/*: entropy, clip fractions, ...) averaged
+    over the minibatches, weighted by their tokens (train/grad_norm_max: the largest); the rest (lr,
+    micro-batch budgets) the last minibatch's, where the step ends."""
+    out = {f"train/{key}": float(value) for key, value in train_stats[-1].items()}
+    weights = [float(s.get("n_tokens", 0.0)) for s in train_stats]
+    if sum(weights) <= 0:
+        weights = [1.0] * len(train_stats)
+    averaged = {"loss", "grad_norm"} | {k for s in train_stats for k in s if k.startswith("loss_fn/")}
+    for key in averaged:
+        pairs = [(float(s[key]), w) for s, w in zip(train_stats, weights) if key in s]
+        if pairs and sum(w for _, w in pairs) > 0:
+            out[f"train/{key}"] = sum(v * w for v, w in pairs) / sum(w for _, w in pairs)
+    out["train/grad_norm_max"] = max(float(s.get("grad_norm", 0.0)) for s in train_stats)
+    for key in STEP_TOTALS:
+        out[f"train/{key}"] = sum(float(s.get(key, 0.0)) for s in train_stats)
+    return out
+
+
 # push_weights' figures that keep their own prefix (the rest are the update's, weight_update/)
 OWN_PREFIXES = ("server/", "handoff/", "memory/")
 
@@ -174,12 +197,7 @@ def _metrics(step, ctx, batch, train_stats, update, evaluation, phases, step_s, 
         out["rollout/overlong_penalty_mean"] = float(penalty.mean())
     out.update(algo_metrics)  # dynamic sampling, rollout/trainer mismatch
     out.update(sample_stats(batch))  # a workflow's per-sample figures (e.g. rollout/agent/*)
-    last = train_stats[-1]
-    for key, value in last.items():
-        out[f"train/{key}"] = float(value)
-    out["train/loss"] = sum(float(s.get("loss", 0.0)) for s in train_stats) / len(train_stats)
-    for key in STEP_TOTALS:  # the step's, over its PPO minibatches (the rest are the last minibatch's)
-        out[f"train/{key}"] = sum(float(s.get(key, 0.0)) for s in train_stats)
+    out.update(train_metrics(train_stats))
     out.update(
         {
             k if k.startswith(OWN_PREFIXES) else f"weight_update/{k.removeprefix('weight_update/')}": float(v)
