@@ -755,6 +755,7 @@ def summarise(
         return statistics.fmean(vals) if vals else None
 
     seconds = total("timing/step_s")
+    trainer_s = total("timing/recompute_logprob_s") + total("timing/train_s")  # the trainer's passes
     expected_tokens = args.batch_size * args.n_samples * args.max_new_tokens
     out = {
         "max_head_offpolicyness": k,
@@ -803,20 +804,12 @@ def summarise(
         },
         # generated tokens over the trainer's seconds (logprob recompute + train), prompts not
         # counted: the pipeline's useful output per trainer second
-        "train_gen_tokens_per_s": (
-            total("rollout/gen_tokens") / (total("timing/recompute_logprob_s") + total("timing/train_s"))
-            if total("timing/train_s")
-            else None
-        ),
+        "train_gen_tokens_per_s": total("rollout/gen_tokens") / trainer_s if total("timing/train_s") else None,
         # all the tokens the trainer's passes run over (prompts and generated), bench_train's measure:
         # over the train phase alone, and over recompute + train
         "tokens_per_step": mean("rollout/tokens"),
         "train_tokens_per_s": total("rollout/tokens") / total("timing/train_s") if total("timing/train_s") else None,
-        "trainer_tokens_per_s": (
-            total("rollout/tokens") / (total("timing/recompute_logprob_s") + total("timing/train_s"))
-            if total("timing/train_s")
-            else None
-        ),
+        "trainer_tokens_per_s": total("rollout/tokens") / trainer_s if total("timing/train_s") else None,
         # colocated runs: the hand-off of a time-shared step (release, resume, the trainer's
         # offload) and each process's device memory at the hand-off points (max over steps)
         "handoff_mean": {

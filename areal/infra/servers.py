@@ -193,8 +193,9 @@ def check_sglang_version(version: str | None) -> None:
         )
 
 
-# Flags that SGLang renamed, the old name kept as a deprecated alias that logs a warning:
-# --cuda-graph-max-bs became --cuda-graph-max-bs-decode (0.5.16 has both; 0.5.9 the old one only).
+# Flags that SGLang renamed: --cuda-graph-max-bs became --cuda-graph-max-bs-decode. 0.5.9's ServerArgs
+# field is the old name; 0.5.16's is the new one (the old is only an argparse alias there, which logs
+# a deprecation), and host facts list ServerArgs fields, so the old name alone would be dropped.
 RENAMED_FLAGS = {"--cuda-graph-max-bs": "--cuda-graph-max-bs-decode"}
 
 
