@@ -40,7 +40,7 @@
 #   scripts/run_gpu_benchmarks.sh x1_pipeline_ab RESULTS_DIR  # the colocated 0.5B pipeline on SGLang at
 #                                                           # x1_sglang_perf's settings, once per AB_VARIANTS
 #                                                           # entry (trainer and server options), side by
-#                                                           # side in one process, one after another (~15 min)
+#                                                           # side in one process, one after another (~17 min)
 #
 # On one node with 4 GPUs (two servers on GPUs 0,1, a 2-GPU trainer on 2,3; trainer layouts
 # fsdp:d2 = FSDP, fsdp:d2r2 = HSDP 2x1, fsdp:d1t2 = tensor parallel 2):
@@ -302,21 +302,22 @@ x1_pipeline_ab)
   # pays the cold JIT compiles (about 100 s): its startup_s is not the variant's. Over 10 minutes:
   # start it under setsid and read $out/pipeline_ab_0.5b.log from the next call.
   # graph256: SGLang's own decode-graph cap on an H200 (base covers its 512 running requests);
-  # mrr256: half a step's samples decode at once
+  # mrr256: half a step's samples decode at once; episode_workers: the RLVR episodes off the trainer's GIL
   ab="${AB_VARIANTS:-base; graph256 sglang.cuda_graph_max_bs=256;
     logprobs actor.fused_logprobs=true actor.compile_logprobs=true; mb_auto actor.max_tokens_per_mb=auto;
     no_radix sglang.disable_radix_cache=true; mrr256 sglang.max_running_requests=256;
-    sampling_pytorch sglang.sampling_backend=pytorch; compile actor.compile=true; mem0.4 sglang.mem_fraction_static=0.4}"
+    sampling_pytorch sglang.sampling_backend=pytorch; compile actor.compile=true; mem0.4 sglang.mem_fraction_static=0.4;
+    episode_workers workflow.workers=1}"
   variants=()
   IFS=';' read -ra specs <<<"${ab//$'\n'/ }"
   for spec in "${specs[@]}"; do
     read -ra words <<<"$spec"
     [ ${#words[@]} -gt 0 ] && variants+=(--variant "${words[@]}")
   done
-  step pipeline_ab_0.5b "${AB_TIMEOUT:-1200}" $py scripts/bench_e2e.py --device cuda --data "$data" --shape qwen2.5-0.5b \
+  step pipeline_ab_0.5b "${AB_TIMEOUT:-1320}" $py scripts/bench_e2e.py --device cuda --data "$data" --shape qwen2.5-0.5b \
     --server sglang --override sglang.attention_backend="${SGLANG_ATTENTION:-triton}" --colocate --mem-fraction 0.5 \
     --n-samples 8 --max-new-tokens 192 --max-tokens-per-mb 40960 --steps 3 --warmup 1 \
-    --offpolicyness ${AB_OFFPOLICYNESS:-2} --budget "${AB_TIMEOUT:-1200}" --run-timeout 220 \
+    --offpolicyness ${AB_OFFPOLICYNESS:-2} --budget "${AB_TIMEOUT:-1320}" --run-timeout 220 \
     --workdir /tmp/areal-pipeline-ab --out "$out/pipeline_ab_0.5b.json" "${variants[@]}" ${E2E_ARGS:-}
   ;;
 x1_profile)

@@ -157,6 +157,15 @@ class WorkflowConfig(Section):
         1.0, gt=0, le=1, description="multi_turn: reward factor per retry (a first-turn answer gets the full reward)."
     )
     system_prompt: str | None = Field(None, description="System message prepended to each prompt.")
+    workers: int = Field(
+        0,
+        ge=0,
+        description="Processes that run the episodes of rlvr, multi_turn or a custom workflow, each building "
+        "the workflow and a client of the servers of its own, so that the episodes' Python (HTTP client, chat "
+        "template, tokenizer) does not take the trainer's GIL; the trainer keeps admission (the staleness "
+        "bound), pauses and the batches. 0 runs them in the trainer's process. Agents have their own: "
+        "workflow.agent.workers.",
+    )
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra keyword arguments for a custom workflow.")
     agent: AgentConfig = Field(
         default_factory=AgentConfig, description="workflow.type=agent: an agent written against the OpenAI API."

@@ -497,6 +497,13 @@ def _agent_workflow(cfg):
         )
     elif cfg.workflow.type == "agent" and ":" not in run:
         yield ConfigIssue("workflow.agent.run", run, "not an import path", "write it as 'package.module:function'")
+    if cfg.workflow.type == "agent" and cfg.workflow.workers:
+        yield ConfigIssue(
+            "workflow.workers",
+            cfg.workflow.workers,
+            "has no effect with workflow.type=agent, whose episodes run in workflow.agent.workers processes",
+            "set workflow.agent.workers instead, and workflow.workers=0",
+        )
 
 
 MAX_STATIC_SHARE = 0.9

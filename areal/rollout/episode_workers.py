@@ -452,6 +452,9 @@ def worker_main(conn, spec: WorkerSpec) -> None:
     from areal.utils.lifetime import exit_with_parent
 
     exit_with_parent()
+    # Daemonic to the trainer (its exit ends the worker, never waits on it), but a workflow may
+    # start processes of its own here (RLVR's reward pool): each exits with this one (exit_with_parent)
+    multiprocessing.current_process().daemon = False
     setup_process_logging(stream=sys.stderr)
     lock = threading.Lock()
     code = 0

@@ -107,7 +107,7 @@ class AgentWorkflow(RolloutWorkflow):
         )
         self._proxy = self._clients = self._started = None
         self._turn = itertools.count()  # which client (pool shard) the next run uses
-        self._pool = None
+        self._in_workers = self._worker_processes() if workers else None
         pad = self.tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else (self.tokenizer.eos_token_id or 0)
 
@@ -133,10 +133,8 @@ class AgentWorkflow(RolloutWorkflow):
         )
 
     async def arun_episode(self, engine: InferenceEngine, data: dict[str, Any]) -> dict[str, Any]:
-        if self.workers:
-            from areal.rollout.seeds import episode_seed
-
-            return await self._pool_for(engine).run(data, episode_seed())
+        if self._in_workers is not None:
+            return await self._in_workers.arun_episode(engine, data)
         proxy, clients = await self._proxy_for(engine)
         runs = await asyncio.gather(
             *(
@@ -192,29 +190,27 @@ class AgentWorkflow(RolloutWorkflow):
             self._clients = openai_clients(self._proxy.base_url, self.request_timeout_s, self.concurrency)
         return self._proxy, self._clients
 
+    def _worker_processes(self):
+        """The processes that run this workflow's episodes (workflow.agent.workers), each building it
+        from the recipe."""
+        from areal.infra.sockets import open_files_needed
+        from areal.workflow.in_workers import WorkflowInWorkers
+
+        return WorkflowInWorkers(
+            self._recipe,
+            self.workers,
+            key="workflow.agent.workers",
+            name="agent-worker",
+            open_files=open_files_needed(SOCKETS_PER_CALL * self.concurrency),
+            open_files_keys="rollout.max_concurrent_rollouts x gconfig.n_samples",
+            unpicklable_hint=f"make the agent {getattr(self.run, '__qualname__', self.run)!r} a module-level "
+            "async function (or pass its import path)",
+        )
+
     @property
     def pool(self):
         """The worker processes (an EpisodeWorkers) once the first episode started them, else None."""
-        return self._pool
-
-    def _pool_for(self, engine):
-        """The worker processes of this workflow, for `engine`'s servers (started on first use)."""
-        if self._pool is None or self._pool.engine is not engine:
-            from areal.infra.sockets import open_files_needed
-            from areal.rollout.episode_workers import EpisodeWorkers
-
-            _check_picklable(self._recipe, self.run)
-            if self._pool is not None:
-                self._pool.close()
-            self._pool = EpisodeWorkers(
-                self._recipe,
-                engine,
-                self.workers,
-                name="agent-worker",
-                open_files=open_files_needed(SOCKETS_PER_CALL * self.concurrency),
-                open_files_keys="rollout.max_concurrent_rollouts x gconfig.n_samples",
-            )
-        return self._pool
+        return None if self._in_workers is None else self._in_workers.pool
 
     async def aclose(self) -> None:
         """Close the clients and the proxy of this process (on the loop they run on)."""
@@ -228,9 +224,8 @@ class AgentWorkflow(RolloutWorkflow):
     def close(self) -> None:
         """Stop the worker processes (each closes its proxy and client), or this process's proxy and
         client if their event loop still runs: call it before the executor stops."""
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.close()
+        if self._in_workers is not None:
+            self._in_workers.close()
         loop = getattr(self._proxy, "loop", None)
         if loop is None or loop.is_closed() or not loop.is_running():
             if self._proxy is not None:
@@ -304,20 +299,6 @@ def _pooled_http_client(openai, concurrency: int, timeout_s: float):
         max_connections=concurrency, max_keepalive_connections=concurrency, keepalive_expiry=KEEPALIVE_S
     )
     return cls(limits=limits, timeout=timeout_s)
-
-
-def _check_picklable(recipe, run) -> None:
-    """Worker processes import the agent by name: a lambda or a closure cannot travel."""
-    import pickle
-
-    try:
-        pickle.dumps(recipe)
-    except (pickle.PicklingError, AttributeError, TypeError) as exc:
-        raise ValueError(
-            f"workflow.agent.workers > 0 runs the agent {getattr(run, '__qualname__', run)!r} in worker "
-            f"processes, which import it by name, and it cannot be sent there ({exc}): make it a "
-            "module-level async function (or pass its import path), or set workflow.agent.workers=0"
-        ) from exc
 
 
 def resolve_agent(spec: str):

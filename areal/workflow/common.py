@@ -8,6 +8,7 @@ tokens: the template already holds bos/eos where the model expects them (and tra
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from areal.api.inference import ModelResponse
@@ -55,6 +56,10 @@ class RewardedWorkflow(RolloutWorkflow):
         """Stop the reward worker processes."""
         if hasattr(self.reward, "close"):
             self.reward.close()
+
+    async def aclose(self) -> None:
+        """close() from the loop the episodes ran on (an episode worker's, as it stops)."""
+        await asyncio.to_thread(self.close)
 
 
 def load_tokenizer(tokenizer):

@@ -37,9 +37,31 @@ def resolve_workflow_class(spec: str) -> type:
 
 
 def build_workflow(cfg, tokenizer) -> RolloutWorkflow:
-    """The workflow of an ExperimentConfig; `tokenizer` is a tokenizer or its path."""
+    """The workflow of an ExperimentConfig; `tokenizer` is a tokenizer or its path. With
+    workflow.workers > 0 its episodes run in that many worker processes, each building the same
+    workflow with workflow.workers=0 (areal/workflow/in_workers.py)."""
     cls = resolve_workflow_class(cfg.workflow.type)
+    if cfg.workflow.workers and cfg.workflow.type != "agent":
+        return _in_workers(cfg, tokenizer)
     kwargs = dict(cfg.workflow.kwargs)
     if hasattr(cls, "from_config"):
         return cls.from_config(cfg, tokenizer, **kwargs)
     return cls(**kwargs)
+
+
+def _in_workers(cfg, tokenizer) -> RolloutWorkflow:
+    import functools
+
+    from areal.infra.sockets import rollout_client_open_files
+    from areal.workflow.in_workers import WorkflowInWorkers
+
+    local = cfg.model_copy(deep=True)
+    local.workflow.workers = 0
+    open_files, keys = rollout_client_open_files(cfg)
+    return WorkflowInWorkers(
+        functools.partial(build_workflow, local, tokenizer),
+        cfg.workflow.workers,
+        open_files=open_files,
+        open_files_keys=keys,
+        unpicklable_hint="pass the tokenizer as a path and the reward as a name or import path",
+    )

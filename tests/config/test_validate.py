@@ -192,6 +192,13 @@ RULES = [
         "import path",
         with_(workflow__type="agent", workflow__agent__run="my.agents:run"),
     ),
+    (
+        "agent workers key",
+        with_(workflow__type="agent", workflow__agent__run="my.agents:run", workflow__workers=2),
+        "workflow.workers",
+        "workflow.agent.workers",
+        with_(workflow__type="agent", workflow__agent__run="my.agents:run", workflow__agent__workers=2),
+    ),
 ]
 
 

@@ -1,7 +1,7 @@
 """Agent episodes in worker processes (areal/rollout/episode_workers.py), against a real built-in
 server: the gate follows the trainer's control, a killed worker is named in the error of the
 episodes it ran, close() stops the workers cleanly, and an agent that cannot travel is refused
-with the key that keeps it in-process."""
+when the workflow is built, with the key that keeps it in-process."""
 
 import multiprocessing
 import os
@@ -63,14 +63,14 @@ def test_a_killed_worker_is_named_in_the_error(engine, scripted_chat_model_dir):
     wf.close()
 
 
-def test_an_agent_that_cannot_travel_is_refused_with_the_key(engine, scripted_chat_model_dir):
+def test_an_agent_that_cannot_travel_is_refused_with_the_key(scripted_chat_model_dir):
     async def local_agent(client, data):
         return 1.0
 
-    wf = AgentWorkflow(local_agent, GenerationConfig(n_samples=1), scripted_chat_model_dir, workers=1)
-    with pytest.raises(RolloutError, match="workflow.agent.workers=0"):
-        engine.rollout_batch([RECORD], wf)
-    wf.close()
+    with pytest.raises(
+        ValueError, match=r"make the agent .*local_agent.* a module-level async function .*workflow.agent.workers=0"
+    ):
+        AgentWorkflow(local_agent, GenerationConfig(n_samples=1), scripted_chat_model_dir, workers=1)
 
 
 def test_a_stopped_worker_is_killed_and_named(engine, scripted_chat_model_dir):

@@ -480,9 +480,16 @@ def test_pipeline_ab_stage_variants_are_valid_configs(tmp_path):
     mod = _script()
     args = mod.parse_args(argv[1:])
     assert list(args.variants)[0] == "base" and args.variants["base"] == []
-    assert {"graph256", "logprobs", "mb_auto", "no_radix", "mrr256", "sampling_pytorch", "compile"} <= set(
-        args.variants
-    )
+    assert {
+        "graph256",
+        "logprobs",
+        "mb_auto",
+        "no_radix",
+        "mrr256",
+        "sampling_pytorch",
+        "compile",
+        "episode_workers",
+    } <= set(args.variants)
     args.device, args.dtype = "cuda", "bfloat16"
     for variant, extra in args.variants.items():
         ov = mod.overrides(args, 2, 0, "/m", "/t", "/d", tmp_path, variant=variant)
@@ -495,6 +502,8 @@ def test_pipeline_ab_stage_variants_are_valid_configs(tmp_path):
         ).actor.max_tokens_per_mb
         == "auto"
     )
+    ov = mod.overrides(args, 2, 0, "/m", "/t", "/d", tmp_path, None, "episode_workers")
+    assert validate_config(compose(args.config, ov)).workflow.workers == 1
 
 
 def test_bench_coin_reward_has_its_rate_and_is_a_function_of_the_answer(monkeypatch):

@@ -1,0 +1,67 @@
+"""workflow.workers: RLVR episodes in worker processes (areal/workflow/in_workers.py), against a
+real built-in server. With the same episode seeds they give the rows the same episodes give in the
+trainer's process; the workers stop cleanly on close(); a recipe that cannot travel is refused
+with the key that keeps the episodes in-process."""
+
+import os
+
+import psutil
+import pytest
+import torch
+
+from areal.config.pretrained_client import pretrained_client_config
+from areal.rollout.seeds import mix
+from areal.workflow.in_workers import WorkflowInWorkers
+from areal.workflow.registry import build_workflow
+from areal.workflow.rlvr import RLVRWorkflow
+from tests.serving import served_engine
+
+R = "tests.workflow.rewards:"
+RECORDS = [{"question": "1+2="}, {"question": "3+4="}]
+SEEDS = [mix(7, 0, 0, 0), mix(7, 0, 0, 1)]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir):
+    with served_engine(tiny_model_dir) as eng:
+        yield eng
+
+
+def rlvr_config(model_dir, engine, workers: int):
+    return pretrained_client_config(
+        model_dir,
+        server_addrs=list(engine.addrs),
+        gconfig={"n_samples": 3, "max_new_tokens": 6},
+        workflow={"reward_fn": R + "n_tokens", "reward_workers": 1, "workers": workers},
+    )
+
+
+def test_rlvr_episodes_in_a_worker_give_the_in_process_rows(engine, tiny_model_dir):
+    in_process = build_workflow(rlvr_config(tiny_model_dir, engine, 0), tiny_model_dir)
+    in_workers = build_workflow(rlvr_config(tiny_model_dir, engine, 1), tiny_model_dir)
+    assert isinstance(in_process, RLVRWorkflow) and isinstance(in_workers, WorkflowInWorkers)
+    try:
+        here = engine.executor.rollout_batch(RECORDS, in_process, seeds=SEEDS)
+        there = engine.executor.rollout_batch(RECORDS, in_workers, seeds=SEEDS)
+        pool = in_workers.pool
+        assert len(pool.pids) == 1 and pool.pids[0] != os.getpid()
+        for key in ("input_ids", "attention_mask", "loss_mask", "versions", "rewards"):
+            assert torch.equal(here[key], there[key]), key
+        assert torch.allclose(here["logprobs"], there["logprobs"], atol=1e-5)
+        assert there["rewards"].tolist() == there["loss_mask"].sum(1).float().tolist()
+        reward_pool = psutil.Process(pool.pids[0]).children()
+        assert len(reward_pool) == 1  # workflow.reward_workers=1: the rewards were scored under the worker
+    finally:
+        in_process.close()
+        in_workers.close()
+    assert pool.exit_codes() == [0]  # it closed its workflow and client and exited by itself
+    assert pool not in engine.control._listeners
+    _, alive = psutil.wait_procs(reward_pool, timeout=30)
+    assert not alive, f"the worker's reward processes outlived it: {alive}"
+
+
+def test_a_recipe_that_cannot_travel_is_refused_with_the_key():
+    with pytest.raises(ValueError, match=r"cannot be sent there .*or set workflow.workers=0"):
+        WorkflowInWorkers(lambda: None, 1)
+    with pytest.raises(ValueError, match="workflow.workers=0: WorkflowInWorkers needs at least one"):
+        WorkflowInWorkers(RLVRWorkflow, 0)
