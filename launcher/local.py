@@ -80,7 +80,7 @@ class LocalRun(Supervisor):
     def server_addrs(self, servers: list[ProcessSpec]) -> dict[str, str]:
         return {s.name: f"{advertised_host(s.command)}:{s.port}" for s in servers}
 
-    def is_stopped(self, name: str) -> bool:
+    def stopped(self, name: str) -> str | None:
         return self._stopped(self.procs[name].pid)
 
     def teardown(self) -> None:

@@ -135,13 +135,15 @@ class ProcessHost:
         )
         return self.proc.pid
 
-    def drain(self) -> tuple[list[str], int | None, bool]:
+    def drain(self) -> tuple[list[str], int | None, str | None]:
         """New output lines, the exit status (None while running; output complete once it exited)
-        and whether the process is in the stopped state (launcher.stopped_timeout_s)."""
+        and which process of its tree is in the stopped state (launcher.stopped_timeout_s;
+        supervisor.stopped_in_tree)."""
         code = self.proc.poll() if self.proc else None
         if code is not None:
             self.proc.wait_output()
-        return self._take(), code, code is None and self.proc is not None and self._stopped(self.proc.pid)
+        running = code is None and self.proc is not None
+        return self._take(), code, self._stopped(self.proc.pid) if running else None
 
     def healthy(self, addr: str) -> bool:
         from areal.infra.health import is_healthy
@@ -168,7 +170,7 @@ class RemoteProcess:
         self.actor = actor
         self.log_path = log_file
         self.returncode: int | None = None
-        self.stopped = False  # in the stopped state (SIGSTOP) at the last drain
+        self.stopped: str | None = None  # at the last drain: supervisor.stopped_in_tree of it
         Path(log_file).parent.mkdir(parents=True, exist_ok=True)
         self._log = open(log_file, "a", buffering=1, encoding="utf-8", errors="replace")
         self._log.write(start_banner(name, command) + "\n")
@@ -180,7 +182,7 @@ class RemoteProcess:
         is stopping it."""
         self._muted = True
 
-    def take(self, lines: list[str], code: int | None = None, stopped: bool = False) -> None:
+    def take(self, lines: list[str], code: int | None = None, stopped: str | None = None) -> None:
         self.stopped = stopped
         for line in lines:
             if not self._log.closed:
@@ -351,10 +353,10 @@ class RayRun(Supervisor):
                 continue
             except ray.exceptions.RayError as e:  # the actor (or its node) died
                 say(f"the Ray actor running {name} died: {type(e).__name__}: {e}", sys.stderr)
-                lines, code, stopped = [], 1, False
+                lines, code, stopped = [], 1, None
             running[name].take(lines, code, stopped)
 
-    def is_stopped(self, name: str) -> bool:
+    def stopped(self, name: str) -> str | None:
         return self.procs[name].stopped
 
     def teardown(self) -> None:

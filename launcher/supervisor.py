@@ -131,10 +131,11 @@ def failure_report(name: str, log_path: str | None, reason: str) -> str:
     return "\n".join(lines)
 
 
-def is_stopped(pid: int) -> bool:
-    """Whether a process, or a process of its tree, is in the stopped state ('T': SIGSTOP,
-    SIGTSTP), not merely waiting. The tree counts because a stopped subprocess holds its parent up
-    as surely: SGLang's HTTP process keeps answering while its stopped scheduler generates nothing.
+def stopped_in_tree(pid: int) -> str | None:
+    """None while no process of pid's tree is in the stopped state ('T': SIGSTOP, SIGTSTP), '' when
+    pid itself is, else the stopped descendant as "pid N (NAME)". The tree counts because a stopped
+    subprocess holds its parent up as surely: SGLang's HTTP process keeps answering while its
+    stopped scheduler generates nothing, and a trainer waits for its stopped episode worker.
 
     A debugger's tracing stop ('t', gdb or py-spy attached) does not count."""
     import psutil
@@ -143,28 +144,33 @@ def is_stopped(pid: int) -> bool:
         leader = psutil.Process(pid)
         tree = [leader, *leader.children(recursive=True)]
     except psutil.Error:
-        return False
+        return None
     for p in tree:
         try:
             if p.status() == psutil.STATUS_STOPPED:
-                return True
+                return "" if p.pid == pid else f"pid {p.pid} ({p.name()})"
         except psutil.Error:
             continue
-    return False
+    return None
+
+
+def is_stopped(pid: int) -> bool:
+    """Whether a process, or a process of its tree, is in the stopped state (stopped_in_tree)."""
+    return stopped_in_tree(pid) is not None
 
 
 class StoppedCheck:
-    """is_stopped(pid), asked again for a pid at most every STOPPED_CHECK_S: it lists every
+    """stopped_in_tree(pid), asked again for a pid at most every STOPPED_CHECK_S: it lists every
     process of the machine to find the tree, and the monitor polls every POLL_S."""
 
     def __init__(self):
-        self._last: dict[int, tuple[float, bool]] = {}
+        self._last: dict[int, tuple[float, str | None]] = {}
 
-    def __call__(self, pid: int) -> bool:
+    def __call__(self, pid: int) -> str | None:
         now = time.monotonic()
-        at, stopped = self._last.get(pid, (float("-inf"), False))
+        at, stopped = self._last.get(pid, (float("-inf"), None))
         if now - at >= STOPPED_CHECK_S:
-            stopped = is_stopped(pid)
+            stopped = stopped_in_tree(pid)
             self._last[pid] = (now, stopped)
         return stopped
 
@@ -212,9 +218,13 @@ class Supervisor(abc.ABC):
         """Update what poll() returns (the Ray backend fetches output and status here)."""
         return None
 
+    def stopped(self, name: str) -> str | None:
+        """As of the last refresh(): None unless the process or one of its tree is in the stopped
+        state (SIGSTOP); '' for the process itself, else which one (stopped_in_tree)."""
+        return None
+
     def is_stopped(self, name: str) -> bool:
-        """Whether the process is in the stopped state (SIGSTOP), as of the last refresh()."""
-        return False
+        return self.stopped(name) is not None
 
     def publish(self, addrs: list[str]) -> str:
         return str(write_server_addrs(record_root_of(self.cfg), addrs))
@@ -447,15 +457,17 @@ class Supervisor(abc.ABC):
             return None
         now = time.monotonic()
         for name, proc in list(self.procs.items()):
-            if proc.poll() is not None or not self.is_stopped(name):
+            member = None if proc.poll() is not None else self.stopped(name)
+            if member is None:
                 self.stopped_since.pop(name, None)
                 continue
             seconds = now - self.stopped_since.setdefault(name, now)
             if seconds <= timeout:
                 continue
             self.stopped_since.pop(name, None)
+            who = f"has had its process {member} " if member else "has been "
             reason = (
-                f"has been in the stopped state (SIGSTOP) for {seconds:.0f} s "
+                f"{who}in the stopped state (SIGSTOP) for {seconds:.0f} s "
                 f"(launcher.stopped_timeout_s={timeout:g}){self.last_phase(name, ', in {}')}: "
                 "the run cannot go on without it"
             )

@@ -4,7 +4,7 @@ check that the run either recovers and completes, or stops cleanly, naming what 
     .venv/bin/python scripts/chaos.py --trials 3 --seed 1            # from the repo root
     .venv/bin/python scripts/chaos.py --trials 1 --target server --moment weight_update --signal SIGSTOP
 
-Each trial runs one of five configs small, under its own fileroot (--config): three on CPU,
+Each trial runs one of six configs small, under its own fileroot (--config): four on CPU,
   demo       tiny_arith_cpu.yaml, batches of 8, fsdp:d2 trainers (the default)
   colocated  the demo time-shared on one device: launcher.colocate=true, synchronous
              (max_head_offpolicyness=0), actor.offload=true, weights through shared memory;
@@ -12,6 +12,8 @@ Each trial runs one of five configs small, under its own fileroot (--config): th
              release or resume as often as not (one trainer rank: no trainer-1; no server
              restart: a restarted server would miss the tensor updates, so a lost server ends
              the run, named, and the relaunch recovers it)
+  workers    the demo with its episodes in a worker process of trainer-0 (workflow.workers=1);
+             its reward workers are that process's children
   agent      calculator_agent_cpu.yaml (the OpenAI-API agent through the proxy), fsdp:d2 (no
              reward workers: the agent scores its own episodes; the episodes run in agent worker
              processes of trainer-0, workflow.agent.workers)
@@ -28,8 +30,10 @@ colocated and gpu_sync), a 5 s server health timeout (60 s on the GPU: SGLang's 
 silent while it compiles kernels for a new batch shape) and a 10 s launcher.stopped_timeout_s (--stopped-timeout;
 evaluation every 2 steps in "evaluation" trials), and picks (or takes as given):
 
-  target   launcher | server | trainer-0 | trainer-1 | reward (a reward worker of trainer-0)
-           | agent_worker (an agent worker process of trainer-0: its proxy, client and agents)
+  target   launcher | server | trainer-0 | trainer-1 | reward (a reward worker of trainer-0,
+           or of its episode worker) | agent_worker (an agent worker process of trainer-0: its
+           proxy, client and agents) | episode_worker (under --config workers: the process that
+           runs trainer-0's episodes, with their client of the server)
            | scheduler (SGLang's scheduler process, sglang::scheduler, under server-0's HTTP
            process; the launcher names server-0)
   moment   generation     (right after a step is logged: the next batch is being generated)
@@ -83,7 +87,7 @@ import psutil
 from launcher.procs import run_processes
 
 REPO = Path(__file__).resolve().parents[1]
-TARGETS = ("launcher", "server", "scheduler", "trainer-0", "trainer-1", "reward", "agent_worker")
+TARGETS = ("launcher", "server", "scheduler", "trainer-0", "trainer-1", "reward", "agent_worker", "episode_worker")
 
 
 @dataclass(frozen=True)
@@ -130,6 +134,20 @@ PRESETS = {
             "launcher.restart_failed_servers=false",  # a restarted server would miss tensor updates
         ),
         ("launcher", "server", "trainer-0", "reward"),
+    ),
+    # the demo with its RLVR episodes in a worker process of trainer-0 (workflow.workers=1): the
+    # reward workers are that process's children
+    "workers": Preset(
+        "tiny_arith_cpu.yaml",
+        "tiny_arith_cpu",
+        (
+            "train_dataset.batch_size=8",
+            "actor.backend=fsdp:d2",
+            "cluster.n_gpus_per_node=3",
+            "launcher.restart_failed_servers=true",
+            "workflow.workers=1",
+        ),
+        ("launcher", "server", "trainer-0", "trainer-1", "episode_worker", "reward"),
     ),
     "agent": Preset(
         "calculator_agent_cpu.yaml",
@@ -242,7 +260,7 @@ class Run:
     ):
         from areal.infra.ports import next_free_port
 
-        self.root = root
+        self.root, self.preset = root, preset
         self.run_dir = run_dir_of(root, preset)
         self.console = root / f"console-{attempt}.log"
         base = next_free_port(20000 + random.randrange(30000))
@@ -344,11 +362,12 @@ def at_moment(run: Run, moment: str, after_step: int, target: str = "trainer-0")
 def target_pid(run: Run, target: str) -> int:
     if target == "launcher":
         return run.proc.pid
-    if target in ("reward", "agent_worker"):
-        trainer = run.pid_of("trainer-0")
-        # spawned pool workers run spawn_main (the resource tracker, also a child, does not); the
-        # agent config has no reward workers, so its spawned children are the agent workers
-        workers = [p for p in psutil.Process(trainer).children() if "spawn_main" in " ".join(p.cmdline())]
+    if target in ("reward", "agent_worker", "episode_worker"):
+        # the agent config has no reward workers, so its spawned children are the agent workers;
+        # with workflow.workers the trainer's are the episode workers, and the reward workers theirs
+        workers = spawned_children(run.pid_of("trainer-0"))
+        if target == "reward" and "workflow.workers=1" in run.preset.overrides:
+            workers = [child for w in workers for child in spawned_children(w.pid)]
         if not workers:
             raise RuntimeError(f"trainer-0 has no {target.replace('_', ' ')} right now")
         return workers[0].pid
@@ -363,6 +382,18 @@ def target_pid(run: Run, target: str) -> int:
     if pid is None:
         raise RuntimeError(f"the launcher's console names no {name}")
     return pid
+
+
+def spawned_children(pid: int) -> list[psutil.Process]:
+    """The multiprocessing children of `pid`: they run spawn_main (the resource tracker does not)."""
+    out = []
+    for p in psutil.Process(pid).children():
+        try:
+            if "spawn_main" in " ".join(p.cmdline()):
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
 
 
 def is_scheduler(p: psutil.Process) -> bool:
@@ -511,6 +542,7 @@ def trial(
             "launcher": None,
             "reward": "trainer-0",
             "agent_worker": "trainer-0",
+            "episode_worker": "trainer-0",
             "server": "server-0",
             "scheduler": "server-0",  # SGLang's HTTP process exits with its scheduler: the server is named
         }.get(t.target, t.target)

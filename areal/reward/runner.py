@@ -72,9 +72,15 @@ def _name(target: str | Callable[..., Any]) -> str:
 
 
 def _new_pool(max_workers: int) -> ProcessPoolExecutor:
-    return ProcessPoolExecutor(
-        max_workers, mp_context=multiprocessing.get_context("spawn"), initializer=exit_with_parent
-    )
+    return ProcessPoolExecutor(max_workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker)
+
+
+def _start_worker() -> None:
+    """A reward worker's first act: end with its parent, and say what it is in `ps`."""
+    from areal.utils.proc_name import set_process_name
+
+    exit_with_parent()
+    set_process_name("areal-reward")
 
 
 def _kill_pool(pool: ProcessPoolExecutor) -> None:

@@ -68,6 +68,7 @@ class WorkerSpec:
     paused: bool
     open_files: int = 0  # descriptors the worker needs (areal.infra.sockets)
     open_files_keys: str = ""
+    title: str = "areal-episodes"  # its kernel name, what `ps` and the launcher's errors show
 
 
 @dataclass
@@ -182,6 +183,7 @@ class EpisodeWorkers:
                     paused=control.paused,
                     open_files=self.open_files,
                     open_files_keys=self.open_files_keys,
+                    title=f"areal-{self.name.removesuffix('-worker')}s",
                 )
                 ours, theirs = ctx.Pipe(duplex=True)
                 process = ctx.Process(target=worker_main, args=(theirs, spec), name=spec.name, daemon=True)
@@ -450,8 +452,10 @@ def worker_main(conn, spec: WorkerSpec) -> None:
     from areal.infra.sockets import raise_open_file_limit
     from areal.utils.errors import describe_failure
     from areal.utils.lifetime import exit_with_parent
+    from areal.utils.proc_name import set_process_name
 
     exit_with_parent()
+    set_process_name(spec.title)
     # Daemonic to the trainer (its exit ends the worker, never waits on it), but a workflow may
     # start processes of its own here (RLVR's reward pool): each exits with this one (exit_with_parent)
     multiprocessing.current_process().daemon = False

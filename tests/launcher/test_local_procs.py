@@ -325,8 +325,8 @@ def test_a_stalled_server_is_named_once_and_again_when_it_answers(monkeypatch, c
 
 def test_a_stopped_subprocess_counts_as_a_stopped_process():
     """launcher.stopped_timeout_s watches whole trees: SGLang's HTTP process answers while its
-    SIGSTOPped scheduler generates nothing."""
-    from launcher.supervisor import is_stopped
+    SIGSTOPped scheduler generates nothing. The stopped descendant is named by pid and name."""
+    from launcher.supervisor import is_stopped, stopped_in_tree
 
     code = (
         "import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']);"
@@ -342,5 +342,16 @@ def test_a_stopped_subprocess_counts_as_a_stopped_process():
             assert time.monotonic() < deadline, "the child never entered the stopped state"
             time.sleep(0.01)
         assert is_stopped(proc.pid)
+        assert stopped_in_tree(proc.pid) == f"pid {child} ({psutil.Process(child).name()})"
+        os.kill(proc.pid, signal.SIGSTOP)
+        while psutil.Process(proc.pid).status() != psutil.STATUS_STOPPED:
+            assert time.monotonic() < deadline, "the leader never entered the stopped state"
+            time.sleep(0.01)
+        assert stopped_in_tree(proc.pid) == ""  # the leader itself
+        for pid in (proc.pid, child):
+            os.kill(pid, signal.SIGCONT)
+        while stopped_in_tree(proc.pid) is not None:
+            assert time.monotonic() < deadline, "the tree stayed stopped after SIGCONT"
+            time.sleep(0.01)
     finally:
         stop_all([proc], grace_s=5)

@@ -65,7 +65,9 @@ def test_five_chaos_trials_end_in_recovery_or_a_named_exit(tmp_path, monkeypatch
 
 
 # ids not named "gpu": a keyword "gpu" would skip the test as GPU-marked (tests/conftest.py)
-@pytest.mark.parametrize("name", ["demo", "colocated", "agent", "gpu", "gpu_sync"], ids=lambda n: f"preset_{n}")
+@pytest.mark.parametrize(
+    "name", ["demo", "colocated", "workers", "agent", "gpu", "gpu_sync"], ids=lambda n: f"preset_{n}"
+)
 def test_each_preset_runs_where_the_trials_watch_it(name, tmp_path, monkeypatch):
     """The trials read metrics.jsonl and the phase files under chaos.run_dir_of; the launcher's own
     plan of the trial's command must put the run there (the GPU presets' config names its trial

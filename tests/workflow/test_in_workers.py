@@ -1,7 +1,8 @@
 """workflow.workers: RLVR episodes in worker processes (areal/workflow/in_workers.py), against a
 real built-in server. With the same episode seeds they give the rows the same episodes give in the
-trainer's process; the workers stop cleanly on close(); a recipe that cannot travel is refused
-with the key that keeps the episodes in-process."""
+trainer's process; the workers and their reward workers carry names `ps` shows and stop cleanly
+on close(); a recipe that cannot travel is refused with the key that keeps the episodes
+in-process."""
 
 import os
 
@@ -51,6 +52,8 @@ def test_rlvr_episodes_in_a_worker_give_the_in_process_rows(engine, tiny_model_d
         assert there["rewards"].tolist() == there["loss_mask"].sum(1).float().tolist()
         reward_pool = psutil.Process(pool.pids[0]).children()
         assert len(reward_pool) == 1  # workflow.reward_workers=1: the rewards were scored under the worker
+        # what `ps` and the launcher's stopped-process error show (areal/utils/proc_name.py)
+        assert psutil.Process(pool.pids[0]).name() == "areal-episodes" and reward_pool[0].name() == "areal-reward"
     finally:
         in_process.close()
         in_workers.close()
