@@ -109,16 +109,18 @@ GPU_HEALTH_TIMEOUT_S = 60.0
 GPU_TARGETS = ("launcher", "server", "scheduler", "trainer-0")
 
 
+DEMO_OVERRIDES = (
+    "train_dataset.batch_size=8",
+    "actor.backend=fsdp:d2",
+    "cluster.n_gpus_per_node=3",
+    "launcher.restart_failed_servers=true",
+)
+
 PRESETS = {
     "demo": Preset(
         "tiny_arith_cpu.yaml",
         "tiny_arith_cpu",
-        (
-            "train_dataset.batch_size=8",
-            "actor.backend=fsdp:d2",
-            "cluster.n_gpus_per_node=3",
-            "launcher.restart_failed_servers=true",
-        ),
+        DEMO_OVERRIDES,
         ("launcher", "server", "trainer-0", "trainer-1", "reward"),
     ),
     "colocated": Preset(
@@ -140,13 +142,7 @@ PRESETS = {
     "workers": Preset(
         "tiny_arith_cpu.yaml",
         "tiny_arith_cpu",
-        (
-            "train_dataset.batch_size=8",
-            "actor.backend=fsdp:d2",
-            "cluster.n_gpus_per_node=3",
-            "launcher.restart_failed_servers=true",
-            "workflow.workers=1",
-        ),
+        (*DEMO_OVERRIDES, "workflow.workers=1"),
         ("launcher", "server", "trainer-0", "trainer-1", "episode_worker", "reward"),
     ),
     "agent": Preset(
