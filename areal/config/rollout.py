@@ -163,8 +163,8 @@ class WorkflowConfig(Section):
         description="Processes that run the episodes of rlvr, multi_turn or a custom workflow, each building "
         "the workflow and a client of the servers of its own, so that the episodes' Python (HTTP client, chat "
         "template, tokenizer) does not take the trainer's GIL; the trainer keeps admission (the staleness "
-        "bound), pauses and the batches. 0 runs them in the trainer's process. Agents have their own: "
-        "workflow.agent.workers.",
+        "bound), pauses and the batches. 0 runs them in the trainer's process, as evaluations always run. "
+        "Agents have their own: workflow.agent.workers.",
     )
     kwargs: dict[str, Any] = Field(default_factory=dict, description="Extra keyword arguments for a custom workflow.")
     agent: AgentConfig = Field(

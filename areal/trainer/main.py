@@ -205,6 +205,9 @@ def _eval_parts(cfg):
     if cfg.evaluator.max_new_tokens:
         eval_cfg.gconfig.max_new_tokens = cfg.evaluator.max_new_tokens
     eval_cfg.workflow.reward_fn = cfg.evaluator.reward_fn or cfg.workflow.reward_fn
+    # the training thread waits while an evaluation runs: its episodes take no GIL from training,
+    # and in the trainer's process they spare a worker process and its start-up
+    eval_cfg.workflow.workers = 0
     return records, build_workflow(eval_cfg, cfg.actor.tokenizer_path)
 
 

@@ -68,3 +68,22 @@ def test_a_recipe_that_cannot_travel_is_refused_with_the_key():
         WorkflowInWorkers(lambda: None, 1)
     with pytest.raises(ValueError, match="workflow.workers=0: WorkflowInWorkers needs at least one"):
         WorkflowInWorkers(RLVRWorkflow, 0)
+
+
+def test_training_episodes_go_to_workers_and_evaluations_stay_in_the_trainers_process():
+    """The training thread waits while an evaluation runs, so its episodes take no GIL from
+    training: a worker process would only add a start-up (areal/trainer/main.py _eval_parts)."""
+    from areal.config import validate_config
+    from areal.trainer.main import _eval_parts, resolve_model_paths
+    from launcher.compose import compose
+
+    cfg = validate_config(compose("tiny_arith_cpu.yaml", ["workflow.workers=1", "evaluator.freq_steps=5"]))
+    resolve_model_paths(cfg)
+    training = build_workflow(cfg, cfg.actor.tokenizer_path)
+    records, evaluation = _eval_parts(cfg)
+    try:
+        assert isinstance(training, WorkflowInWorkers) and training.workers == 1
+        assert isinstance(evaluation, RLVRWorkflow) and records
+    finally:
+        training.close()
+        evaluation.close()
