@@ -5,7 +5,9 @@
 Per run, over the steps after --warmup: samples/s (samples over the summed step time), trained
 tokens/s (`rollout/tokens`, a step's prompt and generated tokens, over the same time; runs logged
 before it existed fall back on `train/n_tokens`, which then counted the last PPO minibatch only),
-the microseconds of training and of logprob recomputation per trained token, the mean seconds of
+the microseconds of training and of logprob recomputation per trained token, the CPU time of the
+trainer's other threads over its training thread's during recomputation (the rollout client's
+share of the GIL: `workflow.workers` moves the episodes out of the process), the mean seconds of
 each timed phase (`timing/*_s`), of the weight update and of each memory hand-off (`handoff/*`), the
 peak memory figures (`memory/*`, their maximum) and the last held-out accuracy. With two or more
 runs it adds each run's samples/s and per-token train and recompute times over the first one's (an
@@ -51,6 +53,7 @@ def summarise(path: Path, warmup: int) -> dict:
         "trained_tokens_per_s": round(tokens / seconds, 1),
         "train_us_per_token": _per_token(steps, "timing/train_s", tokens),
         "recompute_us_per_token": _per_token(steps, "timing/recompute_logprob_s", tokens),
+        "recompute_others_cpu_share": _cpu_share(steps, "recompute_logprob"),
         "phases_s": mean_of("timing/"),
         "handoff_s": mean_of("handoff/"),
         "weight_update_s": round(statistics.fmean(r.get("weight_update/seconds", 0.0) for r in steps), 4),
@@ -91,6 +94,15 @@ def table(runs: list[dict]) -> str:
             f"{f(r['reward_last5_mean'], '.3f')} | {f(r['samples_per_s'], '.1f')} |"
         )
     return "\n".join(lines)
+
+
+def _cpu_share(steps: list[dict], phase: str) -> float | None:
+    """CPU seconds of the trainer's other threads over its training thread's during `phase`
+    (cpu/<phase>_others_s over cpu/<phase>_main_s; None where the run did not log them). During
+    recompute, which has no backward, the others are the rollout client: its share of the GIL."""
+    main = sum(r.get(f"cpu/{phase}_main_s", 0.0) for r in steps)
+    others = sum(r.get(f"cpu/{phase}_others_s", 0.0) for r in steps)
+    return round(others / main, 3) if main else None
 
 
 def _per_token(steps: list[dict], key: str, tokens: float) -> float | None:

@@ -58,6 +58,13 @@ def test_summarise_run_leaves_out_warmup_and_compares_to_the_first(tmp_path):
     assert first["last_eval_accuracy"] == 0.5
     assert second["samples_per_s"] == 8.0 and second["speedup_vs_first"] == 2.0
     assert first["train_us_per_token"] is None and "train_us_per_token_vs_first" not in second  # no token counts
+    assert first["recompute_others_cpu_share"] is None  # no cpu/ figures logged
+
+
+def test_summarise_run_gives_the_rollout_clients_cpu_share_during_recompute(tmp_path):
+    cpu = {"cpu/recompute_logprob_main_s": 0.8, "cpu/recompute_logprob_others_s": 0.2}
+    path = write_metrics(tmp_path / "m.jsonl", [step_row(1, 9.0), step_row(2, 1.0, **cpu), step_row(3, 1.0, **cpu)])
+    assert summarise_run.summarise(path, 1)["recompute_others_cpu_share"] == 0.25
 
 
 def test_summarise_run_gives_per_token_times_against_the_first(tmp_path):
