@@ -80,14 +80,16 @@ STALL_WARNING_S = 60.0  # prepare_batch says why it waits after this long with n
 
 
 class RolloutError(RuntimeError):
-    """A workflow episode failed; `.data` is its input record, `__cause__` the original error."""
+    """A workflow episode failed; `.data` is its input record, `__cause__` the original error. The
+    workflow is named by its `workflow_name` where it has one (a wrapper names what it runs)."""
 
     def __init__(self, data: Any, workflow: Any, error: BaseException):
         self.data = data
         self.error = error
         text = repr(data)
         text = text if len(text) <= 500 else text[:500] + "..."
-        super().__init__(f"workflow {type(workflow).__name__} failed on record {text}: {describe_failure(error)}")
+        name = getattr(workflow, "workflow_name", None) or type(workflow).__name__
+        super().__init__(f"workflow {name} failed on record {text}: {describe_failure(error)}")
 
 
 @dataclass

@@ -32,12 +32,14 @@ class WorkflowInWorkers(RolloutWorkflow):
         *,
         key: str = "workflow.workers",
         name: str = "episode-worker",
+        inner_name: str = "",
         open_files: int = 0,
         open_files_keys: str = "",
         unpicklable_hint: str = "",
     ):
         """`recipe`: builds the in-process workflow in each worker (it must pickle: an importable
         callable and plain arguments); `workers`: how many processes (`key` names the setting);
+        `inner_name`: the class the recipe builds, for errors (RolloutError names it);
         `open_files`: descriptors each worker needs (areal.infra.sockets)."""
         if workers < 1:
             raise ValueError(f"{key}={workers}: WorkflowInWorkers needs at least one worker process")
@@ -45,6 +47,7 @@ class WorkflowInWorkers(RolloutWorkflow):
         self.recipe, self.workers, self.key, self.name = recipe, workers, key, name
         self.open_files, self.open_files_keys = open_files, open_files_keys
         self._pool = None
+        self.workflow_name = f"{inner_name or 'workflow'} in {key}={workers} processes"
 
     @property
     def pool(self):

@@ -42,14 +42,14 @@ def build_workflow(cfg, tokenizer) -> RolloutWorkflow:
     workflow with workflow.workers=0 (areal/workflow/in_workers.py)."""
     cls = resolve_workflow_class(cfg.workflow.type)
     if cfg.workflow.workers and cfg.workflow.type != "agent":
-        return _in_workers(cfg, tokenizer)
+        return _in_workers(cfg, tokenizer, cls.__name__)
     kwargs = dict(cfg.workflow.kwargs)
     if hasattr(cls, "from_config"):
         return cls.from_config(cfg, tokenizer, **kwargs)
     return cls(**kwargs)
 
 
-def _in_workers(cfg, tokenizer) -> RolloutWorkflow:
+def _in_workers(cfg, tokenizer, inner_name: str) -> RolloutWorkflow:
     import functools
 
     from areal.infra.sockets import rollout_client_open_files
@@ -61,6 +61,7 @@ def _in_workers(cfg, tokenizer) -> RolloutWorkflow:
     return WorkflowInWorkers(
         functools.partial(build_workflow, local, tokenizer),
         cfg.workflow.workers,
+        inner_name=inner_name,
         open_files=open_files,
         open_files_keys=keys,
         unpicklable_hint="pass the tokenizer as a path and the reward as a name or import path",

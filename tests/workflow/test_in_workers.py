@@ -87,3 +87,14 @@ def test_training_episodes_go_to_workers_and_evaluations_stay_in_the_trainers_pr
     finally:
         training.close()
         evaluation.close()
+
+
+def test_a_failed_episode_names_the_workflow_the_workers_run(engine, tiny_model_dir):
+    from areal.rollout.executor import RolloutError
+
+    in_workers = build_workflow(rlvr_config(tiny_model_dir, engine, 1), tiny_model_dir)
+    try:
+        with pytest.raises(RolloutError, match=r"workflow RLVRWorkflow in workflow.workers=1 processes failed"):
+            engine.executor.rollout_batch([{"not_a_prompt": 1}], in_workers, seeds=SEEDS[:1])
+    finally:
+        in_workers.close()
