@@ -119,6 +119,30 @@ class _Worker:
             self.reap_lock.release()
 
 
+# A worker killed by a signal leaves its reward pool's named semaphores to the resource tracker it
+# shares with the trainer. The tracker unlinks them when the trainer exits, and warns "There appear
+# to be N leaked semaphore objects" as the last line of the trainer's log, under the error that
+# already named the dead worker. The clean-up stays; the warning goes (the tracker reads
+# PYTHONWARNINGS when it starts).
+_TRACKER_WARNING_FILTER = "ignore:resource_tracker:UserWarning"
+
+
+def start_resource_tracker_quietly() -> None:
+    """Start this process's multiprocessing resource tracker, if it has none yet, without its
+    leaked-semaphore warning."""
+    from multiprocessing import resource_tracker
+
+    before = os.environ.get("PYTHONWARNINGS")
+    os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [before, _TRACKER_WARNING_FILTER]))
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONWARNINGS", None)
+        else:
+            os.environ["PYTHONWARNINGS"] = before
+
+
 def _send(conn, message: tuple, lock: threading.Lock) -> None:
     """One message on a pipe that several threads write to."""
     data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
@@ -169,6 +193,7 @@ class EpisodeWorkers:
             if self._workers or self._closed:
                 return
             ctx = multiprocessing.get_context("spawn")
+            start_resource_tracker_quietly()  # before the first spawn starts it
             control = self.engine.control
             workers = []
             for i in range(self.n):

@@ -6,7 +6,10 @@ when the workflow is built, with the key that keeps it in-process."""
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -131,3 +134,45 @@ def test_a_worker_waited_for_by_two_threads_gives_both_its_exit_code(monkeypatch
     other.join(60)
     reaper.join(60)
     assert codes == {"reaper": 3, "other": 3}
+
+
+_LEAKER = """
+import multiprocessing, os, signal, sys
+from areal.rollout.episode_workers import start_resource_tracker_quietly
+
+def hold_a_semaphore(ready):
+    lock = multiprocessing.get_context("spawn").Lock()  # named, registered with the shared tracker
+    ready.set()
+    signal.pause()
+
+if __name__ == "__main__":
+    if sys.argv[1] == "quiet":
+        start_resource_tracker_quietly()
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    child = ctx.Process(target=hold_a_semaphore, args=(ready,))
+    child.start()
+    assert ready.wait(60), "the child did not create its semaphore within 60 s"
+    os.kill(child.pid, signal.SIGKILL)
+    child.join(60)
+"""
+
+
+@pytest.mark.parametrize("quiet", [True, False])
+def test_a_killed_workers_semaphores_are_cleaned_up_without_a_warning(tmp_path, quiet):
+    """A worker killed by a signal leaves its named semaphores to the resource tracker, which
+    unlinks them at the parent's exit; with the tracker started by start_resource_tracker_quietly
+    (as EpisodeWorkers.start does), it does not warn about them."""
+    script = tmp_path / "leaker.py"
+    script.write_text(_LEAKER)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env.pop("PYTHONWARNINGS", None)
+    out = subprocess.run(
+        [sys.executable, str(script), "quiet" if quiet else "loud"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert out.returncode == 0, out.stderr
+    assert ("leaked semaphore" in out.stderr) is (not quiet), out.stderr
