@@ -42,16 +42,21 @@ export AREAL_GSM8K_DIR=$data LD_LIBRARY_PATH=$ld
 EOT
   source /tmp/env.sh
   python3 -c "import sglang, transformers, omegaconf, pydantic; print('sglang', sglang.__version__, 'transformers', transformers.__version__)"
-  setsid nohup bash scripts/run_gpu_benchmarks.sh "$stage" "$res" >"$res.stage.log" 2>&1 </dev/null &
+  # the stage's shell writes its pid before it starts: poll asks that pid, never a process list
+  setsid nohup bash -c 'echo $$ >"$1.pid"; exec bash scripts/run_gpu_benchmarks.sh "$2" "$1"' _ "$res" "$stage" \
+    >"$res.stage.log" 2>&1 </dev/null &
+  for _ in $(seq 100); do [ -s "$res.pid" ] && break; sleep 0.1; done
   echo "$stage started at $(date +%T)"
   cd "$root"
   set +e
 }
 
+running() { [ -s "$res.pid" ] && kill -0 "$(cat "$res.pid")" 2>/dev/null; }
+
 poll() {
   local deadline=$((SECONDS + poll_s))
-  while [ $SECONDS -lt $deadline ] && pgrep -f "run_gpu_benchmarks.sh $stage" >/dev/null; do sleep 10; done
-  echo "$(date +%T) stage $(pgrep -f "run_gpu_benchmarks.sh $stage" >/dev/null && echo running || echo ended)"
+  while [ $SECONDS -lt $deadline ] && running; do sleep 10; done
+  echo "$(date +%T) stage $(running && echo running || echo ended)"
   tail -n 2 "$res/load.txt" 2>/dev/null
   tail -n 30 "$res/stages.log" 2>/dev/null
   for f in "$res"/*.log; do
@@ -62,8 +67,8 @@ poll() {
     m=$(ls "$d"/*/"$n"/metrics.jsonl 2>/dev/null | head -1)
     [ -n "$m" ] && cp "$m" "$res/${n}_metrics.jsonl.partial"
   done
-  tar czf "$OUT/$stage.tgz" -C /tmp/results "$stage" "$stage.stage.log"
-  if ! pgrep -f "run_gpu_benchmarks.sh $stage" >/dev/null; then
+  tar czf "$OUT/$stage.tgz" -C /tmp/results "$stage" "$stage.stage.log" "$stage.pid"
+  if ! running; then
     local caches
     caches=$(cd ~ && ls -d .cache/flashinfer .cache/tvm-ffi .triton 2>/dev/null)
     if [ -n "$caches" ]; then
