@@ -58,6 +58,19 @@ def build_scheduler(optimizer: torch.optim.Optimizer, cfg, total_steps: int | No
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_multiplier(cfg, total_steps))
 
 
+def _grads_by_mesh(params: Iterable[torch.nn.Parameter]) -> dict[object, list[torch.Tensor]]:
+    """The gradients grouped by (device mesh, placements) for DTensors, one group for plain
+    tensors: a foreach op takes one such group at a time."""
+    from torch.distributed.tensor import DTensor
+
+    groups: dict[object, list[torch.Tensor]] = defaultdict(list)
+    for p in params:
+        if p.grad is not None:
+            key = (p.grad.device_mesh, p.grad.placements) if isinstance(p.grad, DTensor) else None
+            groups[key].append(p.grad)
+    return groups
+
+
 def grad_norm(params: Iterable[torch.nn.Parameter]) -> torch.Tensor:
     """Global L2 norm of the gradients of possibly differently-sharded parameters.
 
@@ -66,13 +79,8 @@ def grad_norm(params: Iterable[torch.nn.Parameter]) -> torch.Tensor:
     """
     from torch.distributed.tensor import DTensor
 
-    groups: dict[object, list[torch.Tensor]] = defaultdict(list)
-    for p in params:
-        if p.grad is not None:
-            key = (p.grad.device_mesh, p.grad.placements) if isinstance(p.grad, DTensor) else None
-            groups[key].append(p.grad)
     total_sq = None
-    for key, grads in groups.items():
+    for grads in _grads_by_mesh(params).values():
         norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0, foreach=True)
         if isinstance(norm, DTensor):
             norm = norm.full_tensor()
@@ -89,7 +97,7 @@ def clip_grad_norm(params: Iterable[torch.nn.Parameter], max_norm: float | None)
     norm = grad_norm(params)
     if max_norm is not None:
         coef = float(max_norm / (norm + 1e-6))
-        if coef < 1.0:
-            for p in params:
-                p.grad.mul_(coef)
+        if coef < 1.0:  # one foreach kernel per mesh, not one DTensor dispatch per parameter
+            for grads in _grads_by_mesh(params).values():
+                torch._foreach_mul_(grads, coef)
     return float(norm)
