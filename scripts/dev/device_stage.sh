@@ -11,9 +11,11 @@
 # seconds (default 420) for the stage to end, prints each run's last step, and puts the stage's
 # files, with the metrics of runs still going, in $OUT/STAGE.tgz. GSM8K comes from
 # .sgl-parts/c4/gsm8k (copy ../shared/data/gsm8k there before the call) or $AREAL_GSM8K_DIR.
-# JIT caches: once the stage has ended, poll also returns the kernels SGLang, flashinfer and Triton
-# compiled ($OUT/jit_caches.tgz, where under 16 MiB); put that file in .sgl-parts/c4/ and start
-# unpacks it, so a fresh machine skips the cold compiles (about 100 s before the first step).
+# JIT caches: each poll also returns the kernels SGLang, flashinfer and Triton have compiled so far
+# ($OUT/jit_caches.tgz, where under 16 MiB); put that file in .sgl-parts/c4/ and start unpacks it,
+# so a fresh machine skips the cold compiles. On 2026-12-05 a cold start of the one-GPU recipe took
+# 50 s converting SmolLM2, 115 s until SGLang answered /health (GPU 0% busy) and over 20 s more in
+# the trainer's warm-up.
 set -u
 cmd=${1:?start or poll}; stage=${2:?a stage of scripts/run_gpu_benchmarks.sh}; poll_s=${3:-420}
 res=/tmp/results/$stage
@@ -68,13 +70,12 @@ poll() {
     [ -n "$m" ] && cp "$m" "$res/${n}_metrics.jsonl.partial"
   done
   tar czf "$OUT/$stage.tgz" -C /tmp/results "$stage" "$stage.stage.log" "$stage.pid"
-  if ! running; then
-    local caches
-    caches=$(cd ~ && ls -d .cache/flashinfer .cache/tvm-ffi .triton 2>/dev/null)
-    if [ -n "$caches" ]; then
-      (cd ~ && tar czf "$OUT/jit_caches.tgz" $caches)
-      [ "$(stat -c %s "$OUT/jit_caches.tgz")" -le $((16 << 20)) ] || { echo "JIT caches over 16 MiB: not returned"; rm -f "$OUT/jit_caches.tgz"; }
-    fi
+  local caches
+  du -sh ~/.cache/* ~/.triton /tmp/torchinductor_* 2>/dev/null  # which caches a cold start fills
+  caches=$(cd ~ && ls -d .cache/flashinfer .cache/tvm-ffi .triton 2>/dev/null)
+  if [ -n "$caches" ]; then
+    (cd ~ && tar czf "$OUT/jit_caches.tgz" $caches)
+    [ "$(stat -c %s "$OUT/jit_caches.tgz")" -le $((16 << 20)) ] || { echo "JIT caches over 16 MiB: not returned"; rm -f "$OUT/jit_caches.tgz"; }
   fi
   ls -la "$OUT"
 }
