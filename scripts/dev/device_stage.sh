@@ -32,8 +32,8 @@ start() {
   [ -f .sgl-parts/c4/jit_caches.tgz ] && tar xzf .sgl-parts/c4/jit_caches.tgz -C ~ && echo "JIT caches unpacked"
   local data=${AREAL_GSM8K_DIR:-/tmp/gsm8k}
   [ -d .sgl-parts/c4/gsm8k ] && cp -r .sgl-parts/c4/gsm8k /tmp/gsm8k
-  # Ray's workers do not inherit PYTHONPATH: the kit's packages (transformers 5.12.1 among them)
-  # must come first for every interpreter
+  # the kit's packages (transformers 5.12.1 among them) come first for every interpreter, whatever
+  # environment it was started with (a Ray worker's, say), not only for those that see PYTHONPATH
   echo "import sys; sys.path.insert(0, '/tmp/site')" >"$(python3 -c 'import site; print(site.getsitepackages()[0])')/zz_tmp_site.pth"
   local ld
   ld=$(python3 -c "import glob,sys;print(':'.join(p for s in sys.path+['/tmp/site'] for p in glob.glob(s+'/nvidia/cu13/lib')))")
