@@ -77,10 +77,14 @@ def grad_norm(params: Iterable[torch.nn.Parameter]) -> torch.Tensor:
     With TP, decoder weights live on the (dp, tp) mesh and embeddings on the dp mesh only; one
     foreach norm per mesh, each made global with full_tensor(), then combined.
     """
+    return _norm_of_groups(_grads_by_mesh(params))
+
+
+def _norm_of_groups(groups: dict[object, list[torch.Tensor]]) -> torch.Tensor:
     from torch.distributed.tensor import DTensor
 
     total_sq = None
-    for grads in _grads_by_mesh(params).values():
+    for grads in groups.values():
         norm = torch.nn.utils.get_total_norm(grads, norm_type=2.0, foreach=True)
         if isinstance(norm, DTensor):
             norm = norm.full_tensor()
@@ -93,11 +97,11 @@ def grad_norm(params: Iterable[torch.nn.Parameter]) -> torch.Tensor:
 
 def clip_grad_norm(params: Iterable[torch.nn.Parameter], max_norm: float | None) -> float:
     """Scale gradients so their global norm is at most max_norm; returns the norm before clipping."""
-    params = [p for p in params if p.grad is not None]
-    norm = grad_norm(params)
+    groups = _grads_by_mesh(params)
+    norm = _norm_of_groups(groups)
     if max_norm is not None:
         coef = float(max_norm / (norm + 1e-6))
         if coef < 1.0:  # one foreach kernel per mesh, not one DTensor dispatch per parameter
-            for grads in _grads_by_mesh(params).values():
+            for grads in groups.values():
                 torch._foreach_mul_(grads, coef)
     return float(norm)
