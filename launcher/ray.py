@@ -42,6 +42,14 @@ from .supervisor import StoppedCheck, Supervisor, log_path, say
 
 PLACEMENT_TIMEOUT_S = 180.0
 CALL_TIMEOUT_S = 60.0  # one actor call (actor start-up included)
+# A Ray the launcher starts itself has no dashboard, so nothing reads its metrics. Collecting them
+# anyway costs each worker an OpenTelemetry reader thread, and in Ray 2.60 that thread can segfault
+# a worker that is just creating an actor (seen once in CI: "ActorDiedError ... never ran", SIGSEGV
+# in TemporalMetricStorage::buildMetrics). enable_metrics_collection alone keeps the thread.
+LOCAL_RAY_OPTIONS = {
+    "include_dashboard": False,
+    "_system_config": {"enable_metrics_collection": False, "enable_open_telemetry": False},
+}
 
 
 def run_ray(plan: LaunchPlan, cfg: ExperimentConfig) -> int:
@@ -49,7 +57,7 @@ def run_ray(plan: LaunchPlan, cfg: ExperimentConfig) -> int:
 
     address = cfg.launcher.ray_address
     say(f"connecting to Ray at {address}" if address else "starting a local Ray instance")
-    extra = {} if address else {"include_dashboard": False}
+    extra = {} if address else LOCAL_RAY_OPTIONS
     try:
         ray.init(address=address, log_to_driver=False, **extra)
     except (ConnectionError, RuntimeError, ValueError) as e:

@@ -47,8 +47,10 @@ def launcher_default_threads(monkeypatch):
 
 @pytest.fixture(scope="module")
 def cluster():
+    from launcher.ray import LOCAL_RAY_OPTIONS
+
     c = ray_cluster_utils.Cluster(
-        initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"node_a": 1}, "include_dashboard": False}
+        initialize_head=True, head_node_args={"num_cpus": 2, "resources": {"node_a": 1}, **LOCAL_RAY_OPTIONS}
     )
     tags = {c.head_node.node_id: "a"}
     for tag in "bc":
