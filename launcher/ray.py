@@ -14,6 +14,7 @@ local backend.
 
 The project must be importable on every Ray node (installed, or the same checkout path), since
 actors import `launcher` and processes run `python -m ...` from the launcher's directory.
+An actor whose Ray worker dies before it ran is replaced once (ACTOR_START_ATTEMPTS).
 Teardown stops every subprocess tree through its actor, kills the actors and removes the
 placement group, on success, failure, Ctrl-C or SIGTERM alike.
 """
@@ -21,6 +22,7 @@ placement group, on success, failure, Ctrl-C or SIGTERM alike.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections import deque
 from pathlib import Path
@@ -42,6 +44,7 @@ from .supervisor import StoppedCheck, Supervisor, log_path, say
 
 PLACEMENT_TIMEOUT_S = 180.0
 CALL_TIMEOUT_S = 60.0  # one actor call (actor start-up included)
+ACTOR_START_ATTEMPTS = 2  # an actor whose Ray worker crashed before it ran is replaced once
 # A Ray the launcher starts itself has no dashboard, so nothing reads its metrics. Collecting them
 # anyway costs each worker an OpenTelemetry reader thread, and in Ray 2.60 that thread can segfault
 # a worker that is just creating an actor (seen once in CI: "ActorDiedError ... never ran", SIGSEGV
@@ -103,6 +106,30 @@ def node_bundles(plan: LaunchPlan) -> tuple[list[dict[str, float]], dict[int, in
             b = bundles[index[p.node]]
             b[key] = b.get(key, 0.0) + value
     return bundles, index
+
+
+def _worker_death(err: Exception) -> str:
+    """'worker pid 9606, exit type SYSTEM_ERROR' from Ray's ActorDiedError text."""
+    text = str(err)
+    pid = re.search(r"\bpid: (\d+)", text)
+    kind = re.search(r"Worker exit type: (\w+)", text)
+    return f"worker pid {pid[1] if pid else '?'}, exit type {kind[1] if kind else 'unknown'}"
+
+
+def _not_importable(err: Exception) -> LaunchError:
+    return LaunchError(
+        f"the Ray actors that run the processes did not start ({type(err).__name__}: {err}); "
+        "the project must be importable on every Ray node"
+    )
+
+
+def _kill_quietly(actor) -> None:
+    import ray
+
+    try:
+        ray.kill(actor, no_restart=True)
+    except ray.exceptions.RayError:
+        pass
 
 
 class ProcessHost:
@@ -220,6 +247,7 @@ class RayRun(Supervisor):
         self.pg = None
         self.actors: dict[str, object] = {}
         self.nodes: dict[str, dict] = {}  # process name -> ProcessHost.node()
+        self._host = None
 
     # -- placement ----------------------------------------------------------------------------
 
@@ -247,32 +275,69 @@ class RayRun(Supervisor):
             )
 
     def _create_actors(self) -> None:
-        import ray
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        _, index = node_bundles(self.plan)
-        host = ray.remote(ProcessHost)
-        for p in self.plan.processes:
-            res = process_resources(p, self.plan)
-            strategy = PlacementGroupSchedulingStrategy(
-                placement_group=self.pg, placement_group_bundle_index=index[p.node]
-            )
-            self.actors[p.name] = host.options(
-                num_cpus=res["CPU"], num_gpus=res.get("GPU", 0), max_restarts=0, scheduling_strategy=strategy, name=None
-            ).remote(p.name)
-        names = list(self.actors)
-        try:
-            infos = ray.get([self.actors[n].node.remote() for n in names], timeout=CALL_TIMEOUT_S)
-        except ray.exceptions.RayError as e:
-            raise LaunchError(
-                f"the Ray actors that run the processes did not start ({type(e).__name__}: "
-                f"{e}); the project must be importable on every Ray node"
-            ) from None
-        self.nodes = dict(zip(names, infos, strict=True))
+        specs = {p.name: p for p in self.plan.processes}
+        pending = list(specs)
+        for attempt in range(1, ACTOR_START_ATTEMPTS + 1):
+            for name in pending:
+                if name in self.actors:  # its worker crashed: let Ray forget the dead actor
+                    _kill_quietly(self.actors[name])
+                self.actors[name] = self._new_actor(specs[name])
+            crashed = self._await_actors(pending)
+            if not crashed:
+                break
+            for name, err in crashed.items():
+                what = f"{name}: the Ray worker of its actor died before the actor ran ({_worker_death(err)})"
+                if attempt == ACTOR_START_ATTEMPTS:
+                    raise LaunchError(
+                        f"{what}, on each of {ACTOR_START_ATTEMPTS} attempts: {err}\nRay's logs on that node "
+                        "(/tmp/ray/session_latest/logs, the worker-*.err file with the pid above) say why"
+                    )
+                say(f"{what}; starting another (attempt {attempt + 1} of {ACTOR_START_ATTEMPTS})", sys.stderr)
+            pending = list(crashed)
         for node in sorted({p.node for p in self.plan.processes}):
             members = [p.name for p in self.plan.processes if p.node == node]
             info = self.nodes[members[0]]
             say(f"plan node {node} -> Ray node {info['node_id'][:12]} ({info['ip']}): {', '.join(members)}")
+
+    def _new_actor(self, spec: ProcessSpec):
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        _, index = node_bundles(self.plan)
+        res = process_resources(spec, self.plan)
+        strategy = PlacementGroupSchedulingStrategy(
+            placement_group=self.pg, placement_group_bundle_index=index[spec.node]
+        )
+        if self._host is None:  # one Ray actor class for the run, exported once
+            self._host = ray.remote(ProcessHost)
+        return self._host.options(
+            num_cpus=res["CPU"], num_gpus=res.get("GPU", 0), max_restarts=0, scheduling_strategy=strategy
+        ).remote(spec.name)
+
+    def _await_actors(self, names: list[str]) -> dict[str, Exception]:
+        """Each actor's first call (node()), which waits for its start: fills self.nodes and returns
+        the actors whose Ray worker died before they ran (a system error, worth one more try).
+        Any other failure ends the launch."""
+        import ray
+
+        refs = {self.actors[n].node.remote(): n for n in names}
+        _, late = ray.wait(list(refs), num_returns=len(refs), timeout=CALL_TIMEOUT_S)
+        if late:
+            raise LaunchError(
+                f"the Ray actors that run {', '.join(refs[r] for r in late)} did not start within "
+                f"{CALL_TIMEOUT_S:g} s; see `ray status` for the cluster's state"
+            )
+        crashed = {}
+        for ref, name in refs.items():
+            try:
+                self.nodes[name] = ray.get(ref)
+            except ray.exceptions.ActorDiedError as e:
+                if e.actor_init_failed:
+                    raise _not_importable(e) from None
+                crashed[name] = e
+            except ray.exceptions.RayError as e:
+                raise _not_importable(e) from None
+        return crashed
 
     def _assign_ports(self) -> None:
         """Free ports are a property of the node: each server's actor checks its own node."""

@@ -116,6 +116,44 @@ def test_plan_nodes_map_to_distinct_ray_nodes(tmp_path, cluster, capsys):
     assert wait_gone(all_pids(cfg.run_dir)) == []
 
 
+@pytest.fixture
+def crashing_host(monkeypatch):
+    """launcher.ray with CrashingHost as its actor class; yields the ticket to write."""
+    from tests.launcher import crash_host
+
+    monkeypatch.setattr("launcher.ray.ProcessHost", crash_host.CrashingHost)
+    crash_host.TICKET.unlink(missing_ok=True)
+    yield crash_host.TICKET
+    crash_host.TICKET.unlink(missing_ok=True)
+
+
+def test_actor_whose_worker_crashed_at_start_is_replaced(tmp_path, cluster, capsys, crashing_host):
+    """A Ray worker that dies before its actor ran (Ray 2.60's metrics thread once segfaulted one in
+    CI) costs one more actor, not the launch."""
+    crashing_host.write_text("trainer-1 once")
+    cfg = ray_cfg(tmp_path, cluster)
+    rc, _ = run_ray_plan(cfg)
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    assert not crashing_host.exists()  # the first worker of trainer-1's actor did die
+    assert "trainer-1: the Ray worker of its actor died before the actor ran" in captured.err
+    assert "starting another (attempt 2 of 2)" in captured.err
+    assert "trainer 1 done" in (Path(cfg.run_dir) / "logs" / "trainer-1.log").read_text()
+    assert wait_gone(all_pids(cfg.run_dir)) == []
+
+
+def test_actor_whose_worker_keeps_crashing_ends_the_launch(tmp_path, cluster, capsys, crashing_host):
+    crashing_host.write_text("server-0 always")
+    cfg = ray_cfg(tmp_path, cluster)
+    rc, _ = run_ray_plan(cfg)
+    err = capsys.readouterr().err
+    assert rc == 1, err
+    assert "error: server-0: the Ray worker of its actor died before the actor ran (" in err
+    assert "), on each of 2 attempts" in err
+    assert "worker-*.err" in err
+    assert not list(Path(cfg.run_dir).glob("out/*.json"))  # nothing was started
+
+
 def test_failure_tears_down_every_node(tmp_path, cluster, capsys):
     """Runs right after a successful run: it also shows that run released its placement group."""
     cfg = ray_cfg(
