@@ -122,25 +122,24 @@ class _Worker:
 # A worker killed by a signal leaves its reward pool's named semaphores to the resource tracker it
 # shares with the trainer. The tracker unlinks them when the trainer exits, and warns "There appear
 # to be N leaked semaphore objects" as the last line of the trainer's log, under the error that
-# already named the dead worker. The clean-up stays; the warning goes (the tracker reads
-# PYTHONWARNINGS when it starts).
+# already named the dead worker. The clean-up stays; the warning goes.
 _TRACKER_WARNING_FILTER = "ignore:resource_tracker:UserWarning"
 
 
 def start_resource_tracker_quietly() -> None:
     """Start this process's multiprocessing resource tracker, if it has none yet, without its
-    leaked-semaphore warning."""
+    leaked-semaphore warning.
+
+    The tracker gets this interpreter's -W options (sys.warnoptions), so the filter goes there for
+    the start. Not through os.environ: setenv beside threads that read the environment in C (the
+    trainer's) is not thread-safe."""
     from multiprocessing import resource_tracker
 
-    before = os.environ.get("PYTHONWARNINGS")
-    os.environ["PYTHONWARNINGS"] = ",".join(filter(None, [before, _TRACKER_WARNING_FILTER]))
+    sys.warnoptions.append(_TRACKER_WARNING_FILTER)
     try:
         resource_tracker.ensure_running()
     finally:
-        if before is None:
-            os.environ.pop("PYTHONWARNINGS", None)
-        else:
-            os.environ["PYTHONWARNINGS"] = before
+        sys.warnoptions.remove(_TRACKER_WARNING_FILTER)
 
 
 def _send(conn, message: tuple, lock: threading.Lock) -> None:
