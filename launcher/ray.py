@@ -247,7 +247,6 @@ class RayRun(Supervisor):
         self.pg = None
         self.actors: dict[str, object] = {}
         self.nodes: dict[str, dict] = {}  # process name -> ProcessHost.node()
-        self._host = None
 
     # -- placement ----------------------------------------------------------------------------
 
@@ -275,13 +274,28 @@ class RayRun(Supervisor):
             )
 
     def _create_actors(self) -> None:
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        host = ray.remote(ProcessHost)
+        _, index = node_bundles(self.plan)
         specs = {p.name: p for p in self.plan.processes}
+
+        def new_actor(spec: ProcessSpec):
+            res = process_resources(spec, self.plan)
+            strategy = PlacementGroupSchedulingStrategy(
+                placement_group=self.pg, placement_group_bundle_index=index[spec.node]
+            )
+            return host.options(
+                num_cpus=res["CPU"], num_gpus=res.get("GPU", 0), max_restarts=0, scheduling_strategy=strategy
+            ).remote(spec.name)
+
         pending = list(specs)
         for attempt in range(1, ACTOR_START_ATTEMPTS + 1):
             for name in pending:
                 if name in self.actors:  # its worker crashed: let Ray forget the dead actor
                     _kill_quietly(self.actors[name])
-                self.actors[name] = self._new_actor(specs[name])
+                self.actors[name] = new_actor(specs[name])
             crashed = self._await_actors(pending)
             if not crashed:
                 break
@@ -298,21 +312,6 @@ class RayRun(Supervisor):
             members = [p.name for p in self.plan.processes if p.node == node]
             info = self.nodes[members[0]]
             say(f"plan node {node} -> Ray node {info['node_id'][:12]} ({info['ip']}): {', '.join(members)}")
-
-    def _new_actor(self, spec: ProcessSpec):
-        import ray
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
-
-        _, index = node_bundles(self.plan)
-        res = process_resources(spec, self.plan)
-        strategy = PlacementGroupSchedulingStrategy(
-            placement_group=self.pg, placement_group_bundle_index=index[spec.node]
-        )
-        if self._host is None:  # one Ray actor class for the run, exported once
-            self._host = ray.remote(ProcessHost)
-        return self._host.options(
-            num_cpus=res["CPU"], num_gpus=res.get("GPU", 0), max_restarts=0, scheduling_strategy=strategy
-        ).remote(spec.name)
 
     def _await_actors(self, names: list[str]) -> dict[str, Exception]:
         """Each actor's first call (node()), which waits for its start: fills self.nodes and returns
