@@ -14,10 +14,11 @@ runs it adds each run's samples/s and per-token train and recompute times over t
 agent recipe against the RLVR one: issue 37 asks for per-token times within 1.2x). This is how an
 `areal-launch` recipe (rather than bench_e2e's random-weight shapes) is compared across schedules.
 
-For learning it gives the first and last held-out accuracy, the mean of the last 3 evaluations
-(one evaluation of 200 problems has a standard error of about 0.03: a single one cannot rank
-runs) and the mean training reward of the last 5 steps (what a recipe is tuned on, leaving the
-held-out set alone). --table prints one markdown row per run with those figures.
+For learning it gives the first and last held-out accuracy with the last one's standard error
+(`eval/accuracy_se`: about 0.03 over 200 problems, so a single evaluation cannot rank runs), the
+mean of the last 3 evaluations and the mean training reward of the last 5 steps (what a recipe is
+tuned on, leaving the held-out set alone). --table prints one markdown row per run with those
+figures.
 """
 
 from __future__ import annotations
@@ -62,9 +63,22 @@ def summarise(path: Path, warmup: int) -> dict:
         "last_step": max(r.get("step", 0) for r in rows),
         "first_eval_accuracy": evals[0] if evals else None,
         "last_eval_accuracy": evals[-1] if evals else None,
+        "last_eval_accuracy_se": _last_eval_se(rows),
         "eval_last3_mean": _mean_of_last(evals, 3),
         "reward_last5_mean": _mean_of_last(rewards, 5),
     }
+
+
+def _last_eval_se(rows: list[dict]) -> float | None:
+    """The last evaluation's standard error (eval/accuracy_se; from eval/n for runs that predate it)."""
+    evals = [r for r in rows if r.get("eval/accuracy") is not None]
+    if not evals:
+        return None
+    last = evals[-1]
+    if last.get("eval/accuracy_se") is not None:
+        return round(last["eval/accuracy_se"], 4)
+    p, n = last["eval/accuracy"], last.get("eval/n")
+    return round((p * (1.0 - p) / n) ** 0.5, 4) if n else None  # as areal.trainer.context computes it
 
 
 def _mean_of_last(values: list[float], n: int) -> float | None:
@@ -75,6 +89,10 @@ def _mean_of_last(values: list[float], n: int) -> float | None:
 def run_name(path: Path) -> str:
     """A run's name: its folder (the trial) for RUN/metrics.jsonl, else the file's stem."""
     return path.parent.name if path.name == "metrics.jsonl" else path.stem
+
+
+def _plus_minus(se: float | None) -> str:
+    return "" if se is None else f" ± {se:.3f}"
 
 
 def table(runs: list[dict]) -> str:
@@ -90,7 +108,8 @@ def table(runs: list[dict]) -> str:
     for r in runs:
         lines.append(
             f"| {run_name(Path(r['metrics']))} | {r['last_step']} | {f(r['first_eval_accuracy'], '.3f')} -> "
-            f"{f(r['last_eval_accuracy'], '.3f')} | {f(r['eval_last3_mean'], '.3f')} | "
+            f"{f(r['last_eval_accuracy'], '.3f')}{_plus_minus(r.get('last_eval_accuracy_se'))} | "
+            f"{f(r['eval_last3_mean'], '.3f')} | "
             f"{f(r['reward_last5_mean'], '.3f')} | {f(r['samples_per_s'], '.1f')} |"
         )
     return "\n".join(lines)

@@ -112,8 +112,10 @@ class TrainContext:
         if engine is not None and self.eval_workflow is not None:
             batch = engine.rollout_batch(self.eval_records, self.eval_workflow)
             rewards = batch["rewards"].float()
+            accuracy = float((rewards >= 1.0 - 1e-6).float().mean())
             result = {
-                "eval/accuracy": float((rewards >= 1.0 - 1e-6).float().mean()),
+                "eval/accuracy": accuracy,
+                "eval/accuracy_se": accuracy_standard_error(accuracy, rewards.numel()),
                 "eval/reward_mean": float(rewards.mean()),
                 "eval/n": int(rewards.numel()),
             }
@@ -179,3 +181,12 @@ def seed_everything(seed: int, rank: int) -> None:
     random.seed(seed + rank)
     np.random.seed(seed + rank)
     torch.manual_seed(seed + rank)
+
+
+def accuracy_standard_error(accuracy: float, n: int) -> float:
+    """The binomial standard error of a pass rate over n problems, sqrt(p (1 - p) / n).
+
+    It says how far one evaluation can land from the model's true accuracy by the draw of the
+    problems alone: 0.031 at p = 0.75 over 200 problems, 0.019 over 500.
+    """
+    return (accuracy * (1.0 - accuracy) / n) ** 0.5 if n > 0 else 0.0

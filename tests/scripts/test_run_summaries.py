@@ -119,7 +119,20 @@ def test_summarise_run_gives_the_learning_figures_and_a_table(tmp_path, capsys):
     summarise_run.main([str(path), "--warmup", "2", "--table"])
     header, rule, row = capsys.readouterr().out.strip().splitlines()
     assert header.startswith("| run | last step |") and rule.startswith("| ---")
-    assert row == "| abort_s1 | 8 | 0.200 -> 0.800 | 0.600 | 0.600 | 8.0 |"
+    assert row == "| abort_s1 | 8 | 0.200 -> 0.800 | 0.600 | 0.600 | 8.0 |"  # no eval/n: no standard error
+
+
+def test_summarise_run_gives_the_last_evaluations_standard_error(tmp_path):
+    rows = [
+        {"step": 0, "eval/accuracy": 0.2, "eval/n": 200},
+        step_row(1, 1.0, **{"eval/accuracy": 0.75, "eval/n": 200}),
+    ]
+    got = summarise_run.summarise(write_metrics(tmp_path / "old.jsonl", rows), 0)
+    assert got["last_eval_accuracy_se"] == pytest.approx(0.0306, abs=1e-4)  # from eval/n, for runs before the metric
+    rows[-1]["eval/accuracy_se"] = 0.0194  # logged by the trainer: taken as it is
+    got = summarise_run.summarise(write_metrics(tmp_path / "new.jsonl", rows), 0)
+    assert got["last_eval_accuracy_se"] == 0.0194
+    assert "0.200 -> 0.750 ± 0.019 |" in summarise_run.table([got])
 
 
 def test_summarise_run_names_a_run_with_no_steps_after_warmup(tmp_path):

@@ -93,6 +93,9 @@ def test_trainer_only_run_against_external_server(tmp_path, server, arith_model)
     expected = [cfg.actor.optimizer.lr * multiplier(n_mb * s - 1) for s in (1, 2, 3, 4)]
     assert [r["train/lr"] for r in steps] == pytest.approx(expected, rel=1e-6)
     assert "eval/accuracy" in rows[0] and "eval/accuracy" in steps[1]  # before training, then every 2
+    for row in (rows[0], steps[1]):  # each evaluation's binomial standard error over its problems
+        p, n = row["eval/accuracy"], row["eval/n"]
+        assert n > 0 and row["eval/accuracy_se"] == pytest.approx((p * (1 - p) / n) ** 0.5)
     assert requests.get(server.url + "/model_info", timeout=10).json()["weight_version"] == "4"
     assert all("weight_update/seconds" in r and r["rollout/staleness_max"] >= 0 for r in steps)
     assert all(
