@@ -11,6 +11,8 @@ writes `*.trace.json.gz`). One markdown report per file:
   memcpys and memsets by total device time;
 - gaps: each idle device microsecond is put down to what the host was doing then, by priority:
   synchronisation > allocation > host-device copies > kernel launch > Python / CPU ops > nothing;
+  and the host ops that ran then, by their own time inside the idle intervals, per thread (which
+  op, FSDP hook or, with `with_stack`, Python function holds the device back);
 - a trace without device events (a CPU-only run) lists the top host ops by self (exclusive) time instead.
 
 Timestamps and durations in Chrome traces are microseconds; the report prints milliseconds.
@@ -19,6 +21,7 @@ Timestamps and durations in Chrome traces are microseconds; the report prints mi
 from __future__ import annotations
 
 import argparse
+import bisect
 import collections
 import contextlib
 import functools
@@ -27,7 +30,7 @@ import gzip
 import json
 import sys
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 AREAL_PREFIX = "areal/"
 PHASE_PREFIX = "areal/phase/"
@@ -284,8 +287,15 @@ def attribute_gaps(events: list[Event], idle: list[tuple[float, float]], lo: flo
 # ---------------------------------------------------------------- host self time
 
 
-def self_times_on_thread(spans: list[tuple[float, float, Event]]) -> list[tuple[Event, float]]:
-    """(event, exclusive us) for one thread's events: duration minus the time of direct children.
+def length(start: float, end: float) -> float:
+    return end - start
+
+
+def self_times_on_thread(
+    spans: list[tuple[float, float, Event]], measure: Callable[[float, float], float] = length
+) -> list[tuple[Event, float]]:
+    """(event, exclusive us) for one thread's events: the measure of its span (its duration, or the
+    device-idle time within it) minus that of its direct children's spans.
     Events nest per thread; sorting by start, longer first, puts each parent before its children."""
     spans = sorted(spans, key=lambda s: (s[0], -s[1]))
     stack: list[list] = []  # [end, event, self time]
@@ -294,21 +304,25 @@ def self_times_on_thread(spans: list[tuple[float, float, Event]]) -> list[tuple[
         while stack and stack[-1][0] <= start:
             out.append((stack[-1][1], stack.pop()[2]))
         if stack:
-            stack[-1][2] -= min(end, stack[-1][0]) - start  # a child's time is not its parent's own
-        stack.append([end, ev, end - start])
+            stack[-1][2] -= measure(start, min(end, stack[-1][0]))  # a child's time is not its parent's own
+        stack.append([end, ev, measure(start, end)])
     out += [(ev, own) for _, ev, own in stack]
     return out
 
 
-def host_ops(events: list[Event], lo: float, hi: float) -> list[dict]:
-    """Every `cpu_op` name with its count and total self time inside the window, longest first."""
+def host_spans_by_thread(events: list[Event], lo: float, hi: float) -> dict[tuple, list]:
     threads: dict[tuple, list] = collections.defaultdict(list)
     for ev in events:
         span = clip(ev, lo, hi) if ev.host != NOT_HOST else None
         if span:
             threads[ev.thread].append((span[0], span[1], ev))
+    return threads
+
+
+def host_ops(events: list[Event], lo: float, hi: float) -> list[dict]:
+    """Every `cpu_op` name with its count and total self time inside the window, longest first."""
     stats: dict[str, list[float]] = {}
-    for spans in threads.values():
+    for spans in host_spans_by_thread(events, lo, hi).values():
         for ev, own in self_times_on_thread(spans):
             if ev.cat == "cpu_op":
                 entry = stats.setdefault(ev.name, [0, 0.0])
@@ -319,6 +333,44 @@ def host_ops(events: list[Event], lo: float, hi: float) -> list[dict]:
         for name, (n, us) in stats.items()
     ]
     return sorted(rows, key=lambda row: (-row["self_ms"], row["name"]))
+
+
+def idle_time_within(idle: list[tuple[float, float]]) -> Callable[[float, float], float]:
+    """measure(start, end): how much of [start, end] the device sat idle (idle: merged, sorted)."""
+    starts = [start for start, _ in idle]
+    before = [0.0]  # idle time before the k-th interval
+    for start, end in idle:
+        before.append(before[-1] + end - start)
+
+    def idle_until(t: float) -> float:
+        k = bisect.bisect_right(starts, t)
+        return before[k - 1] + min(t, idle[k - 1][1]) - idle[k - 1][0] if k else 0.0
+
+    return lambda start, end: idle_until(end) - idle_until(start)
+
+
+def host_ops_while_idle(events: list[Event], idle: list[tuple[float, float]], lo: float, hi: float) -> list[dict]:
+    """What each host thread ran while the device sat idle: per (thread, op), the op's own time
+    (its children's left out) that falls in idle intervals, longest first. Ops are cpu_op, user
+    annotations such as FSDP's, Python functions (with_stack) and runtime calls; the thread is
+    named by the rank of its idle time (1: the most), since tids mean nothing across runs."""
+    measure = idle_time_within(idle)
+    stats: dict[tuple, list[float]] = {}
+    for thread, spans in host_spans_by_thread(events, lo, hi).items():
+        for ev, own in self_times_on_thread(spans, measure):
+            if own > 0:
+                entry = stats.setdefault((thread, ev.cat, ev.name), [0, 0.0])
+                entry[0] += 1
+                entry[1] += own
+    by_thread: dict[tuple, float] = collections.defaultdict(float)
+    for (thread, _, _), (_, us) in stats.items():
+        by_thread[thread] += us
+    rank = {thread: k + 1 for k, thread in enumerate(sorted(by_thread, key=lambda t: (-by_thread[t], str(t))))}
+    rows = [
+        {"thread": rank[thread], "cat": cat, "name": name, "count": int(n), "idle_ms": us / 1e3}
+        for (thread, cat, name), (n, us) in stats.items()
+    ]
+    return sorted(rows, key=lambda row: (-row["idle_ms"], row["thread"], row["name"]))
 
 
 # ---------------------------------------------------------------- summary
@@ -363,6 +415,7 @@ def summary_of(evs: list[Event], top: int) -> dict:
         "gaps_by_class": {},
         "gaps_by_phase": {},
         "host_ops": [],
+        "idle_host_ops": [],
     }
     if out["has_device"]:
         out.update(device_section(evs, lo, hi, busy, busy_us, top))
@@ -384,6 +437,7 @@ def device_section(evs: list[Event], lo: float, hi: float, busy: list, busy_us: 
         "gaps_ms": sum(end - start for start, end in idle) / 1e3,
         "gaps_by_class": {name: us / 1e3 for name, us in by_class.items()},
         "gaps_by_phase": {name: us / 1e3 for name, us in by_phase.items()},
+        "idle_host_ops": host_ops_while_idle(evs, idle, lo, hi)[:top],
     }
 
 
@@ -425,7 +479,25 @@ def gap_lines(s: dict) -> list[str]:
         [cell(name), f"{ms:.3f}", f"{pct(ms, phase_ms[name]):.1f}" if name in phase_ms else "-"]
         for name, ms in s["gaps_by_phase"].items()
     ]
-    return lines + table(["phase", "idle ms", "% of phase"], rows)
+    lines += table(["phase", "idle ms", "% of phase"], rows) + [""]
+    lines += [
+        "What the host ran while the device sat idle: each op's own time (its children's left out) "
+        "inside the idle intervals, per thread (1: the thread with the most). Threads overlap, so "
+        "the rows can sum to more than the idle time.",
+        "",
+    ]
+    rows = [
+        [
+            op["thread"],
+            op["cat"],
+            cell(op["name"]),
+            op["count"],
+            f"{op['idle_ms']:.3f}",
+            f"{pct(op['idle_ms'], window):.1f}",
+        ]
+        for op in s["idle_host_ops"]
+    ]
+    return lines + table(["thread", "kind", "op", "count", "idle ms", "% of window"], rows)
 
 
 def host_op_lines(s: dict) -> list[str]:

@@ -147,6 +147,27 @@ def test_gpu_gaps_by_class_and_phase():
     assert s["gaps_by_phase"] == pytest.approx({"areal/phase/rollout": 10, "areal/phase/train": 45})
 
 
+def test_gpu_gaps_name_the_host_ops_that_ran_while_the_device_sat_idle():
+    events = gpu_events() + [
+        x("cpu_op", "aten::copy_", 92, 99, tid=2),  # another thread, in the idle [90, 100]
+        x("cpu_op", "aten::mm", 82, 88, tid=2),  # the device was busy then: not idle time
+    ]
+    rows = trace_summary.summarize_events(events)["idle_host_ops"]
+    got = [(r["thread"], r["name"], round(r["idle_ms"], 6)) for r in rows]
+    assert got == (
+        [
+            (1, "train.py(12): loss", 15),
+            (1, "cudaMalloc", 8),
+            (2, "aten::copy_", 7),
+            (1, "cudaStreamSynchronize", 5),
+            (1, "aten::empty", 3),  # its 11 ms in idle time, less cudaMalloc's 8
+            (1, "cudaMemcpyAsync", 3),
+            (1, "cudaLaunchKernel", 2),
+        ]
+    )  # aten::item's idle time is all its child's (the synchronize): it has none of its own
+    assert rows[0]["cat"] == "python_function" and rows[0]["count"] == 1
+
+
 def test_gpu_report_lists_memcpy_and_gap_classes(tmp_path):
     path = tmp_path / "rank0.trace.json.gz"
     with gzip.open(path, "wt") as f:
@@ -156,6 +177,7 @@ def test_gpu_report_lists_memcpy_and_gap_classes(tmp_path):
     assert "| Memcpy HtoD (Pageable -> Device) | memcpy | 1 | 5.000 | 11.1 |" in report
     assert "| synchronisation | 5.000 | 5.0 |" in report
     assert "| areal/phase/train | 45.000 | 75.0 |" in report
+    assert "| 1 | python_function | train.py(12): loss | 1 | 15.000 | 15.0 |" in report
     assert "No device events" not in report
 
 
