@@ -4,14 +4,19 @@ Servers whose planned port is taken move to the next free one (and MASTER_PORT l
 process writes `{run_dir}/logs/<role>-<index>.log`, and its lines appear live in the console as
 `[role-index] line`, all but the engines' and servers' per-step INFO records (launcher/console.py).
 The sequence, the failure handling and the teardown rules are `Supervisor`'s
-(launcher/supervisor.py); this module only starts, watches and stops the processes.
+(launcher/supervisor.py); this module only starts, watches and stops the processes. With
+launcher.mps it also runs the run's MPS control daemon (launcher/mps.py): started before the
+servers, asked which processes attached while the run goes on, quit after the last one stopped.
 """
 
 from __future__ import annotations
 
+import os
+
 from areal.config import ExperimentConfig
 
 from .console import console_program, process_console
+from .mps import AttachWatch, MpsDaemon
 from .plan import TRAINER_HEAD, LaunchPlan, ProcessSpec
 from .procs import ManagedProcess, advertised_host, child_env, next_free_port, stop_all, with_port
 from .supervisor import StoppedCheck, Supervisor, log_path, say
@@ -55,9 +60,23 @@ class LocalRun(Supervisor):
         super().__init__(plan, cfg)
         self.retired: list[ManagedProcess] = []  # replaced by a restart; their orphans still count
         self._stopped = StoppedCheck()
+        self.mps: MpsDaemon | None = None
+        self.mps_watch: AttachWatch | None = None
 
     def prepare(self) -> None:
         assign_ports(self.plan)
+        if self.plan.mps:
+            self.mps = MpsDaemon(self.plan.mps, dict(os.environ))
+            self.mps.start()
+            devices = ",".join(map(str, self.plan.mps.devices))
+            pid, logs = self.mps.proc.pid, self.plan.mps.log_dir
+            say(f"started the MPS control daemon (pid {pid}) for devices [{devices}]; logs: {logs}")
+            names = [p.name for p in self.plan.processes]
+            self.mps_watch = AttachWatch(self.mps, names, self.cfg.launcher.server_startup_timeout_s, say)
+
+    def refresh(self) -> None:
+        if self.mps_watch:
+            self.mps_watch.poll({name: p.pid for name, p in self.procs.items() if p.poll() is None})
 
     def start(self, spec: ProcessSpec, extra: dict[str, str]) -> ManagedProcess:
         env = child_env(spec.env, extra, cpu=self.plan.device == "cpu", procs_on_node=len(self.plan.processes))
@@ -84,7 +103,11 @@ class LocalRun(Supervisor):
         return self._stopped(self.procs[name].pid)
 
     def teardown(self) -> None:
+        if self.mps_watch:
+            self.mps_watch.finish({name: p.pid for name, p in self.procs.items() if p.poll() is None})
         running = [p.name for p in self.procs.values() if p.poll() is None]
         if running:
             say(f"stopping {len(running)} process(es): " + ", ".join(running))
         stop_all(list(self.procs.values()) + self.retired, self.cfg.launcher.shutdown_grace_s)
+        if self.mps:  # after its clients: a daemon told to quit waits for them
+            self.mps.stop(self.cfg.launcher.shutdown_grace_s)

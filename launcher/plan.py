@@ -12,6 +12,7 @@ rollout side gets nodes [0, rollout_n_nodes) and the trainer side the following 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 
@@ -43,6 +44,24 @@ class ProcessSpec:
 
 
 @dataclass
+class MpsPlan:
+    """launcher.mps: one MPS control daemon for the run's GPUs (launcher/mps.py starts it). Its
+    clients find it through CUDA_MPS_PIPE_DIRECTORY, which every process of the plan carries."""
+
+    devices: list[int]
+    pipe_dir: str  # short: the daemon's unix sockets live here (108-byte path limit)
+    log_dir: str
+
+    def env(self) -> dict[str, str]:
+        return {"CUDA_MPS_PIPE_DIRECTORY": self.pipe_dir, "CUDA_MPS_LOG_DIRECTORY": self.log_dir}
+
+
+def mps_pipe_dir(run_dir: str) -> str:
+    """A per-run folder for the daemon's sockets, short whatever the run directory's length."""
+    return f"/tmp/areal-mps-{hashlib.sha1(run_dir.encode()).hexdigest()[:10]}"
+
+
+@dataclass
 class LaunchPlan:
     run_dir: str
     device: str  # "cuda" | "cpu"
@@ -51,6 +70,7 @@ class LaunchPlan:
     warnings: list[str] = field(default_factory=list)
     colocated: bool = False  # servers and trainers share devices (launcher.colocate)
     pause_mode: str | None = None  # rollout.pause_mode resolved for server_kind (areal.infra.pause)
+    mps: MpsPlan | None = None  # launcher.mps on a CUDA run
 
     def by_role(self, role: str) -> list[ProcessSpec]:
         return [p for p in self.processes if p.role == role]
@@ -62,6 +82,7 @@ class LaunchPlan:
             "server": self.server_kind,
             "pause_mode": self.pause_mode,
             "colocated": self.colocated,
+            "mps": asdict(self.mps) if self.mps else None,
             "warnings": self.warnings,
             "processes": [{k: v for k, v in asdict(p).items()} for p in self.processes],
         }
@@ -78,6 +99,9 @@ class LaunchPlan:
             + ("    colocated: servers and trainers share devices" if self.colocated else ""),
             f"processes: {len(self.processes)}",
         ]
+        if self.mps:
+            devs = ",".join(map(str, self.mps.devices))
+            lines.insert(2, f"mps: a control daemon for devices [{devs}], pipes in {self.mps.pipe_dir}")
         for p in self.processes:
             devs = ",".join(map(str, p.devices)) or "-"
             port = f"  port {p.port}" if p.port else ""
@@ -103,12 +127,17 @@ def make_plan(cfg: ExperimentConfig, facts: HostFacts) -> LaunchPlan:
         plan.pause_mode = resolve_pause_mode(cfg.rollout.pause_mode, plan.server_kind or cfg.rollout.server)
     slots = _DeviceSlots(cfg)
     base_env = {"AREAL_RUN_DIR": cfg.run_dir, "AREAL_CONFIG": f"{cfg.run_dir}/config.yaml", "PYTHONUNBUFFERED": "1"}
+    if la.mps and device == "cuda":
+        plan.mps = MpsPlan(devices=[], pipe_dir=mps_pipe_dir(cfg.run_dir), log_dir=f"{cfg.run_dir}/logs/mps")
+        base_env.update(plan.mps.env())
     if run_servers:
         plan.processes += _servers(cfg, facts, plan, slots, base_env)
     if run_trainers:
         plan.processes += _trainers(cfg, facts, device, slots, base_env)
     else:
         plan.processes.append(_driver(cfg, facts, base_env))
+    if plan.mps:
+        plan.mps.devices = sorted({d for p in plan.processes for d in p.devices})
     return plan
 
 
@@ -156,6 +185,8 @@ def _servers(cfg, facts, plan, slots, base_env) -> list[ProcessSpec]:
             warnings=plan.warnings if i == 0 else None,
         )
         own = sglang_logging.server_env(cfg.run_dir) if plan.server_kind == "sglang" else {}
+        if plan.mps and cfg.launcher.mps_server_sm_percent:
+            own["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(cfg.launcher.mps_server_sm_percent)
         env = {**base_env, **_visible(plan.device, devices), **own, **cfg.launcher.server_env}
         procs.append(ProcessSpec("server", i, node, devices, command, env, port=port))
     return procs

@@ -30,6 +30,7 @@ def preflight(cfg: ExperimentConfig, facts: HostFacts, *, hub_reachable=None) ->
             )
         )
     issues += colocated_memory_issues(cfg, facts)
+    issues += mps_issues(cfg, facts)
     reach = hub_reachable if hub_reachable is not None else _hub_reachable
     needed = []
     if cfg.launcher.trainer_n_nodes > 0:
@@ -106,6 +107,26 @@ def colocated_memory_issues(cfg: ExperimentConfig, facts: HostFacts) -> list[Con
             )
         )
     return issues
+
+
+def mps_issues(cfg: ExperimentConfig, facts: HostFacts) -> list[ConfigIssue]:
+    """launcher.mps needs a GPU and the driver's MPS control program on this machine."""
+    from .mps import CONTROL, control_program
+
+    if not cfg.launcher.mps:
+        return []
+    if not facts.cuda_available:
+        return [ConfigIssue("launcher.mps", True, "no CUDA GPU is visible on this machine", "set launcher.mps=false")]
+    if control_program() is None:
+        return [
+            ConfigIssue(
+                "launcher.mps",
+                True,
+                f"{CONTROL} is not on PATH (it comes with the NVIDIA driver's utilities)",
+                "install the driver's utilities, or set launcher.mps=false",
+            )
+        ]
+    return []
 
 
 def _looks_local(path: str) -> bool:

@@ -303,7 +303,9 @@ x1_pipeline_ab)
   # start it under setsid and read $out/pipeline_ab_0.5b.log from the next call.
   # graph256: SGLang's own decode-graph cap on an H200 (base covers its 512 running requests);
   # mrr256: half a step's samples decode at once; episode_workers: the RLVR episodes off the trainer's GIL
-  ab="${AB_VARIANTS:-base; graph256 sglang.cuda_graph_max_bs=256;
+  # mps, mps_sm50: the server's and the trainer's kernels at once (launcher.mps), the server capped to half the SMs
+  ab="${AB_VARIANTS:-base; mps launcher.mps=true; mps_sm50 launcher.mps=true launcher.mps_server_sm_percent=50;
+    graph256 sglang.cuda_graph_max_bs=256;
     logprobs actor.fused_logprobs=true actor.compile_logprobs=true; mb_auto actor.max_tokens_per_mb=auto;
     no_radix sglang.disable_radix_cache=true; mrr256 sglang.max_running_requests=256;
     sampling_pytorch sglang.sampling_backend=pytorch; compile actor.compile=true; mem0.4 sglang.mem_fraction_static=0.4;
@@ -314,10 +316,10 @@ x1_pipeline_ab)
     read -ra words <<<"$spec"
     [ ${#words[@]} -gt 0 ] && variants+=(--variant "${words[@]}")
   done
-  step pipeline_ab_0.5b "${AB_TIMEOUT:-1320}" $py scripts/bench_e2e.py --device cuda --data "$data" --shape qwen2.5-0.5b \
+  step pipeline_ab_0.5b "${AB_TIMEOUT:-1560}" $py scripts/bench_e2e.py --device cuda --data "$data" --shape qwen2.5-0.5b \
     --server sglang --override sglang.attention_backend="${SGLANG_ATTENTION:-triton}" --colocate --mem-fraction 0.5 \
     --n-samples 8 --max-new-tokens 192 --max-tokens-per-mb 40960 --steps 3 --warmup 1 \
-    --offpolicyness ${AB_OFFPOLICYNESS:-2} --budget "${AB_TIMEOUT:-1320}" --run-timeout 220 \
+    --offpolicyness ${AB_OFFPOLICYNESS:-2} --budget "${AB_TIMEOUT:-1560}" --run-timeout 220 \
     --workdir /tmp/areal-pipeline-ab --out "$out/pipeline_ab_0.5b.json" "${variants[@]}" ${E2E_ARGS:-}
   ;;
 x1_profile)

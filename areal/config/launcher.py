@@ -50,6 +50,20 @@ class LauncherConfig(Section):
         "sglang.enable_memory_saver a synchronous run time-shares the device instead (the servers release "
         "their memory while the trainer trains). Single-node runs only.",
     )
+    mps: bool = Field(
+        False,
+        description="Colocated CUDA runs: start an NVIDIA MPS control daemon (nvidia-cuda-mps-control, from the "
+        "driver's utilities) for the run, so the kernels of the servers and the trainer workers that share a GPU "
+        "run at the same time instead of taking turns in time slices. Local backend; the launcher warns when "
+        "no process attached (CUDA then runs them without MPS).",
+    )
+    mps_server_sm_percent: int | None = Field(
+        None,
+        ge=1,
+        le=100,
+        description="With launcher.mps: the share of each GPU's multiprocessors that a server may use "
+        "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), leaving the rest to training; null: all of them.",
+    )
     server_env: EnvVars = Field(
         default_factory=dict, description="Extra environment for inference servers. " + _OMP_DEFAULT
     )

@@ -451,6 +451,38 @@ def _colocation(cfg):
         )
 
 
+def _mps(cfg):
+    """launcher.mps: a daemon for processes that share a GPU, started by the local backend."""
+    la = cfg.launcher
+    if not la.mps:
+        if la.mps_server_sm_percent is not None:
+            yield ConfigIssue(
+                "launcher.mps_server_sm_percent",
+                la.mps_server_sm_percent,
+                "caps the servers' multiprocessors through MPS, which launcher.mps=false does not start",
+                "set launcher.mps=true, or drop launcher.mps_server_sm_percent",
+            )
+        return
+    if not la.colocate:
+        yield ConfigIssue(
+            "launcher.mps",
+            True,
+            "MPS lets processes that share a GPU run their kernels at once; without launcher.colocate "
+            "the servers and the trainers have devices of their own",
+            "set launcher.colocate=true, or launcher.mps=false",
+        )
+    if cfg.cluster.device == "cpu":
+        yield ConfigIssue("launcher.mps", True, "MPS is CUDA's; this run is on CPU", "set launcher.mps=false")
+    if la.backend != "local":
+        yield ConfigIssue(
+            "launcher.mps",
+            True,
+            f"launcher.backend={la.backend} does not start MPS daemons on its nodes",
+            "use launcher.backend=local, or start nvidia-cuda-mps-control -d on each Ray node yourself "
+            "(its processes then attach by default) and set launcher.mps=false",
+        )
+
+
 def _memory_hand_off(cfg):
     """Releasing server memory stops generation: only a synchronous colocated run can afford it."""
     s, a, r = cfg.sglang, cfg.actor, cfg.rollout
@@ -524,6 +556,7 @@ RULES = [
     _lora_push,
     _restart_needs_full_disk_updates,
     _colocation,
+    _mps,
     _memory_hand_off,
     _agent_workflow,
     _profiled_steps,

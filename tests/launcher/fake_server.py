@@ -40,6 +40,9 @@ def main() -> int:
         print("fake server failing on purpose", flush=True)
         return int(os.environ["FAKE_SERVER_EXIT"])
     time.sleep(float(os.environ.get("FAKE_SERVER_DELAY_S", "0")))
+    from tests.launcher.fake_trainer import attach_to_mps
+
+    attach_to_mps()
     info = {
         "pid": os.getpid(),
         "port": args.port,

@@ -14,6 +14,9 @@ environment asks:
                                    peer whose collective broke, exiting within milliseconds)
   FAKE_UNTIL_RESTARTED=name        first wait until the launcher has started process `name` a
                                    second time (two start banners in its log); exit 1 after 120 s
+  FAKE_WAIT_FILE=path              first wait until that file exists; exit 1 after 60 s
+With CUDA_MPS_PIPE_DIRECTORY set it attaches to the stand-in MPS daemon as a CUDA process would to
+the real one (tests/launcher/mps_control_standin: its pid goes to the folder's `clients`).
 """
 
 from __future__ import annotations
@@ -101,6 +104,14 @@ def kill_peer(out: Path, rank: int) -> None:
     wait_for(f"rank {rank} (pid {pid}) to die", lambda: pid_dead(pid))
 
 
+def attach_to_mps() -> None:
+    """What CUDA's start does under MPS, for the stand-in daemon: register this process as a client."""
+    pipe = os.environ.get("CUDA_MPS_PIPE_DIRECTORY")
+    if pipe and Path(pipe, "control").exists():
+        with open(Path(pipe) / "clients", "a") as f:
+            f.write(f"{os.getpid()}\n")
+
+
 def log_like_a_trainer() -> None:
     """Lines of each kind a real trainer prints, for the console filter (launcher/console.py):
     a per-step engine record, a run event, a warning and a progress line."""
@@ -121,6 +132,7 @@ def main() -> int:
     p.add_argument("--config", required=True)
     args = p.parse_args()
     env = os.environ
+    attach_to_mps()
     rank = int(env.get("RANK", "0"))
     role = "trainer" if "RANK" in env else "driver"
     addrs = [a for a in env.get("AREAL_SERVER_ADDRS", "").split(",") if a]
@@ -156,6 +168,13 @@ def main() -> int:
     if until and not started_twice(Path(env["AREAL_RUN_DIR"]), until):
         print(f"{until} was never restarted", flush=True)
         return 1
+    wait_file = env.get("FAKE_WAIT_FILE")
+    if wait_file:
+        try:
+            wait_for(wait_file, lambda: Path(wait_file).exists())
+        except TimeoutError as e:
+            print(e, flush=True)
+            return 1
     time.sleep(float(env.get("FAKE_SLEEP_S", "0")))
     log_like_a_trainer()
     print(f"{role} {rank} done", flush=True)

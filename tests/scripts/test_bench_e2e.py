@@ -489,6 +489,8 @@ def test_pipeline_ab_stage_variants_are_valid_configs(tmp_path):
         "sampling_pytorch",
         "compile",
         "episode_workers",
+        "mps",
+        "mps_sm50",
     } <= set(args.variants)
     args.device, args.dtype = "cuda", "bfloat16"
     for variant, extra in args.variants.items():
