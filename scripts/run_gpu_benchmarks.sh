@@ -182,13 +182,14 @@ x1_learning)
 x1_modes)
   # The one-GPU recipe as shipped, one schedule at a time on a quiet GPU: sync time-shares the device
   # (release, train, update, resume), async keeps both resident on the recipe's static split.
+  # MODES_ARGS: overrides for both, e.g. "launcher.mps=true" (the async run's kernels beside SGLang's).
   convert_smollm2
   runs=()
   for offp in 0 1; do
     run=/tmp/areal-smollm2-1gpu-offp$offp
     step smollm2_1gpu_offp$offp "${MODES_TIMEOUT:-200}" $py -m launcher.cli --config smollm2_gsm8k_1gpu.yaml \
       cluster.fileroot=$run rollout.max_head_offpolicyness=$offp trial_name=offp$offp \
-      total_train_steps=${MODES_STEPS:-12} evaluator.freq_steps=1000
+      total_train_steps=${MODES_STEPS:-12} evaluator.freq_steps=1000 ${MODES_ARGS:-}
     cp $run/smollm2_gsm8k_1gpu/offp$offp/metrics.jsonl "$out/smollm2_1gpu_offp${offp}_metrics.jsonl"
     runs+=("$out/smollm2_1gpu_offp${offp}_metrics.jsonl")
   done
