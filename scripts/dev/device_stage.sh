@@ -44,6 +44,8 @@ export AREAL_GSM8K_DIR=$data LD_LIBRARY_PATH=$ld
 EOT
   source /tmp/env.sh
   python3 -c "import sglang, transformers, omegaconf, pydantic; print('sglang', sglang.__version__, 'transformers', transformers.__version__)"
+  # launcher.mps needs NVIDIA's control program and a compute mode that admits MPS: say whether this machine has them
+  echo "mps: $(command -v nvidia-cuda-mps-control || echo 'nvidia-cuda-mps-control not on PATH'); $(nvidia-smi -q 2>/dev/null | grep -m1 'Compute Mode' | tr -s ' ')"
   # the stage's shell writes its pid before it starts: poll asks that pid, never a process list
   setsid nohup bash -c 'echo $$ >"$1.pid"; exec bash scripts/run_gpu_benchmarks.sh "$2" "$1"' _ "$res" "$stage" \
     >"$res.stage.log" 2>&1 </dev/null &
