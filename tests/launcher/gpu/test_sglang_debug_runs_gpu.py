@@ -42,7 +42,7 @@ SMALL = [
 ]
 
 
-def launch(tmp_path, *overrides):
+def launch(tmp_path, *overrides, timeout: float = 540):
     return subprocess.run(
         [
             sys.executable,
@@ -57,7 +57,7 @@ def launch(tmp_path, *overrides):
         ],
         capture_output=True,
         text=True,
-        timeout=540,
+        timeout=timeout,
     )
 
 
