@@ -4,8 +4,8 @@ Two processes on one GPU take turns in time slices: while SGLang decodes, the tr
 wait, and the other way round. Under MPS (Multi-Process Service) their kernels share the GPU's
 multiprocessors at the same time, and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE caps a process's share.
 A CUDA process attaches when its CUDA_MPS_PIPE_DIRECTORY holds a running control daemon (its
-socket `control`); if none answers, CUDA runs it without MPS and says nothing, so the launcher asks the daemon which
-processes attached and says so on the console.
+socket `control`); if none answers, CUDA runs it without MPS and says nothing, so the launcher
+asks the daemon which processes attached and says so on the console.
 
 The daemon runs in the foreground (`nvidia-cuda-mps-control -f`) as a child of the launcher:
 it dies with it, and its MPS servers (forked by it on the first client) are in its process tree.
