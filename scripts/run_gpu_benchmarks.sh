@@ -309,13 +309,14 @@ x1_pipeline_ab)
   # start it under setsid and read $out/pipeline_ab_0.5b.log from the next call.
   # graph256: SGLang's own decode-graph cap on an H200 (base covers its 512 running requests);
   # mrr256: half a step's samples decode at once; episode_workers: the RLVR episodes off the trainer's GIL
-  # mps, mps_sm50: the server's and the trainer's kernels at once (launcher.mps), the server capped to half the SMs
+  # mps, mps_sm50: the server's and the trainer's kernels at once (launcher.mps), the server capped to half the SMs;
+  # prox_first: the first PPO minibatch's proximal logprobs from its training forward (a quarter of the recompute)
   ab="${AB_VARIANTS:-base; mps launcher.mps=true; mps_sm50 launcher.mps=true launcher.mps_server_sm_percent=50;
     graph256 sglang.cuda_graph_max_bs=256;
     logprobs actor.fused_logprobs=true actor.compile_logprobs=true; mb_auto actor.max_tokens_per_mb=auto;
     no_radix sglang.disable_radix_cache=true; mrr256 sglang.max_running_requests=256;
     sampling_pytorch sglang.sampling_backend=pytorch; compile actor.compile=true; mem0.4 sglang.mem_fraction_static=0.4;
-    episode_workers workflow.workers=1}"
+    episode_workers workflow.workers=1; prox_first actor.recompute_first_minibatch=false}"
   variants=()
   IFS=';' read -ra specs <<<"${ab//$'\n'/ }"
   for spec in "${specs[@]}"; do

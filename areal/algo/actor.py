@@ -2,9 +2,10 @@
 
 The loop calls, per step:
     batch = prepare_ppo_batch(batch, actor_cfg, group_size=n_samples)   # rewards -> advantages
-    batch["prox_logprobs"] = engine.forward(batch)                      # if actor.recompute_logprob
+    rows = rows_to_recompute(batch, actor_cfg)                           # if actor.recompute_logprob
+    rows["prox_logprobs"] = engine.forward(rows)                        # (all, or all but minibatch 0's)
     batch["ref_logprobs"] = ref_engine.forward(batch)                   # if actor.kl_ctl > 0
-    for mb in split_minibatches(batch, actor_cfg.ppo_n_minibatches):
+    for mb in proximal_minibatches(batch, rows, actor_cfg):
         engine.train_batch(mb, ppo_loss_fn(actor_cfg), loss_weight_fn(actor_cfg))
 
 Batch keys (right-padded [B, L] unless noted): input_ids, attention_mask, loss_mask,
@@ -76,7 +77,10 @@ def ppo_loss_fn(cfg) -> Callable:
     def loss_fn(logprobs: torch.Tensor, entropy: torch.Tensor, mb: dict[str, Any]):
         mask = mb["loss_mask"]
         behav = mb["logprobs"]
-        prox = _require(mb, "prox_logprobs", "actor.recompute_logprob") if cfg.recompute_logprob else behav
+        if mb.get(PROX_FROM_TRAINING):  # the step's first minibatch: this forward runs at the proximal weights
+            prox = logprobs.detach()
+        else:
+            prox = _require(mb, "prox_logprobs", "actor.recompute_logprob") if cfg.recompute_logprob else behav
         is_weights = None
         if cfg.rollout_is != "none":  # replaces the decoupled loss's raw behaviour weight
             is_weights, _ = rollout_is_weights(
@@ -125,6 +129,35 @@ def rollout_mismatch_sums(batch: dict[str, Any], cfg) -> dict[str, torch.Tensor]
 def loss_weight_fn(cfg) -> Callable[[dict[str, Any]], float]:
     """Weight of a micro-batch so weighted micro-batch losses equal the whole-batch aggregate."""
     return lambda mb: aggregation_weight(mb["loss_mask"], cfg.token_aggregation)
+
+
+# A minibatch key: its proximal logprobs are those of its own training forward (detached).
+PROX_FROM_TRAINING = "prox_from_training"
+
+
+def rows_to_recompute(batch: dict[str, Any], cfg) -> dict[str, Any] | None:
+    """The rows whose proximal logprobs the recompute pass computes (an ActorConfig): all of them, or
+    with actor.recompute_first_minibatch=false all but the first PPO minibatch's; None when none."""
+    size = batch["input_ids"].shape[0]
+    first = 0 if cfg.recompute_first_minibatch else size // cfg.ppo_n_minibatches
+    if first >= size:
+        return None
+    return {k: _rows(v, first, size, size) for k, v in batch.items()}
+
+
+def proximal_minibatches(batch: dict[str, Any], recomputed: dict[str, Any] | None, cfg) -> list[dict[str, Any]]:
+    """The PPO minibatches of a batch, with the proximal logprobs of `recomputed` (rows_to_recompute's
+    rows, holding prox_logprobs) where they were recomputed, and the first one marked
+    PROX_FROM_TRAINING where they were not."""
+    if recomputed is not None and "prox_logprobs" in recomputed:
+        prox = recomputed["prox_logprobs"]
+        skipped = batch["input_ids"].shape[0] - prox.shape[0]
+        head = torch.zeros((skipped, *prox.shape[1:]), dtype=prox.dtype, device=prox.device)
+        batch = {**batch, "prox_logprobs": torch.cat([head, prox]) if skipped else prox}
+    minibatches = split_minibatches(batch, cfg.ppo_n_minibatches)
+    if cfg.recompute_logprob and not cfg.recompute_first_minibatch:
+        minibatches[0][PROX_FROM_TRAINING] = True
+    return minibatches
 
 
 def split_minibatches(batch: dict[str, Any], n: int) -> list[dict[str, Any]]:

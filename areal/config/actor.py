@@ -154,6 +154,13 @@ class ActorConfig(Section):
     recompute_logprob: bool = Field(
         True, description="Recompute logprobs with the current trainer weights before the update (proximal policy)."
     )
+    recompute_first_minibatch: bool = Field(
+        True,
+        description="With recompute_logprob: the recompute pass covers the first PPO minibatch too. False "
+        "takes that minibatch's proximal logprobs from its own training forward (detached), which runs at "
+        "the same weights, before any update of the step: the pass then covers the other minibatches only "
+        "(none with ppo_n_minibatches=1), and mismatch/* are measured over those.",
+    )
     use_decoupled_loss: bool = Field(
         True,
         description="Decoupled PPO loss: clip against recomputed proximal logprobs, importance-weight by "

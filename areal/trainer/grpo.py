@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from areal.algo.actor import loss_weight_fn, ppo_loss_fn, prepare_ppo_batch, rollout_mismatch_sums, split_minibatches
+from areal.algo.actor import (
+    loss_weight_fn,
+    ppo_loss_fn,
+    prepare_ppo_batch,
+    proximal_minibatches,
+    rollout_mismatch_sums,
+    rows_to_recompute,
+)
 from areal.rollout.batch import sample_stats
 from areal.trainer.prompt_log import record_ids_of
 
@@ -82,15 +89,16 @@ def grpo_step(ctx: TrainContext, step: int, traced: bool = False) -> dict[str, A
         batch = prepare_ppo_batch(batch, a, group_size=cfg.gconfig.n_samples, max_new_tokens=cfg.gconfig.max_new_tokens)
         local = actor.dp_shard(batch)
     with phases("recompute_logprob"):
-        if a.recompute_logprob:
-            local["prox_logprobs"] = actor.forward(local, temperature=ctx.temperature)
+        recomputed = rows_to_recompute(local, a) if a.recompute_logprob else None
+        if recomputed is not None:
+            recomputed["prox_logprobs"] = actor.forward(recomputed, temperature=ctx.temperature)
         if ctx.ref is not None:
             local["ref_logprobs"] = ctx.ref.forward(local, temperature=ctx.temperature)
-    algo_metrics = {**ctx.source.batch_metrics(), **(_mismatch(local, a) if a.recompute_logprob else {})}
+    algo_metrics = {**ctx.source.batch_metrics(), **(_mismatch(recomputed, a) if recomputed is not None else {})}
     with phases("train"):
         train_stats = [
             actor.train_batch(mb, ppo_loss_fn(a), loss_weight_fn(a), temperature=ctx.temperature)
-            for mb in split_minibatches(local, a.ppo_n_minibatches)
+            for mb in proximal_minibatches(local, recomputed, a)
         ]
     with phases("weight_update"):
         update = ctx.source.push_weights(ctx.version + 1)
@@ -107,9 +115,10 @@ def grpo_step(ctx: TrainContext, step: int, traced: bool = False) -> dict[str, A
 
 
 def _mismatch(local: dict[str, Any], actor_cfg) -> dict[str, float]:
-    """mismatch/* between the servers' and the trainer's logprobs over the whole batch: each
-    rank's sums, added up over all ranks (a shard copied to tensor-parallel ranks counts alike
-    in numerators and denominators, so the ratios hold)."""
+    """mismatch/* between the servers' and the trainer's logprobs over the recomputed rows (the
+    whole batch, unless actor.recompute_first_minibatch=false): each rank's sums, added up over
+    all ranks (a shard copied to tensor-parallel ranks counts alike in numerators and
+    denominators, so the ratios hold)."""
     import torch
     import torch.distributed as dist
 

@@ -3,7 +3,15 @@
 import pytest
 import torch
 
-from areal.algo.actor import loss_weight_fn, ppo_loss_fn, prepare_ppo_batch, split_minibatches
+from areal.algo.actor import (
+    PROX_FROM_TRAINING,
+    loss_weight_fn,
+    ppo_loss_fn,
+    prepare_ppo_batch,
+    proximal_minibatches,
+    rows_to_recompute,
+    split_minibatches,
+)
 from areal.config.actor import ActorConfig
 
 
@@ -52,6 +60,33 @@ def test_split_minibatches():
     assert [p["rewards"].tolist() for p in parts] == [[1.0, 0.0], [5.0, 5.0]]
     with pytest.raises(ValueError, match="ppo_n_minibatches"):
         split_minibatches(_batch(), 3)
+
+
+def test_recompute_covers_all_rows_or_all_but_the_first_minibatchs():
+    batch = _batch()
+    assert rows_to_recompute(batch, ActorConfig(ppo_n_minibatches=2))["rewards"].tolist() == [1.0, 0.0, 5.0, 5.0]
+    cfg = ActorConfig(ppo_n_minibatches=2, recompute_first_minibatch=False)
+    tail = rows_to_recompute(batch, cfg)
+    assert tail["rewards"].tolist() == [5.0, 5.0]
+    assert rows_to_recompute(batch, ActorConfig(ppo_n_minibatches=1, recompute_first_minibatch=False)) is None
+
+    tail["prox_logprobs"] = torch.full((2, 3), -0.5)
+    first, second = proximal_minibatches(batch, tail, cfg)
+    assert first[PROX_FROM_TRAINING] and PROX_FROM_TRAINING not in second
+    assert second["prox_logprobs"].tolist() == [[-0.5] * 3] * 2 and second["rewards"].tolist() == [5.0, 5.0]
+    (only,) = proximal_minibatches(batch, None, ActorConfig(ppo_n_minibatches=1, recompute_first_minibatch=False))
+    assert only[PROX_FROM_TRAINING] and "prox_logprobs" not in only
+
+
+def test_a_minibatch_marked_prox_from_training_clips_against_its_own_logprobs():
+    cfg = ActorConfig(recompute_first_minibatch=False)
+    batch = prepare_ppo_batch(_batch(), cfg, group_size=2)
+    logprobs = torch.full((4, 3), -1.0, requires_grad=True)
+    own, own_stats = ppo_loss_fn(cfg)(logprobs, torch.zeros(4, 3), {**batch, PROX_FROM_TRAINING: True})
+    given, given_stats = ppo_loss_fn(cfg)(logprobs, torch.zeros(4, 3), {**batch, "prox_logprobs": logprobs.detach()})
+    assert own.item() == given.item() and own_stats["importance_ratio"] == 1.0
+    own.backward()
+    assert logprobs.grad is not None and logprobs.grad.abs().sum() > 0  # the gradient flows through logprobs only
 
 
 def test_overlong_penalty_shapes_rewards_before_scaling():

@@ -87,6 +87,47 @@ def test_ppo_loss_trains_end_to_end(tiny_model_dir):
     assert stats["loss_fn/importance_ratio"] == pytest.approx(1.0, abs=1e-5)
 
 
+def test_first_minibatch_proximal_logprobs_from_its_training_forward_give_the_same_step(tiny_model_dir):
+    """actor.recompute_first_minibatch=false: the recompute pass skips the first PPO minibatch, whose
+    proximal logprobs come from its own training forward at the same weights; two minibatches then
+    train to the same weights as with every row recomputed, and the pass forwards half the rows."""
+    from areal.algo.actor import loss_weight_fn, ppo_loss_fn, prepare_ppo_batch, proximal_minibatches, rows_to_recompute
+    from areal.config.actor import ActorConfig
+
+    results = {}
+    for recompute_first in (True, False):
+        cfg = ActorConfig(
+            path=tiny_model_dir,
+            ppo_n_minibatches=2,
+            behav_imp_weight_cap=5.0,
+            recompute_first_minibatch=recompute_first,
+        )
+        batch = make_batch(3, n=4)
+        batch["rewards"] = torch.tensor([1.0, 0.0, 0.0, 1.0])
+        engine = _engine(tiny_model_dir, learning_rate=1e-2)
+        try:
+            before = engine.forward(batch)
+            batch["logprobs"] = before - 0.01  # the servers' logprobs, a little off
+            batch = prepare_ppo_batch(batch, cfg, group_size=2)
+            recomputed = rows_to_recompute(batch, cfg)
+            recomputed["prox_logprobs"] = engine.forward(recomputed)
+            stats = [
+                engine.train_batch(mb, ppo_loss_fn(cfg), loss_weight_fn(cfg))
+                for mb in proximal_minibatches(batch, recomputed, cfg)
+            ]
+            results[recompute_first] = (recomputed["input_ids"].shape[0], stats, engine.forward(batch))
+        finally:
+            engine.destroy()
+    (rows_all, stats_all, after_all), (rows_tail, stats_tail, after_tail) = results[True], results[False]
+    assert (rows_all, rows_tail) == (4, 2)
+    for a, b in zip(stats_all, stats_tail):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-4, abs=1e-6)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
+    assert stats_tail[0]["loss_fn/importance_ratio"] == 1.0  # its proximal logprobs are its own
+    assert (after_all - after_tail).abs().max() < 1e-5
+    assert (after_all - before).abs().max() > 1e-3  # the steps did move the weights
+
+
 def test_lora_trains_adapters_and_saves_merged_model(tiny_model_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 
