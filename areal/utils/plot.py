@@ -15,6 +15,7 @@ from pathlib import Path
 
 REWARD_KEY = "rollout/reward_mean"
 LOSS_KEY = "train/loss"
+SE_SUFFIX = "_se"  # a standard error logged beside its metric (eval/accuracy_se), drawn as a band
 THROUGHPUT_KEY = "throughput/samples_per_s"
 
 
@@ -45,9 +46,25 @@ def _series(records: list[dict], key: str) -> tuple[list[float], list[float]]:
 def _panels(records: list[dict]) -> list[tuple[str, list[str]]]:
     """(title, keys) for each panel that has data: reward/eval, loss, throughput."""
     keys = {k for rec in records for k in rec}
-    reward_keys = [REWARD_KEY] + sorted(k for k in keys if k.startswith("eval/") and ("accuracy" in k or "reward" in k))
+    reward_keys = [REWARD_KEY] + sorted(
+        k for k in keys if k.startswith("eval/") and ("accuracy" in k or "reward" in k) and not k.endswith(SE_SUFFIX)
+    )
     panels = [("reward", reward_keys), ("train loss", [LOSS_KEY]), ("throughput (samples/s)", [THROUGHPUT_KEY])]
     return [(title, ks) for title, ks in panels if any(_series(records, k)[0] for k in ks)]
+
+
+def _error_band(ax, records: list[dict], key: str, color) -> None:
+    """A band of one standard error around `key` where the run logged `key + SE_SUFFIX`
+    (eval/accuracy_se: the spread from the draw of the held-out problems)."""
+    steps_se, se = _series(records, key + SE_SUFFIX)
+    if not steps_se:
+        return
+    by_step = dict(zip(*_series(records, key)))
+    xs = [x for x in steps_se if x in by_step]
+    errors = dict(zip(steps_se, se))
+    ax.fill_between(
+        xs, [by_step[x] - errors[x] for x in xs], [by_step[x] + errors[x] for x in xs], color=color, alpha=0.2, lw=0
+    )
 
 
 def plot_metrics(metrics_jsonl: str | Path, out_png: str | Path) -> Path | None:
@@ -70,7 +87,8 @@ def plot_metrics(metrics_jsonl: str | Path, out_png: str | Path) -> Path | None:
         for key in keys:
             xs, ys = _series(records, key)
             if xs:
-                ax.plot(xs, ys, marker="." if len(xs) < 50 else None, label=key)
+                line = ax.plot(xs, ys, marker="." if len(xs) < 50 else None, label=key)[0]
+                _error_band(ax, records, key, line.get_color())
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)

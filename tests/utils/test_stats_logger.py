@@ -72,11 +72,11 @@ def test_close_writes_png_plot(tmp_path):
     pytest.importorskip("matplotlib")
     with StatsLogger(tmp_path, total_steps=3, progress=False) as stats:
         for step in range(1, 4):
-            stats.log(step, {**step_metrics(step), "eval/accuracy": step / 4})
+            stats.log(step, {**step_metrics(step), "eval/accuracy": step / 4, "eval/accuracy_se": 0.03})
     data = (tmp_path / "metrics.png").read_bytes()
     assert data.startswith(PNG_MAGIC) and len(data) > 5000
     titles = dict(_panels(read_metrics(tmp_path / "metrics.jsonl")))
-    assert titles["reward"] == ["rollout/reward_mean", "eval/accuracy"]
+    assert titles["reward"] == ["rollout/reward_mean", "eval/accuracy"]  # the error is a band, not a curve
     assert {"train loss", "throughput (samples/s)"} <= set(titles)
 
 
@@ -276,3 +276,19 @@ def test_wandb_enabled_without_the_package_names_the_key(tmp_path, monkeypatch):
         StatsLogger(tmp_path, progress=False, plot=False, tensorboard=False, wandb={"mode": "online"})
     assert "pip install wandb" in str(e.value) and "stats_logger.wandb.mode=disabled" in str(e.value)
     StatsLogger(tmp_path, progress=False, plot=False, tensorboard=False, wandb={"mode": "disabled"}).close()
+
+
+def test_a_logged_standard_error_is_drawn_as_a_band_around_its_metric():
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from areal.utils.plot import _error_band
+
+    records = [{"step": 0, "eval/accuracy": 0.2, "eval/accuracy_se": 0.03}, {"step": 5, "eval/accuracy": 0.6}]
+    ax = Figure().subplots()
+    _error_band(ax, records, "eval/accuracy", "C1")
+    (band,) = ax.collections  # over the steps that logged both: step 0 only
+    ys = band.get_paths()[0].vertices[:, 1]
+    assert min(ys) == pytest.approx(0.17) and max(ys) == pytest.approx(0.23)
+    _error_band(ax, records, "rollout/reward_mean", "C0")  # no error logged: nothing drawn
+    assert len(ax.collections) == 1
