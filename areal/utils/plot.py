@@ -43,6 +43,17 @@ def _series(records: list[dict], key: str) -> tuple[list[float], list[float]]:
     return xs, ys
 
 
+def latest_per_step(records: list[dict]) -> list[dict]:
+    """One record per step, the last one logged, in step order. metrics.jsonl is appended to:
+    a run started again in the same run directory logs its steps from 1 once more, and a
+    recovered one repeats the steps after its checkpoint; the curves show what came last."""
+    by_step: dict[int, dict] = {}
+    for rec in records:
+        if isinstance(rec.get("step"), int):
+            by_step[rec["step"]] = rec
+    return [by_step[step] for step in sorted(by_step)]
+
+
 def _panels(records: list[dict]) -> list[tuple[str, list[str]]]:
     """(title, keys) for each panel that has data: reward/eval, loss, throughput."""
     keys = {k for rec in records for k in rec}
@@ -77,7 +88,7 @@ def plot_metrics(metrics_jsonl: str | Path, out_png: str | Path) -> Path | None:
         from matplotlib.figure import Figure
     except ImportError:
         raise ImportError("plotting metrics needs matplotlib: pip install matplotlib") from None
-    records = read_metrics(metrics_jsonl)
+    records = latest_per_step(read_metrics(metrics_jsonl))
     panels = _panels(records)
     if not panels:
         return None

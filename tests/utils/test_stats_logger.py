@@ -68,6 +68,20 @@ def test_appends_across_restarts(tmp_path):
     assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 1, 2, 3]
 
 
+def test_the_plot_draws_each_steps_last_record():
+    """A second run in the same run directory, and a recovery that repeats the steps after its
+    checkpoint: one point per step, the last logged, so no line runs back to step 1."""
+    from areal.utils.plot import latest_per_step
+
+    first = [{"step": s, "v": "first"} for s in (1, 2, 3)]
+    again = [{"step": s, "v": "again"} for s in (1, 2)]
+    assert [(r["step"], r["v"]) for r in latest_per_step(first + again)] == [
+        (1, "again"),
+        (2, "again"),
+        (3, "first"),
+    ]
+
+
 def test_close_writes_png_plot(tmp_path):
     pytest.importorskip("matplotlib")
     with StatsLogger(tmp_path, total_steps=3, progress=False) as stats:
