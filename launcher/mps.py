@@ -17,25 +17,19 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
 import psutil
 
+from areal.infra.mps import CONTROL, ask, clients, control_program, pids
+
 from .plan import MpsPlan
 from .procs import LaunchError, ManagedProcess, stop_all
 
-CONTROL = "nvidia-cuda-mps-control"
 START_TIMEOUT_S = 30.0
-COMMAND_TIMEOUT_S = 10.0
 ATTACH_CHECK_S = 1.0  # how often AttachWatch asks the daemon for its clients (a few ms each time)
 POLL_S = 0.2
-
-
-def control_program() -> str | None:
-    """The control program's path, or None where the driver's utilities are not installed."""
-    return shutil.which(CONTROL)
 
 
 class MpsDaemon:
@@ -80,18 +74,9 @@ class MpsDaemon:
                 )
             time.sleep(POLL_S)
 
-    def ask(self, command: str, timeout_s: float = COMMAND_TIMEOUT_S) -> str | None:
+    def ask(self, command: str) -> str | None:
         """The daemon's answer to one command, or None when no daemon answers in the pipe folder."""
-        program = control_program()
-        if program is None or not Path(self.plan.pipe_dir).is_dir():
-            return None
-        try:
-            done = subprocess.run(
-                [program], input=command + "\n", env=self.env, capture_output=True, text=True, timeout=timeout_s
-            )
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return done.stdout if done.returncode == 0 else None
+        return ask(command, self.env)
 
     def answers(self) -> bool:
         """A daemon listens on the pipe folder's control socket and answers there."""
@@ -99,10 +84,7 @@ class MpsDaemon:
 
     def clients(self) -> list[int]:
         """The pids of every client of every MPS server the daemon runs."""
-        pids = []
-        for server in _pids(self.ask("get_server_list")):
-            pids += _pids(self.ask(f"get_client_list {server}"))
-        return pids
+        return clients(self.env)
 
     def attached(self, trees: dict[str, int]) -> dict[str, list[int]]:
         """Which of the named process trees (name -> root pid) have a process among the clients."""
@@ -185,14 +167,9 @@ class AttachWatch:
 
     def _look(self, running: dict[str, int]) -> None:
         attached = self.daemon.attached({n: pid for n, pid in running.items() if n in self.expected})
-        self.seen.update({name: pids for name, pids in attached.items() if pids})
-        self.servers = _pids(self.daemon.ask("get_server_list")) or self.servers
+        self.seen.update({name: found for name, found in attached.items() if found})
+        self.servers = pids(self.daemon.ask("get_server_list")) or self.servers
 
     def _record(self) -> None:
         record = {"attached": self.seen, "missing": self.missing(), "mps_servers": self.servers}
         (Path(self.daemon.plan.log_dir) / "attached.json").write_text(json.dumps(record, indent=1) + "\n")
-
-
-def _pids(text: str | None) -> list[int]:
-    """The process ids of a command's answer: one per line (other lines are left out)."""
-    return [int(word) for word in (text or "").split() if word.isdigit()]

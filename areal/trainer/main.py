@@ -13,6 +13,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from areal.infra.mps import report_attachment
 from areal.infra.sockets import OpenFileLimitError, raise_open_file_limit, raise_rollout_client_open_files
 from areal.utils.gil import shorten_gil_switch_interval
 
@@ -72,6 +73,7 @@ def build_context(cfg: ExperimentConfig) -> TrainContext:
         total = min(total, cfg.total_train_steps) if steps_per_epoch else cfg.total_train_steps
     # the schedule counts optimizer steps: each training step makes one per PPO minibatch
     actor.initialize(total_train_steps=total * cfg.actor.ppo_n_minibatches)
+    report_attachment(logger, f"trainer rank {actor.rank}")  # launcher.mps: its CUDA context exists now
     seed_everything(cfg.seed, actor.rank)
     ref = _build_ref(cfg, names) if cfg.actor.kl_ctl > 0 else None
     source = _build_source(cfg, actor, source_parts)

@@ -120,7 +120,7 @@ def test_daemon_starts_lists_its_clients_and_quits(tmp_path, standin_on_path):
                 "server-0": [child],
                 "trainer-0": [],
             }
-            mps_server = mps._pids(daemon.ask("get_server_list"))
+            mps_server = mps.pids(daemon.ask("get_server_list"))
             assert len(mps_server) == 1 and psutil.Process(mps_server[0]).ppid() == daemon.proc.pid
         finally:
             for p in psutil.Process(tree.pid).children(recursive=True) + [psutil.Process(tree.pid), other]:

@@ -5,8 +5,9 @@ the device tool):
 
 * the daemon serves a CUDA process that carries its pipe folder, lists it as a client, and quits
   when asked, leaving no MPS server behind;
-* the one-GPU recipe on SGLang under launcher.mps: the server and the trainer attach, the weight
-  updates through CUDA IPC work between two MPS clients, and the run ends clean.
+* the one-GPU recipe on SGLang under launcher.mps: the server attaches (the launcher's record)
+  and the trainer (its own log line), the weight updates through CUDA IPC work between two MPS
+  clients, and the run ends clean.
 """
 
 from __future__ import annotations
@@ -82,8 +83,11 @@ def test_one_gpu_recipe_on_sglang_under_mps(tmp_path):
     print(done.stdout[-6000:], done.stderr[-3000:])
     assert done.returncode == 0
     assert "started the MPS control daemon" in done.stdout
+    # the server lives until the teardown, whose last look records it; the trainer says so itself
     record = json.loads(next(tmp_path.rglob("logs/mps/attached.json")).read_text())
-    assert sorted(record["attached"]) == ["server-0", "trainer-0"] and record["missing"] == []
+    assert record["attached"].get("server-0"), record
+    assert "trainer rank 0 (pid " in next(tmp_path.rglob("logs/trainer-0.log")).read_text()
+    assert "is a client of MPS server" in next(tmp_path.rglob("logs/trainer-0.log")).read_text()
     metrics = [json.loads(line) for line in next(tmp_path.rglob("metrics.jsonl")).read_text().splitlines()]
     assert [m["step"] for m in metrics if m.get("weight_update/seconds") is not None][-1] == 3
     assert mps_servers() == []  # the daemon and its MPS server quit with the run
