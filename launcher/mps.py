@@ -82,13 +82,13 @@ class MpsDaemon:
         """A daemon listens on the pipe folder's control socket and answers there."""
         return (Path(self.plan.pipe_dir) / "control").exists() and self.ask("get_server_list") is not None
 
-    def clients(self) -> list[int]:
-        """The pids of every client of every MPS server the daemon runs."""
-        return clients(self.env)
+    def clients(self, of_servers: list[int] | None = None) -> list[int]:
+        """The pids of every client of the daemon's MPS servers (of_servers: those already listed)."""
+        return clients(self.env, of_servers)
 
-    def attached(self, trees: dict[str, int]) -> dict[str, list[int]]:
+    def attached(self, trees: dict[str, int], of_servers: list[int] | None = None) -> dict[str, list[int]]:
         """Which of the named process trees (name -> root pid) have a process among the clients."""
-        clients = set(self.clients())
+        clients = set(self.clients(of_servers))
         out = {}
         for name, root in trees.items():
             try:
@@ -166,9 +166,9 @@ class AttachWatch:
         return [name for name in self.expected if name not in self.seen]
 
     def _look(self, running: dict[str, int]) -> None:
-        attached = self.daemon.attached({n: pid for n, pid in running.items() if n in self.expected})
-        self.seen.update({name: found for name, found in attached.items() if found})
         self.servers = pids(self.daemon.ask("get_server_list")) or self.servers
+        attached = self.daemon.attached({n: pid for n, pid in running.items() if n in self.expected}, self.servers)
+        self.seen.update({name: found for name, found in attached.items() if found})
 
     def _record(self) -> None:
         record = {"attached": self.seen, "missing": self.missing(), "mps_servers": self.servers}

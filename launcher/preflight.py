@@ -111,7 +111,7 @@ def colocated_memory_issues(cfg: ExperimentConfig, facts: HostFacts) -> list[Con
 
 def mps_issues(cfg: ExperimentConfig, facts: HostFacts) -> list[ConfigIssue]:
     """launcher.mps needs a GPU and the driver's MPS control program on this machine."""
-    from .mps import CONTROL, control_program
+    from areal.infra.mps import CONTROL, control_program
 
     if not cfg.launcher.mps:
         return []

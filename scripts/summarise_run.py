@@ -28,6 +28,8 @@ import json
 import statistics
 from pathlib import Path
 
+from areal.utils.stats_logger import accuracy_standard_error
+
 
 def summarise(path: Path, warmup: int) -> dict:
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -77,8 +79,7 @@ def _last_eval_se(rows: list[dict]) -> float | None:
     last = evals[-1]
     if last.get("eval/accuracy_se") is not None:
         return round(last["eval/accuracy_se"], 4)
-    p, n = last["eval/accuracy"], last.get("eval/n")
-    return round((p * (1.0 - p) / n) ** 0.5, 4) if n else None  # as areal.trainer.context computes it
+    return round(accuracy_standard_error(last["eval/accuracy"], last["eval/n"]), 4) if last.get("eval/n") else None
 
 
 def _mean_of_last(values: list[float], n: int) -> float | None:

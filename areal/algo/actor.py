@@ -146,17 +146,19 @@ def rows_to_recompute(batch: dict[str, Any], cfg) -> dict[str, Any] | None:
 
 
 def proximal_minibatches(batch: dict[str, Any], recomputed: dict[str, Any] | None, cfg) -> list[dict[str, Any]]:
-    """The PPO minibatches of a batch, with the proximal logprobs of `recomputed` (rows_to_recompute's
-    rows, holding prox_logprobs) where they were recomputed, and the first one marked
-    PROX_FROM_TRAINING where they were not."""
-    if recomputed is not None and "prox_logprobs" in recomputed:
-        prox = recomputed["prox_logprobs"]
-        skipped = batch["input_ids"].shape[0] - prox.shape[0]
-        head = torch.zeros((skipped, *prox.shape[1:]), dtype=prox.dtype, device=prox.device)
-        batch = {**batch, "prox_logprobs": torch.cat([head, prox]) if skipped else prox}
+    """The PPO minibatches of a batch, each with its rows of `recomputed`'s prox_logprobs
+    (rows_to_recompute's rows), or, where the first minibatch's were not recomputed, marked
+    PROX_FROM_TRAINING."""
     minibatches = split_minibatches(batch, cfg.ppo_n_minibatches)
-    if cfg.recompute_logprob and not cfg.recompute_first_minibatch:
-        minibatches[0][PROX_FROM_TRAINING] = True
+    if not cfg.recompute_logprob:
+        return minibatches
+    own = 0 if cfg.recompute_first_minibatch else 1
+    for mb in minibatches[:own]:
+        mb[PROX_FROM_TRAINING] = True
+    if recomputed is not None:
+        parts = split_minibatches(recomputed, len(minibatches) - own)
+        for mb, part in zip(minibatches[own:], parts, strict=True):
+            mb["prox_logprobs"] = part["prox_logprobs"]
     return minibatches
 
 

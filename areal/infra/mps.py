@@ -49,10 +49,10 @@ def servers(env: dict[str, str]) -> list[int]:
     return pids(ask("get_server_list", env))
 
 
-def clients(env: dict[str, str]) -> list[int]:
-    """The pids of every client of every MPS server of the daemon."""
+def clients(env: dict[str, str], of_servers: list[int] | None = None) -> list[int]:
+    """The pids of every client of the daemon's MPS servers (of_servers: those already listed)."""
     out = []
-    for server in servers(env):
+    for server in servers(env) if of_servers is None else of_servers:
         out += pids(ask(f"get_client_list {server}", env))
     return out
 
@@ -63,9 +63,10 @@ def report_attachment(logger: logging.Logger, what: str) -> bool | None:
     env = dict(os.environ)
     if not env.get(PIPE_ENV):
         return None
-    attached = os.getpid() in clients(env)
+    mps_servers = servers(env)
+    attached = os.getpid() in clients(env, mps_servers)
     if attached:
-        logger.info("%s (pid %d) is a client of MPS server %s (launcher.mps)", what, os.getpid(), servers(env))
+        logger.info("%s (pid %d) is a client of MPS server %s (launcher.mps)", what, os.getpid(), mps_servers)
     else:
         logger.warning(
             "%s (pid %d) is not a client of the MPS daemon in %s: it runs time-sliced, as without "

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from areal.api.source import LoaderPosition
+from areal.utils.stats_logger import accuracy_standard_error
 
 if TYPE_CHECKING:
     from areal.api.source import RolloutSource
@@ -181,12 +182,3 @@ def seed_everything(seed: int, rank: int) -> None:
     random.seed(seed + rank)
     np.random.seed(seed + rank)
     torch.manual_seed(seed + rank)
-
-
-def accuracy_standard_error(accuracy: float, n: int) -> float:
-    """The binomial standard error of a pass rate over n problems, sqrt(p (1 - p) / n).
-
-    It says how far one evaluation can land from the model's true accuracy by the draw of the
-    problems alone: 0.031 at p = 0.75 over 200 problems, 0.019 over 500.
-    """
-    return (accuracy * (1.0 - accuracy) / n) ** 0.5 if n > 0 else 0.0

@@ -64,13 +64,12 @@ def _panels(records: list[dict]) -> list[tuple[str, list[str]]]:
     return [(title, ks) for title, ks in panels if any(_series(records, k)[0] for k in ks)]
 
 
-def _error_band(ax, records: list[dict], key: str, color) -> None:
-    """A band of one standard error around `key` where the run logged `key + SE_SUFFIX`
-    (eval/accuracy_se: the spread from the draw of the held-out problems)."""
+def _error_band(ax, records: list[dict], key: str, by_step: dict, color) -> None:
+    """A band of one standard error around `key` (by_step: its values by step) where the run
+    logged `key + SE_SUFFIX` (eval/accuracy_se: the spread from the draw of the held-out problems)."""
     steps_se, se = _series(records, key + SE_SUFFIX)
     if not steps_se:
         return
-    by_step = dict(zip(*_series(records, key)))
     xs = [x for x in steps_se if x in by_step]
     errors = dict(zip(steps_se, se))
     ax.fill_between(
@@ -99,7 +98,7 @@ def plot_metrics(metrics_jsonl: str | Path, out_png: str | Path) -> Path | None:
             xs, ys = _series(records, key)
             if xs:
                 line = ax.plot(xs, ys, marker="." if len(xs) < 50 else None, label=key)[0]
-                _error_band(ax, records, key, line.get_color())
+                _error_band(ax, records, key, dict(zip(xs, ys)), line.get_color())
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)

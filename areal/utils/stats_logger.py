@@ -44,6 +44,15 @@ STEP_TIME_KEY = "timing/step_s"
 ACCURACY_KEY = "eval/accuracy"
 
 
+def accuracy_standard_error(accuracy: float, n: int) -> float:
+    """The binomial standard error of a pass rate over n problems, sqrt(p (1 - p) / n).
+
+    It says how far one evaluation can land from the model's true accuracy by the draw of the
+    problems alone: 0.031 at p = 0.75 over 200 problems, 0.019 over 500.
+    """
+    return (accuracy * (1.0 - accuracy) / n) ** 0.5 if n > 0 else 0.0
+
+
 def to_json_value(value: Any) -> Any:
     """A JSON-safe form: tensor/numpy scalars become numbers, NaN/inf become null (strict JSON)."""
     if hasattr(value, "item") and callable(value.item):

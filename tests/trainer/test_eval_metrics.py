@@ -5,7 +5,7 @@ import statistics
 
 import pytest
 
-from areal.trainer.context import accuracy_standard_error
+from areal.utils.stats_logger import accuracy_standard_error
 
 
 def test_standard_error_matches_the_spread_of_repeated_evaluations():

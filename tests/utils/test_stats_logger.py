@@ -300,9 +300,9 @@ def test_a_logged_standard_error_is_drawn_as_a_band_around_its_metric():
 
     records = [{"step": 0, "eval/accuracy": 0.2, "eval/accuracy_se": 0.03}, {"step": 5, "eval/accuracy": 0.6}]
     ax = Figure().subplots()
-    _error_band(ax, records, "eval/accuracy", "C1")
+    _error_band(ax, records, "eval/accuracy", {0: 0.2, 5: 0.6}, "C1")
     (band,) = ax.collections  # over the steps that logged both: step 0 only
     ys = band.get_paths()[0].vertices[:, 1]
     assert min(ys) == pytest.approx(0.17) and max(ys) == pytest.approx(0.23)
-    _error_band(ax, records, "rollout/reward_mean", "C0")  # no error logged: nothing drawn
+    _error_band(ax, records, "rollout/reward_mean", {}, "C0")  # no error logged: nothing drawn
     assert len(ax.collections) == 1
