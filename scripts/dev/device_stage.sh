@@ -2,6 +2,7 @@
 # The device machine's side of a GPU stage (docs: ../shared/tools/sglang-device/README.md).
 #
 #   bash scripts/dev/device_stage.sh start STAGE [POLL_S]   # as the kit's call 4 (carry .sgl-parts/c4)
+#   bash scripts/dev/device_stage.sh also STAGE [POLL_S]    # a second stage beside a started one
 #   bash scripts/dev/device_stage.sh poll STAGE [POLL_S]    # any later call
 #
 # start: installs SmolLM2 from the kit's call 4 parts, copies the checkout to /tmp/ck (later calls
@@ -11,6 +12,8 @@
 # seconds (default 420) for the stage to end, prints each run's last step, and puts the stage's
 # files, with the metrics of runs still going, in $OUT/STAGE.tgz. GSM8K comes from
 # .sgl-parts/c4/gsm8k (copy ../shared/data/gsm8k there before the call) or $AREAL_GSM8K_DIR.
+# also: starts STAGE in the environment an earlier start prepared, without installing again (a
+# reinstall would replace SmolLM2's files while the first stage reads them), then polls.
 # JIT caches: each poll also returns the kernels SGLang, flashinfer and Triton have compiled so far
 # ($OUT/jit_caches.tgz, where under 16 MiB); put that file in .sgl-parts/c4/ and start unpacks it,
 # so a fresh machine skips the cold compiles. On 2026-12-05 a cold start of the one-GPU recipe took
@@ -46,13 +49,17 @@ EOT
   python3 -c "import sglang, transformers, omegaconf, pydantic; print('sglang', sglang.__version__, 'transformers', transformers.__version__)"
   # launcher.mps needs NVIDIA's control program and a compute mode that admits MPS: say whether this machine has them
   echo "mps: $(command -v nvidia-cuda-mps-control || echo 'nvidia-cuda-mps-control not on PATH'); $(nvidia-smi -q 2>/dev/null | grep -m1 'Compute Mode' | tr -s ' ')"
-  # the stage's shell writes its pid before it starts: poll asks that pid, never a process list
+  launch
+  cd "$root"
+  set +e
+}
+
+launch() {  # the stage's shell writes its pid before it starts: poll asks that pid, never a process list
+  mkdir -p "$res"
   setsid nohup bash -c 'echo $$ >"$1.pid"; exec bash scripts/run_gpu_benchmarks.sh "$2" "$1"' _ "$res" "$stage" \
     >"$res.stage.log" 2>&1 </dev/null &
   for _ in $(seq 100); do [ -s "$res.pid" ] && break; sleep 0.1; done
   echo "$stage started at $(date +%T)"
-  cd "$root"
-  set +e
 }
 
 running() { [ -s "$res.pid" ] && kill -0 "$(cat "$res.pid")" 2>/dev/null; }
@@ -84,6 +91,8 @@ poll() {
 
 case $cmd in
 start) start; poll ;;
+also) [ -f /tmp/env.sh ] || { echo "also: no /tmp/env.sh, run start first" >&2; exit 2; }
+  (source /tmp/env.sh && launch); poll ;;
 poll) poll ;;
-*) echo "usage: $0 start|poll STAGE [POLL_S]" >&2; exit 2 ;;
+*) echo "usage: $0 start|also|poll STAGE [POLL_S]" >&2; exit 2 ;;
 esac
