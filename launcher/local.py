@@ -6,7 +6,8 @@ process writes `{run_dir}/logs/<role>-<index>.log`, and its lines appear live in
 The sequence, the failure handling and the teardown rules are `Supervisor`'s
 (launcher/supervisor.py); this module only starts, watches and stops the processes. With
 launcher.mps it also runs the run's MPS control daemon (launcher/mps.py): started before the
-servers, asked which processes attached while the run goes on, quit after the last one stopped.
+servers, asked which processes attached while the run goes on (and a warning if it exits on its
+own), quit after the last one stopped.
 """
 
 from __future__ import annotations
@@ -75,8 +76,13 @@ class LocalRun(Supervisor):
             self.mps_watch = AttachWatch(self.mps, names, self.cfg.launcher.server_startup_timeout_s, say)
 
     def refresh(self) -> None:
+        self._say_if_mps_exited()
         if self.mps_watch:
             self.mps_watch.poll({name: p.pid for name, p in self.procs.items() if p.poll() is None})
+
+    def _say_if_mps_exited(self) -> None:
+        if self.mps and (notice := self.mps.exit_notice()):
+            say(notice)
 
     def start(self, spec: ProcessSpec, extra: dict[str, str]) -> ManagedProcess:
         env = child_env(spec.env, extra, cpu=self.plan.device == "cpu", procs_on_node=len(self.plan.processes))
@@ -103,6 +109,7 @@ class LocalRun(Supervisor):
         return self._stopped(self.procs[name].pid)
 
     def teardown(self) -> None:
+        self._say_if_mps_exited()
         if self.mps_watch:
             self.mps_watch.finish({name: p.pid for name, p in self.procs.items() if p.poll() is None})
         running = [p.name for p in self.procs.values() if p.poll() is None]

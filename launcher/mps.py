@@ -39,6 +39,7 @@ class MpsDaemon:
         self.plan = plan
         self.env = {**base_env, **plan.env(), "CUDA_VISIBLE_DEVICES": ",".join(map(str, plan.devices))}
         self.proc: ManagedProcess | None = None
+        self.exit_reported = False
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
         """Start the daemon and wait until it answers a command."""
@@ -97,6 +98,20 @@ class MpsDaemon:
                 members = {root}
             out[name] = sorted(members & clients)
         return out
+
+    def exit_notice(self) -> str | None:
+        """Once, after the daemon exited on its own: what that means for the run, naming its logs.
+        MPS servers it started keep serving their clients; processes started afterwards (restarts)
+        find no daemon and run time-sliced, as without launcher.mps."""
+        code = self.proc.poll() if self.proc is not None else None
+        if code is None or self.exit_reported:
+            return None
+        self.exit_reported = True
+        return (
+            f"warning: launcher.mps: the MPS control daemon (pid {self.proc.pid}) exited with code {code} "
+            "while the run went on; processes started from now on run time-sliced, as without it. "
+            f"Its logs: {self.plan.log_dir}"
+        )
 
     def stop(self, grace_s: float) -> None:
         """Ask the daemon to quit (its clients are gone by now), then stop what is left of its tree."""

@@ -192,10 +192,9 @@ def test_a_run_that_ends_first_still_records_what_attached(tmp_path, standin_on_
 # ---- a local run --------------------------------------------------------------------------------
 
 
-def test_local_run_starts_the_daemon_first_and_quits_it_last(tmp_path, standin_on_path, monkeypatch, capsys):
-    """The stand-in server and fake trainers attach as CUDA processes would; rank 0 waits for the
-    launcher's attach record before it finishes, so the check happens while all of them run."""
-    monkeypatch.setattr(mps, "ATTACH_CHECK_S", 0.1)
+def stand_in_mps_run(tmp_path):
+    """A local run of fake processes under the stand-in daemon; trainer rank 0 waits for the
+    launcher's attach record (attached.json) before it finishes."""
     ports = [f"launcher.server_base_port={free_ports(2)}", f"launcher.trainer_master_port={free_ports(1)}"]
     cfg = make_cfg(tmp_path, *ports)
     attached = Path(cfg.run_dir) / "logs" / "mps" / "attached.json"
@@ -205,6 +204,14 @@ def test_local_run_starts_the_daemon_first_and_quits_it_last(tmp_path, standin_o
     for p in plan.processes:  # what make_plan gives a CUDA run
         p.env.update(plan.mps.env())
     write_run_dir(cfg, plan)
+    return cfg, plan, attached
+
+
+def test_local_run_starts_the_daemon_first_and_quits_it_last(tmp_path, standin_on_path, monkeypatch, capsys):
+    """The stand-in server and fake trainers attach as CUDA processes would; rank 0 waits for the
+    launcher's attach record before it finishes, so the check happens while all of them run."""
+    monkeypatch.setattr(mps, "ATTACH_CHECK_S", 0.1)
+    cfg, plan, attached = stand_in_mps_run(tmp_path)
     assert run_local(plan, cfg) == 0
     console = capsys.readouterr().out
     assert console.index("started the MPS control daemon") < console.index("started server-0")
@@ -214,3 +221,19 @@ def test_local_run_starts_the_daemon_first_and_quits_it_last(tmp_path, standin_o
     assert "stand-in MPS control daemon quits" in (attached.parent / "foreground.log").read_text()
     assert not Path(plan.mps.pipe_dir).exists()
     assert wait_gone(all_pids(cfg.run_dir) + record["mps_servers"]) == []
+
+
+def test_a_daemon_that_exits_mid_run_is_reported_and_the_run_goes_on(tmp_path, standin_on_path, monkeypatch, capsys):
+    """The stand-in daemon exits once all three processes attached (its server gone too); the
+    launcher says so once, naming the daemon's logs, and the run still ends cleanly."""
+    monkeypatch.setattr(mps, "ATTACH_CHECK_S", 0.1)
+    monkeypatch.setenv("STANDIN_EXIT_AFTER_CLIENTS", "3")
+    cfg, plan, attached = stand_in_mps_run(tmp_path)
+    assert run_local(plan, cfg) == 0
+    console = capsys.readouterr().out
+    notice = "warning: launcher.mps: the MPS control daemon (pid "
+    assert console.count(notice) == 1 and "exited with code 3 while the run went on" in console
+    assert f"Its logs: {attached.parent}" in console
+    assert sorted(json.loads(attached.read_text())["attached"]) == ["server-0", "trainer-0", "trainer-1"]
+    assert "exits on its own" in (attached.parent / "foreground.log").read_text()
+    assert not Path(plan.mps.pipe_dir).exists()
