@@ -29,6 +29,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from areal.utils.plot import latest_per_step, read_metrics
+
 CONFIG = "tiny_arith_cpu.yaml"
 EXPERIMENT = "tiny_arith_cpu"
 
@@ -98,7 +100,7 @@ def summarise(run_dir: Path) -> dict:
     path = run_dir / "metrics.jsonl"
     if not path.exists():
         return {"accuracy": None, "best_accuracy": None, "steps": 0}
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = latest_per_step(read_metrics(path))  # a rerun in the same directory logs its steps again
     evals = [(r["step"], r["eval/accuracy"]) for r in rows if r.get("eval/accuracy") is not None]
     steps = [r for r in rows if r.get("step", 0) > 0]
     rewards = [r["rollout/reward_mean"] for r in steps if r.get("rollout/reward_mean") is not None]

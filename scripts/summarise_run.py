@@ -18,7 +18,8 @@ For learning it gives the first and last held-out accuracy with the last one's s
 (`eval/accuracy_se`: about 0.03 over 200 problems, so a single evaluation cannot rank runs), the
 mean of the last 3 evaluations and the mean training reward of the last 5 steps (what a recipe is
 tuned on, leaving the held-out set alone). --table prints one markdown row per run with those
-figures.
+figures. A step logged more than once (metrics.jsonl is appended to: a run started again in the
+same directory, or one recovered from a checkpoint) counts with its last record.
 """
 
 from __future__ import annotations
@@ -28,11 +29,12 @@ import json
 import statistics
 from pathlib import Path
 
+from areal.utils.plot import latest_per_step, read_metrics
 from areal.utils.stats_logger import accuracy_standard_error
 
 
 def summarise(path: Path, warmup: int) -> dict:
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rows = latest_per_step(read_metrics(path))  # a rerun or a recovery logs its steps again
     steps = [r for r in rows if r.get("step", 0) > warmup and r.get("timing/step_s")]
     if not steps:
         raise SystemExit(f"{path}: no training steps after --warmup {warmup}; lower it or check the run")

@@ -161,3 +161,14 @@ def test_demo_seeds_summary_and_report(tmp_path):
     assert report["accuracy"] == {"min": 0.85, "median": pytest.approx(0.9), "max": 0.95}
     assert report["wall_s"]["median"] == 220.0 and report["train_s"] == {"min": 180.0, "median": 200.0, "max": 230.0}
     assert report["reached_goal"] == "1/3 at >= 0.9"  # a run with no evaluation did not reach it
+
+
+def test_summaries_count_a_step_logged_twice_once_with_its_last_record(tmp_path):
+    """metrics.jsonl is appended to: a run started again in its directory logs steps 1.. again."""
+    first = [{"step": 0, "eval/accuracy": 0.1}, step_row(1, 9.0), step_row(2, 50.0, **{"eval/accuracy": 0.2})]
+    again = [{"step": 0, "eval/accuracy": 0.3}, step_row(1, 9.0), step_row(2, 2.0, **{"eval/accuracy": 0.6})]
+    path = write_metrics(tmp_path / "metrics.jsonl", first + again)
+    summary = summarise_run.summarise(path, 1)
+    assert summary["steps"] == 1 and summary["step_s"] == 2.0
+    assert summary["first_eval_accuracy"] == 0.3 and summary["last_eval_accuracy"] == 0.6
+    assert demo_seeds.summarise(tmp_path)["eval_curve"] == {0: 0.3, 2: 0.6}
