@@ -13,7 +13,11 @@
 # files, with the metrics of runs still going, in $OUT/STAGE.tgz. GSM8K comes from
 # .sgl-parts/c4/gsm8k (copy ../shared/data/gsm8k there before the call) or $AREAL_GSM8K_DIR.
 # also: starts STAGE in the environment an earlier start prepared, without installing again (a
-# reinstall would replace SmolLM2's files while the first stage reads them), then polls.
+# reinstall would replace SmolLM2's files while the first stage reads them), then polls. With
+# AFTER_LOG=FILE the stage waits on the device (up to AFTER_WAIT_S, default 900) until FILE shows a
+# run's first step or an error: SGLang sizes its KV cache from the free memory it sees before and
+# after loading, so a server that loads while another run allocates is starved (the sweep's last
+# run's log, e.g. /tmp/results/x1_recipe/rlvr_in_place_s3.log, lets the GPU tests start after it).
 # JIT caches: each poll also returns the kernels SGLang, flashinfer and Triton have compiled so far
 # ($OUT/jit_caches.tgz, where under 16 MiB); put that file in .sgl-parts/c4/ and start unpacks it,
 # so a fresh machine skips the cold compiles. On 2026-12-05 a cold start of the one-GPU recipe took
@@ -56,7 +60,12 @@ EOT
 
 launch() {  # the stage's shell writes its pid before it starts: poll asks that pid, never a process list
   mkdir -p "$res"
-  setsid nohup bash -c 'echo $$ >"$1.pid"; exec bash scripts/run_gpu_benchmarks.sh "$2" "$1"' _ "$res" "$stage" \
+  setsid nohup bash -c 'echo $$ >"$1.pid"
+    if [ -n "$3" ]; then
+      for _ in $(seq "$4"); do grep -qE "step 1/|^error:" "$3" 2>/dev/null && break; sleep 1; done
+      echo "waited for $3 until $(date +%T)"
+    fi
+    exec bash scripts/run_gpu_benchmarks.sh "$2" "$1"' _ "$res" "$stage" "${AFTER_LOG:-}" "${AFTER_WAIT_S:-900}" \
     >"$res.stage.log" 2>&1 </dev/null &
   for _ in $(seq 100); do [ -s "$res.pid" ] && break; sleep 0.1; done
   echo "$stage started at $(date +%T)"
