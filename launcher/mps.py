@@ -101,8 +101,8 @@ class MpsDaemon:
 
     def exit_notice(self) -> str | None:
         """Once, after the daemon exited on its own: what that means for the run, naming its logs.
-        MPS servers it started keep serving their clients; processes started afterwards (restarts)
-        find no daemon and run time-sliced, as without launcher.mps."""
+        Processes started afterwards (restarts) find no daemon and run time-sliced, as without
+        launcher.mps; how the running clients fare is the driver's (not measured here)."""
         code = self.proc.poll() if self.proc is not None else None
         if code is None or self.exit_reported:
             return None
