@@ -246,7 +246,10 @@ def test_weight_update_with_requests_in_flight(mode, smollm2, other_dir, prompt,
         import threading
 
         threading.Thread(target=loop.run_forever, daemon=True).start()
-        # a streamed request beside them says when they are 64 tokens in; then the update lands
+        # SGLang decodes all n before the update lands: a stream's 64 tokens alone do not prove that
+        # (once on an H100 the n came late and were the new weights' from their first token)
+        wait_running(eng.addrs[0], n)
+        # a streamed request sent after them says when they are 64 tokens in; then the update lands
         seen = stream_until(eng.addrs[0], prompt, tokens, min_tokens=64)
         assert seen >= 64 and not any(f.done() for f in futures), "the requests finished before the update"
         with eng.control.weight_update(WeightUpdateMeta("disk", version=1)) as update:
@@ -260,7 +263,11 @@ def test_weight_update_with_requests_in_flight(mode, smollm2, other_dir, prompt,
         for o in outs:
             before = greedy_agreement(old, prompt, o.output_tokens, head)
             after = greedy_agreement(new, prompt, o.output_tokens, tail)
-            print(f"{mode}: first 16 tokens the old model's greedy picks {before:.3f}, last 64 the new's {after:.3f}")
+            old_tokens = sum(v == 0 for v in o.output_versions)
+            print(
+                f"{mode}: first 16 tokens the old model's greedy picks {before:.3f}, last 64 the new's {after:.3f}; "
+                f"{old_tokens} of {tokens} tokens at version 0"
+            )
             assert before >= 0.9  # generated before the update, by the base weights
             if mode != "in_place":  # re-prefilled: the new weights' picks on the whole sequence
                 assert after >= 0.9
@@ -269,6 +276,20 @@ def test_weight_update_with_requests_in_flight(mode, smollm2, other_dir, prompt,
         assert generate(eng, prompt, tokens=8)[0].output_versions == [2] * 8
     finally:
         eng.destroy()
+
+
+def wait_running(addr: str, n: int, timeout: float = 120) -> int:
+    """Poll SGLang's /v1/loads until its running batch holds n requests or more; returns how many."""
+    import requests
+
+    deadline, running = time.monotonic() + timeout, 0
+    while time.monotonic() < deadline:
+        loads = requests.get(f"http://{addr}/v1/loads", params={"include": "core"}, timeout=10).json()["loads"]
+        running = sum(load["num_running_reqs"] for load in loads)
+        if running >= n:
+            return running
+        time.sleep(0.02)
+    raise AssertionError(f"SGLang at {addr} ran {running} requests, never {n}, within {timeout:g} s (/v1/loads)")
 
 
 def stream_until(addr: str, prompt, tokens: int, min_tokens: int, timeout: float = 300) -> int:
