@@ -86,8 +86,9 @@ def test_one_gpu_recipe_on_sglang_under_mps(tmp_path):
     # the server lives until the teardown, whose last look records it; the trainer says so itself
     record = json.loads(next(tmp_path.rglob("logs/mps/attached.json")).read_text())
     assert record["attached"].get("server-0"), record
-    assert "trainer rank 0 (pid " in next(tmp_path.rglob("logs/trainer-0.log")).read_text()
-    assert "is a client of MPS server" in next(tmp_path.rglob("logs/trainer-0.log")).read_text()
+    trainer_log = next(tmp_path.rglob("logs/trainer-0.log")).read_text()
+    assert "trainer rank 0 (pid " in trainer_log
+    assert "is a client of MPS server" in trainer_log
     metrics = [json.loads(line) for line in next(tmp_path.rglob("metrics.jsonl")).read_text().splitlines()]
     assert [m["step"] for m in metrics if m.get("weight_update/seconds") is not None][-1] == 3
     assert mps_servers() == []  # the daemon and its MPS server quit with the run
