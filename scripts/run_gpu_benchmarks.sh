@@ -23,7 +23,8 @@
 #                                                           # one, 40 steps, all at once (~9 min)
 #   scripts/run_gpu_benchmarks.sh x1_recipe RESULTS_DIR     # the RLVR recipe (RECIPE_ARGS) over 3 pause
 #                                                           # modes x 3 seeds, beside AGENT_SEEDS agent runs
-#                                                           # and a CANDIDATE_ARGS run, all at once (~18 min)
+#                                                           # and a CANDIDATE_ARGS run, all at once (~18 min);
+#                                                           # SWEEP_MAX_RUNS=4 on an 80 GB card (3 runs held 58 GiB)
 #   scripts/run_gpu_benchmarks.sh x1_profile RESULTS_DIR    # torch-profiler traces of a pipeline step,
 #                                                           # trainer and SGLang, 0.5B (SHAPE), with summaries (~9 min)
 #   scripts/run_gpu_benchmarks.sh x1_logprobs RESULTS_DIR   # trainer alone: eager, fused, compiled logprobs,
@@ -70,17 +71,24 @@ after_ready() {  # after_ready LOG: wait (at most 600 s) until that run has logg
   for _ in $(seq 600); do grep -qE "step 1/|^error:" "$1" 2>/dev/null && return 0; sleep 1; done
 }
 side_by_side() {  # side_by_side NAME CONFIG MEM_FRACTION MB_TOKENS OVERRIDES...: one run of a sweep that
-  # shares the GPU, started once the previous one has taken its first step, on its own ports, cut at
-  # SWEEP_TIMEOUT s; its metrics land in $out/NAME_metrics.jsonl. Callers set i=0, prev="" and runs=()
-  # first, and wait for "${runs[@]}".
+  # shares the GPU, started once the previous one has taken its first step (and, with SWEEP_MAX_RUNS=N,
+  # once fewer than N of the sweep's runs are going), on its own ports, cut at SWEEP_TIMEOUT s; its
+  # metrics land in $out/NAME_metrics.jsonl. Callers set i=0, prev="" and runs=() first, and wait for
+  # "${runs[@]}".
   local name=$1 cfg=$2 mem=$3 mb=$4; shift 4
   after_ready "$prev"
+  while [ "$(running_count "${runs[@]}")" -ge "${SWEEP_MAX_RUNS:-99}" ]; do sleep 5; done
   local run=/tmp/areal-sweep-$name
   (step "$name" "${SWEEP_TIMEOUT:-520}" $py -m launcher.cli --config "$cfg" cluster.fileroot=$run trial_name=$name \
      sglang.attention_backend="${SGLANG_ATTENTION:-triton}" sglang.mem_fraction_static=$mem actor.max_tokens_per_mb=$mb \
      launcher.server_base_port=$((31000 + 100 * i)) launcher.trainer_master_port=$((28000 + 100 * i)) "$@"
    cp $run/*/$name/metrics.jsonl "$out/${name}_metrics.jsonl") &
   runs+=($!); prev="$out/$name.log"; i=$((i + 1))
+}
+running_count() {  # running_count PID...: how many of these processes are still going
+  local n=0 p
+  for p in "$@"; do kill -0 "$p" 2>/dev/null && n=$((n + 1)); done
+  echo $n
 }
 sample_device() {  # sample_device FILE: the GPU's memory and use, and the host's load, every 10 s until killed
   while true; do
