@@ -62,13 +62,13 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 py=${PYTHON:-python3}
 data="${AREAL_GSM8K_DIR:-}/train.jsonl"
-after_ready() {  # after_ready LOG: wait (at most 600 s) until that run has logged its first step (or failed).
+after_ready() {  # after_ready LOG [LIMIT_S]: wait (at most LIMIT_S, 600 s) until that run has logged its first step (or failed).
   # SGLang sizes its KV cache from the free memory it sees before and after loading its weights, so
   # a server that loads while another run's server or trainer allocates is starved: side-by-side runs
   # start one by one, each once the previous one's trainer has taken a step (after its server was
   # merely ready, a trainer's first step took 36% of the free memory from under the next server).
   [ -n "$1" ] || return 0
-  for _ in $(seq 600); do grep -qE "step 1/|^error:" "$1" 2>/dev/null && return 0; sleep 1; done
+  for _ in $(seq "${2:-600}"); do grep -qE "step 1/|^error:" "$1" 2>/dev/null && return 0; sleep 1; done
 }
 side_by_side() {  # side_by_side NAME CONFIG MEM_FRACTION MB_TOKENS OVERRIDES...: one run of a sweep that
   # shares the GPU, started once the previous one has taken its first step (and, with SWEEP_MAX_RUNS=N,
@@ -108,6 +108,10 @@ step() {  # step NAME TIMEOUT_S CMD...: run with a time limit, log to $out/NAME.
   echo "== $name: exit $? in $((SECONDS - t0)) s" | tee -a "$out/stages.log"
   tail -n 4 "$out/$name.log"
 }
+
+# AFTER_LOG=FILE (scripts/dev/device_stage.sh also): a stage beside another starts once FILE's run has
+# taken its first step, for the same reason as side_by_side's runs
+if [ -n "${AFTER_LOG:-}" ]; then after_ready "$AFTER_LOG" "${AFTER_WAIT_S:-900}"; echo "waited for $AFTER_LOG until $(date +%T)"; fi
 
 case $stage in
 kernels)

@@ -76,12 +76,8 @@ install_ray() {  # ray's two parts (scripts/dev/kit_ray.sh), where an earlier ca
 
 launch() {  # the stage's shell writes its pid before it starts: poll asks that pid, never a process list
   mkdir -p "$res"
-  setsid nohup bash -c 'echo $$ >"$1.pid"
-    if [ -n "$3" ]; then
-      for _ in $(seq "$4"); do grep -qE "step 1/|^error:" "$3" 2>/dev/null && break; sleep 1; done
-      echo "waited for $3 until $(date +%T)"
-    fi
-    exec bash scripts/run_gpu_benchmarks.sh "$2" "$1"' _ "$res" "$stage" "${AFTER_LOG:-}" "${AFTER_WAIT_S:-900}" \
+  # AFTER_LOG and AFTER_WAIT_S pass through the environment to run_gpu_benchmarks.sh, which waits
+  setsid nohup bash -c 'echo $$ >"$1.pid"; exec bash scripts/run_gpu_benchmarks.sh "$2" "$1"' _ "$res" "$stage" \
     >"$res.stage.log" 2>&1 </dev/null &
   for _ in $(seq 100); do [ -s "$res.pid" ] && break; sleep 0.1; done
   echo "$stage started at $(date +%T)"

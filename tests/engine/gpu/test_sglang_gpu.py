@@ -280,18 +280,17 @@ def test_weight_update_with_requests_in_flight(mode, smollm2, other_dir, prompt,
         eng.destroy()
 
 
-def wait_running(addr: str, n: int, timeout: float = 120) -> int:
-    """Poll SGLang's /v1/loads until its running batch holds n requests or more; returns how many."""
+def wait_running(addr: str, n: int, timeout: float = 120) -> None:
+    """Poll SGLang's /v1/loads until its running batch holds n requests or more."""
     import requests
 
-    deadline, running = time.monotonic() + timeout, 0
-    while time.monotonic() < deadline:
+    from tests.serving import wait_for
+
+    def running() -> int:
         loads = requests.get(f"http://{addr}/v1/loads", params={"include": "core"}, timeout=10).json()["loads"]
-        running = sum(load["num_running_reqs"] for load in loads)
-        if running >= n:
-            return running
-        time.sleep(0.02)
-    raise AssertionError(f"SGLang at {addr} ran {running} requests, never {n}, within {timeout:g} s (/v1/loads)")
+        return sum(load["num_running_reqs"] for load in loads)
+
+    wait_for(lambda: running() >= n, f"SGLang at {addr} running {n} requests (/v1/loads)", timeout)
 
 
 def stream_until(addr: str, prompt, tokens: int, min_tokens: int, timeout: float = 300) -> int:
