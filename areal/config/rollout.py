@@ -73,7 +73,7 @@ class RolloutConfig(Section):
         "the new weights (SGLang then runs with --disable-radix-cache). in_place: they keep the KV cache "
         "computed by the old weights (no re-prefill; later tokens attend to old keys and values). Every "
         "request's prefix-cache namespace is its weight version. auto: per server program, the mode "
-        "measured to learn best among those that work on it: retract on the built-in server, in_place "
+        "measured to learn best among those that work on it: retract on the built-in server, abort "
         "on SGLang (areal/infra/pause.py; docs/benchmarks.md sections 5 and 9). Token versions: SGLang "
         "reports one weight version per answer, so under retract and in_place a request that lives through "
         "an update counts as wholly new (rollout/staleness_* are lower bounds, rollout/mixed_version_frac "

@@ -35,7 +35,7 @@ The built-in server has no prefix cache; it answers as SGLang does (a flush, or 
 for one, while requests are held is refused), so CPU tests see the same contract.
 
 `auto` picks per server program the mode measured to learn best among those that work on it
-(docs/benchmarks.md, section 5). This module is torch-free: the launcher resolves the mode once
+(docs/benchmarks.md, sections 5 and 9). This module is torch-free: the launcher resolves the mode once
 in its plan and writes it to the run's config.yaml.
 """
 
@@ -45,8 +45,10 @@ PAUSE_MODES = ("abort", "retract", "in_place")
 
 # rollout.pause_mode=auto, per server program, the mode with the highest mean of the last 3
 # evaluations over 3 seeds of the one-GPU recipe: retract on the built-in server (docs/benchmarks.md
-# section 5), in_place on SGLang 0.5.16 (0.757 against retract 0.732 and abort 0.715; section 9).
-AUTO_PAUSE_MODE = {"builtin": "retract", "sglang": "in_place"}
+# section 5), abort on SGLang 0.5.16 (0.791 against retract 0.774 and in_place 0.742 on the cosine
+# recipe; section 9). No request of that recipe lived through an update, so the gap is noise more
+# than mode; abort also labels every token's version on SGLang and holds nothing over the update.
+AUTO_PAUSE_MODE = {"builtin": "retract", "sglang": "abort"}
 
 
 def resolve_pause_mode(configured: str, server_kind: str | None) -> str:

@@ -186,7 +186,7 @@ def test_pause_mode_auto_per_server_program():
     from areal.infra.pause import resolve_pause_mode
 
     assert resolve_pause_mode("auto", "builtin") == "retract"
-    assert resolve_pause_mode("auto", "sglang") == "in_place"
+    assert resolve_pause_mode("auto", "sglang") == "abort"
     assert resolve_pause_mode("auto", None) == "abort"  # unknown program: the mode that holds nothing
     assert resolve_pause_mode("in_place", "sglang") == "in_place"  # an explicit mode is kept
     with pytest.raises(ValueError, match="rollout.pause_mode"):

@@ -135,7 +135,7 @@ def test_flags_unknown_to_installed_sglang_are_dropped_with_warnings():
 def test_the_plan_resolves_the_pause_mode_once_per_server_program():
     sglang = HostFacts(cuda_available=True, sglang_version="0.5.16", python="python")
     builtin_plan, sglang_plan = make_plan(cfg(rollout__server="builtin"), sglang), make_plan(cfg(), sglang)
-    assert (builtin_plan.pause_mode, sglang_plan.pause_mode) == ("retract", "in_place")  # rollout.pause_mode=auto
+    assert (builtin_plan.pause_mode, sglang_plan.pause_mode) == ("retract", "abort")  # rollout.pause_mode=auto
     assert "--disable-radix-cache" not in sglang_plan.by_role("server")[0].command
     # retract on SGLang: retracted requests must not find their prompts cached under the old weights
     retract = make_plan(cfg(rollout__pause_mode="retract"), sglang)
@@ -143,7 +143,7 @@ def test_the_plan_resolves_the_pause_mode_once_per_server_program():
     assert (
         "--disable-radix-cache" not in make_plan(cfg(rollout__pause_mode="retract"), CPU).by_role("server")[0].command
     )
-    assert json.loads(sglang_plan.to_json())["pause_mode"] == "in_place"
+    assert json.loads(sglang_plan.to_json())["pause_mode"] == "abort"
 
 
 def test_sglang_tuning_knobs_reach_sglang_only_and_once():

@@ -77,7 +77,7 @@ def test_inference_only_run_on_sglang(tmp_path):
     plan = json.loads((run_dir / "plan.json").read_text())
     server = next(p for p in plan["processes"] if p["role"] == "server")
     assert server["command"][1:4] == ["-m", "areal.models.serve", "sglang.launch_server"]
-    assert plan["pause_mode"] == "in_place"  # auto on SGLang
+    assert plan["pause_mode"] == "abort"  # auto on SGLang
 
 
 def test_trainer_only_run_against_a_running_sglang_server(tmp_path):
