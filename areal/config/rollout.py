@@ -77,7 +77,8 @@ class RolloutConfig(Section):
         "on SGLang (areal/infra/pause.py; docs/benchmarks.md sections 5 and 9). Token versions: SGLang "
         "reports one weight version per answer, so under retract and in_place a request that lives through "
         "an update counts as wholly new (rollout/staleness_* are lower bounds, rollout/mixed_version_frac "
-        "reads 0); abort and the built-in server label every token with its own version.",
+        "reads 0); abort and the built-in server label every token with its own version. "
+        "weight_update/requests_in_flight counts the requests each pause met, on every server program.",
     )
     server_warmup: Literal["auto", "on", "off"] = Field(
         "auto",

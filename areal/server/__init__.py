@@ -22,7 +22,8 @@ Routes (SGLang's paths and fields; app.py has the error shapes):
     generation     /generate, /pause_generation, /continue_generation, /abort_request
     information    /health, /health_generate, /model_info (/get_model_info), /server_info
                    (/get_server_info; KV budget as max_total_num_tokens, this process's "memory"),
-                   /v1/models; /get_weight_version answers SGLang's 404
+                   /v1/models, /v1/loads (core: running and waiting requests); /get_weight_version
+                   answers SGLang's 404
     weights        /update_weights_from_disk, /update_weights_from_tensor,
                    /init_weights_update_group, /update_weights_from_distributed,
                    /destroy_weights_update_group, /update_weight_version,

@@ -74,6 +74,7 @@ def build_app(state: ServerState) -> web.Application:
         ("/get_weight_version", info.get_weight_version),
         ("/weight_version", info.get_weight_version),
         ("/v1/models", openai.models),
+        ("/v1/loads", info.loads),
     ):
         add("GET", path, handler)
     for method in ("GET", "POST"):

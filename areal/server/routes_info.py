@@ -1,5 +1,6 @@
 """What the built-in server says about itself: /health, /health_generate, /model_info
-(/get_model_info), /server_info (/get_server_info) and SGLang's 404 for /get_weight_version.
+(/get_model_info), /server_info (/get_server_info), /v1/loads and SGLang's 404 for
+/get_weight_version.
 
 The launcher and the client probe /health; /server_info reports the server's flags, batching
 statistics, load, KV budget and this process's memory (benchmarks read per-phase peaks there).
@@ -11,6 +12,7 @@ import asyncio
 import time
 import uuid
 from dataclasses import asdict
+from datetime import datetime, timezone
 
 from aiohttp import web
 
@@ -21,6 +23,8 @@ from areal.server.sampling import SamplingParams
 from areal.server.state import Routes, ServerState
 
 HEALTH_GENERATE_TIMEOUT_S = 20.0
+# the sections SGLang's /v1/loads accepts in `include`; this server fills the core one
+LOAD_SECTIONS = frozenset({"core", "memory", "spec", "lora", "disagg", "queues", "all"})
 
 
 class InfoRoutes(Routes):
@@ -89,6 +93,30 @@ class InfoRoutes(Routes):
             }
         )
         return web.json_response(info)
+
+    async def loads(self, request: web.Request) -> web.Response:
+        """SGLang's /v1/loads, core section: one scheduler, its running and waiting requests now."""
+        include = {part.strip() for part in request.query.get("include", "core").split(",")}
+        if not include <= LOAD_SECTIONS:
+            return error(
+                400, f"Invalid include sections: {include - LOAD_SECTIONS}. Valid options: {sorted(LOAD_SECTIONS)}"
+            )
+        load = self.s.scheduler.load()
+        return web.json_response(
+            {
+                "timestamp": datetime.now(timezone.utc).isoformat(),
+                "version": "areal-builtin",
+                "loads": [
+                    {
+                        "timestamp": time.time(),
+                        "dp_rank": 0,
+                        "num_running_reqs": load["running"],
+                        "num_waiting_reqs": load["waiting"],
+                        "max_running_requests": self.s.scheduler.max_running,
+                    }
+                ],
+            }
+        )
 
     def _memory(self) -> dict:
         memory = memory_readings(self.s.runner.device)

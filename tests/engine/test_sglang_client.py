@@ -132,6 +132,7 @@ def test_requests_live_through_a_paused_weight_update(engine, models, mode):
                 assert time.monotonic() < deadline, "no pause caught the four requests mid-generation"
             done_at_pause = {a: n - start[a] for a, n in generated().items()}
             assert report["server_pause_s"] >= 0
+            assert report["requests_in_flight"] == len(reqs)  # /v1/loads, read just before the pause
             with engine.control.weight_update(WeightUpdateMeta("disk", version=2)) as update:  # paused already
                 update.load_disk(models[1])
                 assert not fut.done()  # waiting for continue, not failed (a failure would also show below)

@@ -308,3 +308,13 @@ def test_model_info_version():
     assert protocol.parse_model_info_version({"weight_version": "default"}) is None
     with pytest.raises(protocol.ProtocolError):
         protocol.parse_model_info_version(["not", "an", "object"])
+
+
+def test_parse_loads_sums_running_and_waiting_over_schedulers():
+    assert protocol.LOADS.startswith("/v1/loads?include=core")
+    assert protocol.parse_loads(load("v1_loads_core.json")) == 37 + 5 + 40  # two data-parallel ranks
+    assert protocol.parse_loads({"timestamp": "t", "version": "0.5.16", "loads": []}) is None
+    assert protocol.parse_loads({"detail": "Not Found"}) is None
+    body = load("v1_loads_core.json")
+    del body["loads"][1]["num_waiting_reqs"]
+    assert protocol.parse_loads(body) is None  # one rank unreadable: no count, not half of one

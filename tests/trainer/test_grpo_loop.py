@@ -107,6 +107,8 @@ def test_trainer_only_run_against_external_server(tmp_path, server, arith_model)
         0 <= r["weight_update/server_pause_s"] <= r["weight_update/pause_s"] and r["weight_update/resume_s"] >= 0
         for r in steps
     )
+    # how many requests the servers ran or queued as each pause began (their /v1/loads)
+    assert all(r["weight_update/requests_in_flight"] >= 0 for r in steps)
     # what the server did per step: every batch (and the evaluations) went through its counters
     assert all(
         r["server/decode_steps"] > 0 and r["server/mean_decode_batch"] >= 1 and 0 < r["server/forward_frac"] <= 1.05

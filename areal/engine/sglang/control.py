@@ -46,6 +46,8 @@ logger = logging.getLogger(__name__)
 
 CONTROL_TIMEOUT_KEY = "rollout.control_timeout_s"
 WEIGHT_TIMEOUT_KEY = "rollout.weight_update_timeout_s"
+# a pause reads the servers' load first; that count is a metric, so a slow answer must not delay the pause
+LOADS_TIMEOUT_S = 2.0
 
 
 def pause_report(answers: list[Any]) -> dict[str, float]:
@@ -134,6 +136,7 @@ class ServerControl:
         self._version = 0
         self._listeners: list[Any] = []  # objects with pause() / resume(): they follow the gate
         self._info_route = dict(info_routes or {})  # addr -> the server-info route it serves (legacy)
+        self._loads_served = True  # False once a server has refused /v1/loads (older or other servers)
         self._bg = ThreadPoolExecutor(max_workers=4, thread_name_prefix="server-control")
 
     @property
@@ -246,15 +249,46 @@ class ServerControl:
 
     def pause(self, mode: str | None = None) -> dict[str, float]:
         """Pause generation on every server (`mode`, default pause_mode); returns what the servers
-        say it cost (see pause_report). A time-shared step pauses with abort before it releases the
-        servers' memory (SGLang releases only an idle server); the weight update that ends the step
-        continues."""
+        say it cost (see pause_report) and `requests_in_flight`, the requests they ran or queued
+        just before (see requests_in_flight). A time-shared step pauses with abort before it
+        releases the servers' memory (SGLang releases only an idle server); the weight update that
+        ends the step continues."""
         mode = mode or self.pause_mode
         self._paused.set()  # first: an aborted request must wait, not resubmit at once
         self._pause_used = mode
         for listener in self._listeners:
             listener.pause()
-        return pause_report(self.post_all(protocol.PAUSE, protocol.pause_payload(mode)))
+        in_flight = self.requests_in_flight()
+        report = pause_report(self.post_all(protocol.PAUSE, protocol.pause_payload(mode)))
+        if in_flight is not None:
+            report["requests_in_flight"] = in_flight
+        return report
+
+    def requests_in_flight(self) -> int | None:
+        """Requests running or queued on the servers, summed over them (GET /v1/loads). On SGLang
+        it is the schedulers' latest load snapshot (up to 15 decode steps old); it tells whether a
+        pause mode acted at all, which SGLang's one weight version per answer hides. None when a
+        server cannot say: after a server has refused the route it is not asked again."""
+        if not self._loads_served:
+            return None
+        timeout = min(LOADS_TIMEOUT_S, self.control_timeout_s)
+
+        def read(i: int, addr: str) -> int | ServerError | None:
+            try:
+                return protocol.parse_loads(get_json(addr, protocol.LOADS, timeout=timeout, headers=self.headers))
+            except ServerError as e:  # a reading, not a failure: kept to tell a refusal from a hiccup
+                return e
+            except ValueError:  # not JSON
+                return None
+
+        counts = fanout(self.addrs, read)
+        refused = [c for c in counts if isinstance(c, ServerError) and c.status is not None and 400 <= c.status < 500]
+        if refused:
+            self._loads_served = False
+            logger.info("weight_update/requests_in_flight is not reported: %s", refused[0])
+        if any(not isinstance(c, int) for c in counts):
+            return None
+        return sum(counts)
 
     def resume(self) -> None:
         self.post_all(protocol.CONTINUE, protocol.continue_payload())

@@ -29,11 +29,13 @@ BUSY_BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0)  # a full server (503) makes room as 
 
 
 class ServerError(RuntimeError):
-    """A server did not answer properly; `.addr` names it."""
+    """A server did not answer properly; `.addr` names it, `.status` is the HTTP status of an
+    error answer (None when none came)."""
 
-    def __init__(self, addr: str, route: str, message: str):
+    def __init__(self, addr: str, route: str, message: str, status: int | None = None):
         self.addr = addr
         self.route = route
+        self.status = status
         super().__init__(f"inference server {addr} ({route}): {message}")
 
 
@@ -217,7 +219,7 @@ def get_json(
     except requests.RequestException as e:
         raise ServerError(addr, route, f"{type(e).__name__}: {e}") from None
     if resp.status_code >= 400:
-        raise ServerError(addr, route, f"HTTP {resp.status_code}: {resp.text[:1000]}")
+        raise ServerError(addr, route, f"HTTP {resp.status_code}: {resp.text[:1000]}", resp.status_code)
     return resp.json()
 
 

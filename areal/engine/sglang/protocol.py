@@ -17,6 +17,9 @@ Wire facts the parsers rely on:
   server's current one is `weight_version` in GET /model_info (/get_model_info before 0.5.10;
   the older /get_weight_version route is gone from SGLang 0.5.9 on).
 * /release_memory_occupation and /resume_memory_occupation answer 200 with an empty body.
+* GET /v1/loads answers {"loads": [{"dp_rank", "num_running_reqs", "num_waiting_reqs", ...}, ...]},
+  one entry per data-parallel scheduler, from a snapshot each scheduler publishes every
+  `--load-snapshot-publish-interval` (15) decode steps and at once after a prefill or when idle.
 * The built-in server (areal/server) also sends `meta_info.output_version_spans`,
   `[[start, version], ...]`: the version each stretch of output tokens came from. SGLang does not.
 """
@@ -53,6 +56,7 @@ RELEASE_MEMORY = "/release_memory_occupation"
 RESUME_MEMORY = "/resume_memory_occupation"
 START_PROFILE = "/start_profile"  # answers 200 with plain text; a refusal is an HTTP error
 STOP_PROFILE = "/stop_profile"  # answers once the trace is written
+LOADS = "/v1/loads?include=core"  # each scheduler's load snapshot (SGLang 0.5.16: every 15 decode steps)
 
 # Every key the client may send, exactly as SGLang spells it (sampling keys: SAMPLING_KEYS).
 GENERATE_KEYS = frozenset({"input_ids", "sampling_params", "rid", "return_logprob", "stream", "lora_path", "extra_key"})
@@ -358,6 +362,23 @@ def parse_model_info_version(body: Any) -> int | None:
     if not isinstance(body, dict):
         raise ProtocolError(f"{MODEL_INFO} answered {_short(body)}, not a JSON object")
     return parse_weight_version(body.get("weight_version"))
+
+
+def parse_loads(body: Any) -> int | None:
+    """Requests running or waiting on a server, over its schedulers, from GET /v1/loads; None
+    when the answer is not that shape."""
+    loads = body.get("loads") if isinstance(body, dict) else None
+    if not isinstance(loads, list) or not loads:
+        return None
+    total = 0
+    for load in loads:
+        if not isinstance(load, dict):
+            return None
+        running, waiting = load.get("num_running_reqs"), load.get("num_waiting_reqs")
+        if not isinstance(running, int) or not isinstance(waiting, int):
+            return None
+        total += running + waiting
+    return total
 
 
 def parse_success(route: str, body: Any) -> str:

@@ -254,6 +254,8 @@ def test_weight_update_with_requests_in_flight(mode, smollm2, other_dir, prompt,
         assert seen >= 64 and not any(f.done() for f in futures), "the requests finished before the update"
         with eng.control.weight_update(WeightUpdateMeta("disk", version=1)) as update:
             update.load_disk(other_dir)
+        # the n were running through the pause's load reading (SGLang's snapshot, at most 15 steps old)
+        assert update.report["requests_in_flight"] >= n, update.report
         outs = [f.result(timeout=300) for f in futures]
         loop.call_soon_threadsafe(loop.stop)
         assert requests.get(f"http://{eng.addrs[0]}/health", timeout=10).status_code == 200
