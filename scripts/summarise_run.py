@@ -17,9 +17,11 @@ agent recipe against the RLVR one: issue 37 asks for per-token times within 1.2x
 For learning it gives the first and last held-out accuracy with the last one's standard error
 (`eval/accuracy_se`: about 0.03 over 200 problems, so a single evaluation cannot rank runs), the
 mean of the last 3 evaluations and the mean training reward of the last 5 steps (what a recipe is
-tuned on, leaving the held-out set alone). --table prints one markdown row per run with those
-figures. A step logged more than once (metrics.jsonl is appended to: a run started again in the
-same directory, or one recovered from a checkpoint) counts with its last record.
+tuned on, leaving the held-out set alone), and how many of its weight updates met requests on the
+servers (`weight_update/requests_in_flight` above 0; none means its pause mode never acted). --table
+prints one markdown row per run with those figures. A step logged more than once (metrics.jsonl is
+appended to: a run started again in the same directory, or one recovered from a checkpoint) counts
+with its last record.
 """
 
 from __future__ import annotations
@@ -70,7 +72,15 @@ def summarise(path: Path, warmup: int) -> dict:
         "last_eval_accuracy_se": _last_eval_se(rows),
         "eval_last3_mean": _mean_of_last(evals, 3),
         "reward_last5_mean": _mean_of_last(rewards, 5),
+        "updates_with_requests": _updates_with_requests(rows),
     }
+
+
+def _updates_with_requests(rows: list[dict]) -> list[int] | None:
+    """[weight updates that met requests on the servers, weight updates counted]; None for runs
+    that did not log weight_update/requests_in_flight."""
+    counts = [r["weight_update/requests_in_flight"] for r in rows if "weight_update/requests_in_flight" in r]
+    return [sum(c > 0 for c in counts), len(counts)] if counts else None
 
 
 def _last_eval_se(rows: list[dict]) -> float | None:
@@ -94,6 +104,10 @@ def run_name(path: Path) -> str:
     return path.parent.name if path.name == "metrics.jsonl" else path.stem
 
 
+def _of(pair: list[int] | None) -> str:
+    return "-" if pair is None else f"{pair[0]} of {pair[1]}"
+
+
 def _plus_minus(se: float | None) -> str:
     return "" if se is None else f" ± {se:.3f}"
 
@@ -105,15 +119,17 @@ def table(runs: list[dict]) -> str:
         return "-" if v is None else format(v, spec)
 
     lines = [
-        "| run | last step | accuracy, first -> last | mean of last 3 evals | reward, last 5 steps | samples/s |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| run | last step | accuracy, first -> last | mean of last 3 evals | reward, last 5 steps | samples/s "
+        "| updates with requests in flight |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in runs:
         lines.append(
             f"| {run_name(Path(r['metrics']))} | {r['last_step']} | {f(r['first_eval_accuracy'], '.3f')} -> "
             f"{f(r['last_eval_accuracy'], '.3f')}{_plus_minus(r.get('last_eval_accuracy_se'))} | "
             f"{f(r['eval_last3_mean'], '.3f')} | "
-            f"{f(r['reward_last5_mean'], '.3f')} | {f(r['samples_per_s'], '.1f')} |"
+            f"{f(r['reward_last5_mean'], '.3f')} | {f(r['samples_per_s'], '.1f')} | "
+            f"{_of(r.get('updates_with_requests'))} |"
         )
     return "\n".join(lines)
 

@@ -119,7 +119,15 @@ def test_summarise_run_gives_the_learning_figures_and_a_table(tmp_path, capsys):
     summarise_run.main([str(path), "--warmup", "2", "--table"])
     header, rule, row = capsys.readouterr().out.strip().splitlines()
     assert header.startswith("| run | last step |") and rule.startswith("| ---")
-    assert row == "| abort_s1 | 8 | 0.200 -> 0.800 | 0.600 | 0.600 | 8.0 |"  # no eval/n: no standard error
+    assert row == "| abort_s1 | 8 | 0.200 -> 0.800 | 0.600 | 0.600 | 8.0 | - |"  # no eval/n: no standard error
+
+
+def test_summarise_run_counts_the_updates_that_met_requests(tmp_path):
+    """weight_update/requests_in_flight above 0: the pause mode acted on that update."""
+    rows = [step_row(s, 1.0, **{"weight_update/requests_in_flight": n}) for s, n in ((1, 0), (2, 12), (3, 0), (4, 3))]
+    got = summarise_run.summarise(write_metrics(tmp_path / "m.jsonl", rows), 0)
+    assert got["updates_with_requests"] == [2, 4]
+    assert summarise_run.table([got]).splitlines()[-1].endswith("| 8.0 | 2 of 4 |")
 
 
 def test_summarise_run_gives_the_last_evaluations_standard_error(tmp_path):
