@@ -73,8 +73,8 @@ after_ready() {  # after_ready LOG [LIMIT_S]: wait (at most LIMIT_S, 600 s) unti
 side_by_side() {  # side_by_side NAME CONFIG MEM_FRACTION MB_TOKENS OVERRIDES...: one run of a sweep that
   # shares the GPU, started once the previous one has taken its first step (and, with SWEEP_MAX_RUNS=N,
   # once fewer than N of the sweep's runs are going), on its own ports, cut at SWEEP_TIMEOUT s; its
-  # metrics land in $out/NAME_metrics.jsonl. Callers set i=0, prev="" and runs=() first, and wait for
-  # "${runs[@]}".
+  # metrics land in $out/NAME_metrics.jsonl. Callers set i=0, prev="", runs=() and names=() first, and
+  # wait for "${runs[@]}".
   local name=$1 cfg=$2 mem=$3 mb=$4; shift 4
   after_ready "$prev"
   while [ "$(running_count "${runs[@]}")" -ge "${SWEEP_MAX_RUNS:-99}" ]; do sleep 5; done
@@ -83,7 +83,20 @@ side_by_side() {  # side_by_side NAME CONFIG MEM_FRACTION MB_TOKENS OVERRIDES...
      sglang.attention_backend="${SGLANG_ATTENTION:-triton}" sglang.mem_fraction_static=$mem actor.max_tokens_per_mb=$mb \
      launcher.server_base_port=$((31000 + 100 * i)) launcher.trainer_master_port=$((28000 + 100 * i)) "$@"
    cp $run/*/$name/metrics.jsonl "$out/${name}_metrics.jsonl") &
-  runs+=($!); prev="$out/$name.log"; i=$((i + 1))
+  runs+=($!); names+=("$name"); prev="$out/$name.log"; i=$((i + 1))
+}
+keep_run_logs() {  # keep_run_logs TGZ NAME...: the process logs of these side_by_side runs (each cut to
+  # its first 4000 lines: the startup's timeline is at the head) in one archive, so a sweep's startup
+  # (server load, graph capture, trainer warm-up) can be read back here
+  local tgz=$1 keep=/tmp/kept-run-logs f; shift
+  rm -rf "$keep"
+  for name in "$@"; do
+    for f in /tmp/areal-sweep-"$name"/*/*/logs/*.log; do
+      [ -f "$f" ] || continue
+      mkdir -p "$keep/$name" && head -n 4000 "$f" >"$keep/$name/$(basename "$f")"
+    done
+  done
+  [ -d "$keep" ] && (cd "$keep" && tar czf "$tgz" .)
 }
 running_count() {  # running_count PID...: how many of these processes are still going
   local n=0 p
@@ -220,7 +233,7 @@ x1_agent_vs_rlvr)
   # (RLVR_LRS, seed 1), all on the one GPU at once (started one by one: after_ready), each cut at
   # SWEEP_TIMEOUT s.
   convert_smollm2
-  i=0; prev=""; runs=()
+  i=0; prev=""; runs=(); names=()
   for seed in ${AGENT_SEEDS:-1 2 3}; do
     side_by_side agent_s$seed smollm2_calculator_agent_1gpu.yaml 0.1 16384 seed=$seed
   done
@@ -240,7 +253,7 @@ x1_recipe)
   # SWEEP_TIMEOUT s. Writes one row per run to recipe_table.md, and the device's load to load.txt.
   convert_smollm2
   sample_device "$out/load.txt" & sampler=$!
-  i=0; prev=""; runs=()
+  i=0; prev=""; runs=(); names=()
   for seed in ${AGENT_SEEDS:-}; do
     side_by_side agent_s$seed smollm2_calculator_agent_1gpu.yaml 0.1 16384 seed=$seed
   done
@@ -255,6 +268,7 @@ x1_recipe)
   fi
   wait "${runs[@]}"
   kill $sampler
+  keep_run_logs "$out/run_logs.tgz" "${names[@]}"
   $py scripts/summarise_run.py "$out"/*_metrics.jsonl --warmup 2 --table >"$out/recipe_table.md"
   ;;
 x1_stall)
@@ -265,14 +279,14 @@ x1_stall)
   # the servers' logs.
   convert_smollm2
   sample_device "$out/load.txt" & sampler=$!
-  i=0; prev=""; runs=()
+  i=0; prev=""; runs=(); names=()
   side_by_side ray_s1 smollm2_gsm8k_1gpu.yaml 0.2 16384 seed=1 launcher.backend=ray
   for seed in 2 3; do side_by_side local_s$seed smollm2_gsm8k_1gpu.yaml 0.2 16384 seed=$seed; done
   wait "${runs[@]}"
   kill $sampler
   grep -H "Health check failed\|has not answered\|answers /health again" /tmp/areal-sweep-{ray_s1,local_s2,local_s3}/*/*/logs/server-0.log \
     "$out"/{ray_s1,local_s2,local_s3}.log >"$out/stall_lines.txt" 2>/dev/null
-  (cd /tmp && find areal-sweep-ray_s1 areal-sweep-local_s2 areal-sweep-local_s3 -path '*/logs/*.log' | tar czf "$out/stall_logs.tgz" -T -)
+  keep_run_logs "$out/stall_logs.tgz" ray_s1 local_s2 local_s3
   $py scripts/summarise_run.py "$out"/*_metrics.jsonl --warmup 2 --table >"$out/stall_table.md"
   ;;
 x1_chaos)
