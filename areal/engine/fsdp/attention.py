@@ -14,6 +14,7 @@ flash-attention varlen path uses). Registered under ATTN_IMPLEMENTATION for any 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 
@@ -103,6 +104,12 @@ def _varlen_fn():
     return varlen_attn
 
 
+@functools.cache
+def _params_of(fn) -> frozenset[str]:
+    """fn's parameter names, read once: the attention runs per layer and micro-batch (18 us a read)."""
+    return frozenset(inspect.signature(fn).parameters)
+
+
 def _disable_varlen(exc: Exception) -> None:
     _VARLEN["enabled"] = False
     logger.warning("variable-length flash attention failed (%s); using causal SDPA per sequence", exc)
@@ -111,7 +118,7 @@ def _disable_varlen(exc: Exception) -> None:
 def _varlen(query, key, value, cu, max_len, scaling):
     """[1, H, T, D] q/k/v -> [1, T, H, D] through one varlen flash-attention call (causal)."""
     fn = _varlen_fn()
-    params = inspect.signature(fn).parameters
+    params = _params_of(fn)
     q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # [T, H, D]
     if k.shape[1] != q.shape[1] and "enable_gqa" not in params:
         rep = q.shape[1] // k.shape[1]
