@@ -783,7 +783,8 @@ def summarise(
         },
         "weight_update_s_mean": mean("weight_update/seconds"),
         # its parts (gather, transfer, ...) and, around it, pausing and resuming generation
-        # (pause_s on the trainer, server_pause_s the server's own, requests_aborted)
+        # (pause_s on the trainer, server_pause_s the server's own, requests_aborted, and
+        # requests_in_flight: what the servers ran or queued as the pause began)
         "weight_update_parts_mean": {
             key.removeprefix("weight_update/"): mean(key)
             for key in sorted(
@@ -792,7 +793,7 @@ def summarise(
                     for r in measured
                     for k in r
                     if k.startswith("weight_update/")
-                    and (k.endswith("_s") or k.endswith(("requests_aborted", "requests_held")))
+                    and (k.endswith("_s") or k.endswith(("requests_aborted", "requests_held", "requests_in_flight")))
                 }
             )
         },
