@@ -46,8 +46,9 @@ logger = logging.getLogger(__name__)
 
 CONTROL_TIMEOUT_KEY = "rollout.control_timeout_s"
 WEIGHT_TIMEOUT_KEY = "rollout.weight_update_timeout_s"
-# a pause reads the servers' load first; that count is a metric, so a slow answer must not delay the pause
-LOADS_TIMEOUT_S = 2.0
+# a pause reads the servers' load first; that count is a metric, so a server slow to answer delays the
+# pause by this much at most (or control_timeout_s, if shorter) and the count is left out
+LOADS_TIMEOUT_S = 10.0
 
 
 def pause_report(answers: list[Any]) -> dict[str, float]:
