@@ -55,7 +55,6 @@ def convert(out: str | Path, dtype: str = "bfloat16") -> Path:
     model.load_state_dict(loaded.state_dict())
     model.generation_config.eos_token_id = model.generation_config.pad_token_id = end
     model.save_pretrained(out)
-    tokenizer.clean_up_tokenization_spaces = False
     tokenizer.save_pretrained(out)
     _say_no_cleanup(out / "tokenizer_config.json")
     return out

@@ -73,7 +73,7 @@ def read_server_info(addr: str, get: Callable[[str, str], Any], routes: dict[str
     try:
         return get(addr, route)
     except ServerError as e:
-        if "HTTP 404" not in str(e) or route == protocol.SERVER_INFO_LEGACY:
+        if e.status != 404 or route == protocol.SERVER_INFO_LEGACY:
             raise
     routes[addr] = protocol.SERVER_INFO_LEGACY
     return get(addr, protocol.SERVER_INFO_LEGACY)
@@ -205,7 +205,7 @@ class ServerControl:
         try:
             body = self.get(addr, protocol.MODEL_INFO)
         except ServerError as e:
-            if "HTTP 404" not in str(e):
+            if e.status != 404:
                 raise
             body = self.get(addr, protocol.MODEL_INFO_LEGACY)
         return protocol.parse_model_info_version(body)
@@ -274,22 +274,19 @@ class ServerControl:
             return None
         timeout = min(LOADS_TIMEOUT_S, self.control_timeout_s)
 
-        def read(i: int, addr: str) -> int | ServerError | None:
+        def read(i: int, addr: str) -> int | None:
             try:
                 return protocol.parse_loads(get_json(addr, protocol.LOADS, timeout=timeout, headers=self.headers))
-            except ServerError as e:  # a reading, not a failure: kept to tell a refusal from a hiccup
-                return e
+            except ServerError as e:  # a missed reading, not a failed pause
+                if e.status is not None and 400 <= e.status < 500:  # no such route there: ask no more
+                    self._loads_served = False
+                    logger.info("weight_update/requests_in_flight is not reported: %s", e)
+                return None
             except ValueError:  # not JSON
                 return None
 
         counts = fanout(self.addrs, read)
-        refused = [c for c in counts if isinstance(c, ServerError) and c.status is not None and 400 <= c.status < 500]
-        if refused:
-            self._loads_served = False
-            logger.info("weight_update/requests_in_flight is not reported: %s", refused[0])
-        if any(not isinstance(c, int) for c in counts):
-            return None
-        return sum(counts)
+        return None if None in counts else sum(counts)
 
     def resume(self) -> None:
         self.post_all(protocol.CONTINUE, protocol.continue_payload())

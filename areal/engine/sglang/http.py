@@ -111,7 +111,7 @@ async def apost_json(
             if status in RETRY_STATUS:
                 last = f"HTTP {status}: {answer[:300]}"
             elif status >= 400:
-                raise ServerError(addr, route, f"HTTP {status}: {answer[:1000]}")
+                raise ServerError(addr, route, f"HTTP {status}: {answer[:1000]}", status)
             else:
                 return answer
         failures += 1
@@ -197,7 +197,7 @@ def post_json(
             last = f"HTTP {resp.status_code}: {resp.text[:300]}"
             continue
         if resp.status_code >= 400:
-            raise ServerError(addr, route, f"HTTP {resp.status_code}: {resp.text[:1000]}")
+            raise ServerError(addr, route, f"HTTP {resp.status_code}: {resp.text[:1000]}", resp.status_code)
         if not resp.content:
             return {}
         try:
