@@ -101,8 +101,10 @@ poll() {
   done
   tar czf "$OUT/$stage.tgz" -C /tmp/results "$stage" "$stage.stage.log" "$stage.pid"
   local caches
-  du -sh ~/.cache/* ~/.triton /tmp/torchinductor_* 2>/dev/null  # which caches a cold start fills
-  caches=$(cd ~ && ls -d .cache/flashinfer .cache/tvm-ffi .triton 2>/dev/null)
+  # which caches a cold start fills; .nv/ComputeCache is the CUDA driver's, of kernels it compiled
+  # from PTX (a suspect for the machine's first warm-up, 99 s against 8 s later: docs/benchmarks.md)
+  du -sh ~/.cache/* ~/.triton ~/.nv/ComputeCache /tmp/torchinductor_* 2>/dev/null
+  caches=$(cd ~ && ls -d .cache/flashinfer .cache/tvm-ffi .triton .nv/ComputeCache 2>/dev/null)
   if [ -n "$caches" ]; then
     (cd ~ && tar czf "$OUT/jit_caches.tgz" $caches)
     [ "$(stat -c %s "$OUT/jit_caches.tgz")" -le $((16 << 20)) ] || { echo "JIT caches over 16 MiB: not returned"; rm -f "$OUT/jit_caches.tgz"; }
