@@ -56,11 +56,14 @@ block once their output pipes fill): the trial resumes it (SIGCONT) after LAUNCH
 expects the run to go on, as an operator would.
 
 Every wait has a deadline. The outcome is one of
-  completed        the run finished every step by itself (e.g. a server restarted in place)
+  completed        the run finished every step by itself (e.g. a server restarted in place; the
+                   note says how long the launcher took to notice the fault)
   recovered        it stopped, and a relaunch with recover.mode=auto completed every step
   clean exit       every process of the run exited within 60 s and the error named the target
                    and its log (then relaunched as above: "clean exit, recovered")
-  HUNG             no step and no exit for 60 s: a silent hang (the run is then torn down)
+  HUNG             no step and no exit for 60 s: a silent hang (the run is then torn down); while
+                   the launcher restarts a server, its start may take up to 300 s (SGLang on a
+                   GPU takes over a minute)
   orphans          processes of the run outlived it (listed)
 and the table says how long from the signal to completion, recovery or exit. A completed or
 recovered run must have logged steps 1..N once each in metrics.jsonl and prompts.jsonl.
@@ -72,6 +75,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import re
@@ -454,18 +458,32 @@ def kill_run(run: Run) -> None:
             pass
 
 
-def watch(run: Run, steps: int, t_signal: float) -> tuple[str, float]:
-    """Follow a run after the signal: ('completed'|'exit <code>'|'HUNG', seconds since the signal)."""
-    last_steps, last_change = len(run.steps()), time.monotonic()
+RESTARTING = "; restarting it at "  # launcher/supervisor.py restart_server, as a restart begins
+BACK = " is back at "  # and once the restarted server answers /health
+
+
+def restart_under_way(console: str) -> bool:
+    """Whether the launcher has begun a server restart that has not answered yet: while it has,
+    no step comes for as long as the server takes to start (SGLang on a GPU: over a minute)."""
+    return console.count(RESTARTING) > console.count(BACK)
+
+
+def watch(run: Run, steps: int, t_signal: float) -> tuple[str, float, float]:
+    """Follow a run after the signal: ('completed'|'exit <code>'|'HUNG', seconds since the signal,
+    seconds from the signal to the launcher's first restart, NaN if none). A run is hung after
+    STALL_S without a new step, or START_DEADLINE_S while a restarted server starts."""
+    last_steps, last_change, restarting, noticed = len(run.steps()), time.monotonic(), False, float("nan")
     while True:
         code = run.proc.poll()
         if code is not None:
-            return ("completed" if code == 0 else f"exit {code}"), time.monotonic() - t_signal
-        n = len(run.steps())
-        if n != last_steps:
-            last_steps, last_change = n, time.monotonic()
-        if time.monotonic() - last_change > STALL_S:
-            return "HUNG", time.monotonic() - t_signal
+            return ("completed" if code == 0 else f"exit {code}"), time.monotonic() - t_signal, noticed
+        n, console = len(run.steps()), run.text()
+        if math.isnan(noticed) and RESTARTING in console:
+            noticed = time.monotonic() - t_signal
+        if n != last_steps or restart_under_way(console) != restarting:
+            last_steps, last_change, restarting = n, time.monotonic(), restart_under_way(console)
+        if time.monotonic() - last_change > (START_DEADLINE_S if restarting else STALL_S):
+            return "HUNG", time.monotonic() - t_signal, noticed
         time.sleep(0.1)
 
 
@@ -505,14 +523,14 @@ def trial(
         if t.target == "launcher" and sig == signal.SIGSTOP:
             time.sleep(LAUNCHER_HOLD_S)  # nothing in the run can notice; an operator resumes it
             os.kill(pid, signal.SIGCONT)
-            state, seconds = watch(run, steps, t_signal)
+            state, seconds, noticed = watch(run, steps, t_signal)
         elif t.target == "launcher" and sig == signal.SIGKILL:
             run.proc.wait(30)
-            state, seconds = "exit -9", time.monotonic() - t_signal
+            state, seconds, noticed = "exit -9", time.monotonic() - t_signal, float("nan")
             if not wait_until_empty(run.config):
                 seconds = time.monotonic() - t_signal  # until no process of the run is left
         else:
-            state, seconds = watch(run, steps, t_signal)
+            state, seconds, noticed = watch(run, steps, t_signal)
         text = run.text()
         if sig == signal.SIGSTOP and psutil.pid_exists(pid):
             try:
@@ -521,7 +539,9 @@ def trial(
                 pass
         if state == "HUNG":
             kill_run(run)
-            t.outcome, t.seconds, t.note = "HUNG", seconds, f"no step and no exit for {STALL_S:g} s"
+            limit = START_DEADLINE_S if restart_under_way(text) else STALL_S
+            what = "a restarted server's start" if restart_under_way(text) else "no step and no exit"
+            t.outcome, t.seconds, t.note = "HUNG", seconds, f"{what} for {limit:g} s"
             return t
         left = wait_until_empty(run.config) if state != "completed" else []
         if left:
@@ -530,7 +550,7 @@ def trial(
             return t
         if state == "completed":
             problem = complete(run, steps)
-            back = "restarted in place" if re.search(r"is back at", text) else "unaffected"
+            back = f"restarted in place, {noticed:.1f} s to notice" if BACK in text else "unaffected"
             t.outcome, t.seconds, t.note = ("completed" if not problem else "INCOMPLETE"), seconds, problem or back
             t.recovery_s = seconds if not problem else float("nan")
             return t
@@ -604,7 +624,7 @@ def wait_until_empty(config: str) -> list[str]:
         left = leftovers(config)
         if not left:
             return []
-        time.sleep(0.2)
+        time.sleep(0.1)
     return leftovers(config)
 
 

@@ -97,3 +97,21 @@ def test_a_trial_run_keeps_the_callers_python_path(monkeypatch):
     assert env["PYTHONPATH"].split(os.pathsep) == [str(chaos.REPO), "/tmp/site"]
     assert "OMP_NUM_THREADS" not in env and env["HOME"] == "/root"
     assert chaos.run_env({})["PYTHONPATH"] == str(chaos.REPO)
+
+
+def test_a_server_restart_under_way_gives_the_run_the_start_deadline(monkeypatch):
+    """A restarted SGLang server takes over a minute to answer on a GPU (the launcher's lines from a
+    device trial, 2026-12-05): the trial waits for its start, not STALL_S, until it is back."""
+    chaos = _load_chaos(monkeypatch)
+    begun = (
+        "[launcher] server-0 has had its process pid 3898 (sglang::scheduler) in the stopped state (SIGSTOP) "
+        "for 10 s (launcher.stopped_timeout_s=10): the run cannot go on without it; restarting it at "
+        "127.0.0.1:30157 with weight version 2 (/tmp/chaos2/trial-1-0/weight_update/v2) "
+        "(1/3, launcher.restart_failed_servers=true)\n"
+        "[launcher] started server-0 (pid 4078); log: /tmp/chaos2/trial-1-0/logs/server-0.log\n"
+    )
+    back = "[launcher] server-0 is back at 127.0.0.1:30157\n"
+    assert not chaos.restart_under_way("[trainer-0] step 2/6 | reward 0.172\n")
+    assert chaos.restart_under_way(begun)
+    assert not chaos.restart_under_way(begun + back)
+    assert chaos.restart_under_way(begun + back + begun.replace("1/3", "2/3"))
