@@ -197,13 +197,34 @@ def kill_stops_everything(launcher: Launcher, run_dir, name: str) -> None:
     assert wait_gone(pids) == []
 
 
+def stop_past_a_checkpoint(launcher: Launcher, run_dir, min_rows: int, timeout: float = 240) -> None:
+    """SIGSTOP trainer-0 once metrics.jsonl holds min_rows rows and a step past the newest complete
+    checkpoint, so a rank killed then leaves logged steps to redo. Rank 0 logs each row and
+    completes each checkpoint (its rename of step_N.tmp), so while it is stopped neither moves;
+    a kill that lands right after a checkpoint would leave none (seen once, when the test killed
+    at 3 rows straight away). The launcher continues the stopped rank as it stops the run."""
+    from areal.trainer.checkpoint import load_latest
+
+    deadline = time.monotonic() + timeout
+    while True:
+        wait_rows(launcher, run_dir, min_rows, max(1.0, deadline - time.monotonic()))
+        pid = pid_of(launcher, "trainer-0")  # started by now: it logged the rows
+        os.kill(pid, signal.SIGSTOP)
+        latest = load_latest(run_dir)
+        done, saved = len(rows(run_dir)), (latest[1].step if latest else 0)
+        if done > saved:
+            return
+        os.kill(pid, signal.SIGCONT)
+        min_rows = done + 1
+
+
 def test_killed_trainer_rank_stops_everything_and_recover_resumes(tmp_path):
     two_ranks = ["actor.backend=fsdp:d2", "cluster.n_gpus_per_node=3", "total_train_steps=6", "recover.freq_steps=2"]
     # the run never killed goes on beside the others: which prompts it trains on does not depend on timing
     straight = launch(tmp_path / "straight", *two_ranks)
     launcher = launch(tmp_path, *two_ranks)
     run_dir = run_dir_of(tmp_path)
-    wait_rows(launcher, run_dir, 3)  # the step-2 checkpoint is written before step 3 starts
+    stop_past_a_checkpoint(launcher, run_dir, 3)  # the step-2 checkpoint is written before step 3 starts
     kill_stops_everything(launcher, run_dir, "trainer-1")
 
     from areal.trainer.checkpoint import load_latest
