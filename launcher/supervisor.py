@@ -53,11 +53,15 @@ MAX_SERVER_RESTARTS = 3  # per server and run, with launcher.restart_failed_serv
 STOPPED_CHECK_S = 1.0  # launcher.stopped_timeout_s is seconds or more: a 1 s delay is noise
 STALL_NOTICE_S = 30.0  # a server silent this long on /health is named on the console (note_stalls)
 # What a silent server is likely doing, by server program: SGLang's /health generates one token,
-# so it fails while the scheduler produces nothing, e.g. while Triton compiles the kernels of a new
-# batch shape (2 minutes for three runs starting together on one H200, cold caches, 2026-12-03).
+# so it fails while the scheduler produces nothing, e.g. while it compiles the kernels of a new kind
+# of batch. On one H200 (2026-12-05) flashinfer built its sampling module for 94 s the first time a
+# batch mixed greedy (evaluation) and sampled (training) requests, the scheduler silent throughout;
+# flashinfer-jit-cache ships those kernels built (docs/reliability.md).
 STALL_CAUSES = {
-    "sglang": "its scheduler has produced no output (a first batch of a new shape compiles kernels, "
-    "minutes on cold caches or a GPU shared with other runs; a hang looks the same); ",
+    "sglang": "its scheduler has produced no output (it compiles kernels for a new kind of batch, "
+    "e.g. flashinfer's sampler, 1-2 minutes the first time a batch mixes greedy and sampled requests, "
+    "longer on a GPU shared with other runs; the flashinfer-jit-cache package ships them built; "
+    "a hang looks the same); ",
 }
 
 
