@@ -277,8 +277,9 @@ def test_weight_update_with_requests_in_flight(mode, smollm2, other_dir, prompt,
             if mode != "in_place":  # re-prefilled: the new weights' picks on the whole sequence
                 # 1.000 in most runs, once 0.891 (bf16 near-ties a thousand tokens in, HF against
                 # SGLang, on an H200 shared with a recipe run); in_place's tail, on the old KV cache,
-                # scores 0.469
-                assert after >= 0.8 and after > after_old
+                # scores 0.469. (The old model may agree as well: on repetitive text it continues
+                # the repetition; after_old is printed, not bounded.)
+                assert after >= 0.8
         # a second update with nothing in flight, and generation goes on
         eng.control.update_weights(WeightUpdateMeta("disk", path=smollm2, version=2))
         assert generate(eng, prompt, tokens=8)[0].output_versions == [2] * 8
