@@ -127,7 +127,7 @@ poll() {
   local caches
   # which caches a cold start fills (.nv/ComputeCache: the CUDA driver's, of kernels it compiled from PTX)
   du -sh ~/.cache/* ~/.triton ~/.nv/ComputeCache /tmp/torchinductor_* 2>/dev/null
-  caches=$(cd ~ && ls -d .cache/flashinfer .cache/tvm-ffi .triton .nv/ComputeCache 2>/dev/null)
+  caches=$(cd ~ && ls -d .cache/flashinfer .cache/tvm-ffi .triton 2>/dev/null)
   if [ -n "$caches" ]; then
     (cd ~ && tar czf "$OUT/jit_caches.tgz" $caches)
     [ "$(stat -c %s "$OUT/jit_caches.tgz")" -le $((16 << 20)) ] || { echo "JIT caches over 16 MiB: not returned"; rm -f "$OUT/jit_caches.tgz"; }
