@@ -86,9 +86,10 @@ age_kit_sources() {  # date every file the kit installed 2020-01-01, so the JIT 
 
 precompile_kit() {  # the kit installs --no-compile: bytecode for /tmp/site, in the background
   # On 2026-12-05 every SGLang start on the H200 spent about 57 s before loading weights (25 s to
-  # its first log line, 32 s importing its model registry), restarts as long as the first start:
-  # as if nothing were imported from bytecode. compileall writes it whatever PYTHONDONTWRITEBYTECODE
-  # says; Python reads it then. The file says how long it took and whether the image forbids writing.
+  # its first log line, 32 s more to its model registry's import warnings), restarts as long as the
+  # first start. A guess to test: nothing is imported from bytecode. compileall writes it whatever
+  # PYTHONDONTWRITEBYTECODE says, and Python reads it then; the file says how long it took and
+  # whether the image forbids writing bytecode.
   mkdir -p "$res"
   echo "PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE:-unset}; .pyc under /tmp/site/sglang before:" \
     "$(find /tmp/site/sglang -name '*.pyc' | wc -l)" >"$res/precompile.txt"
