@@ -480,8 +480,9 @@ def watch(run: Run, steps: int, t_signal: float) -> tuple[str, float, float]:
         n, console = len(run.steps()), run.text()
         if math.isnan(noticed) and RESTARTING in console:
             noticed = time.monotonic() - t_signal
-        if n != last_steps or restart_under_way(console) != restarting:
-            last_steps, last_change, restarting = n, time.monotonic(), restart_under_way(console)
+        now_restarting = restart_under_way(console)
+        if n != last_steps or now_restarting != restarting:
+            last_steps, last_change, restarting = n, time.monotonic(), now_restarting
         if time.monotonic() - last_change > (START_DEADLINE_S if restarting else STALL_S):
             return "HUNG", time.monotonic() - t_signal, noticed
         time.sleep(0.1)
@@ -539,8 +540,10 @@ def trial(
                 pass
         if state == "HUNG":
             kill_run(run)
-            limit = START_DEADLINE_S if restart_under_way(text) else STALL_S
-            what = "a restarted server's start" if restart_under_way(text) else "no step and no exit"
+            if restart_under_way(text):
+                what, limit = "a restarted server's start", START_DEADLINE_S
+            else:
+                what, limit = "no step and no exit", STALL_S
             t.outcome, t.seconds, t.note = "HUNG", seconds, f"{what} for {limit:g} s"
             return t
         left = wait_until_empty(run.config) if state != "completed" else []
