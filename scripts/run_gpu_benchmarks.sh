@@ -291,17 +291,20 @@ x1_stall)
   ;;
 x1_chaos)
   # Issue 38: fault trials on the one-GPU recipe with real SGLang (scripts/chaos.py; CHAOS_CONFIGS
-  # gpu and/or gpu_sync, CHAOS_BACKEND local or ray, which needs ray installed), CHAOS_TRIALS
-  # trials of CHAOS_STEPS steps from CHAOS_SEED, CHAOS_ARGS more chaos.py options (e.g. --target
+  # gpu and/or gpu_sync, each optionally :SEED, e.g. "gpu:2 gpu_sync:3", so one stage strikes a
+  # different set of trials in each; CHAOS_BACKEND local or ray, which needs ray installed),
+  # CHAOS_TRIALS trials of CHAOS_STEPS steps from CHAOS_SEED (where a config names none),
+  # CHAOS_ARGS more chaos.py options (e.g. --target
   # server --signal SIGKILL --moment evaluation --steps 40: a restarted server, and the run's
   # accuracy after it). Each config's log (its table last) and the trials' consoles and run logs
   # land in RESULTS_DIR.
   convert_smollm2
   backend=${CHAOS_BACKEND:-local}
-  for cfg in ${CHAOS_CONFIGS:-gpu gpu_sync}; do
-    name=chaos_${cfg}_$backend; root=/tmp/areal-chaos-$name
+  for entry in ${CHAOS_CONFIGS:-gpu gpu_sync}; do
+    cfg=${entry%%:*}; seed=${CHAOS_SEED:-1}; [ "$entry" = "$cfg" ] || seed=${entry#*:}
+    name=chaos_${cfg}_${backend}_s$seed; root=/tmp/areal-chaos-$name
     step "$name" "${CHAOS_TIMEOUT:-560}" $py scripts/chaos.py --config "$cfg" --backend "$backend" \
-      --trials "${CHAOS_TRIALS:-4}" --seed "${CHAOS_SEED:-1}" --steps "${CHAOS_STEPS:-6}" --root "$root" \
+      --trials "${CHAOS_TRIALS:-4}" --seed "$seed" --steps "${CHAOS_STEPS:-6}" --root "$root" \
       ${CHAOS_ARGS:-} --extra sglang.attention_backend="${SGLANG_ATTENTION:-triton}"
     (cd "$root" 2>/dev/null && find . -name 'console-*.log' -o -path '*/logs/*.log' -o -name metrics.jsonl \
       | tar czf "$out/${name}_logs.tgz" -T -)
