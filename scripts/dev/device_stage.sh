@@ -91,7 +91,8 @@ precompile_kit() {  # the kit installs --no-compile: bytecode for /tmp/site, in 
   # imported from bytecode. compileall writes it whatever PYTHONDONTWRITEBYTECODE says, and Python
   # reads it then. precompile.txt says how long that took, whether the image forbids writing
   # bytecode, and then where importing SGLang's HTTP server spends its time (the 40 slowest
-  # modules, cumulative microseconds, from python -X importtime). Call it after /tmp/env.sh.
+  # modules, cumulative microseconds, from python -X importtime), then what SGLang's model registry
+  # costs (scripts/dev/time_model_registry.sh). Call it after /tmp/env.sh.
   mkdir -p "$res"
   echo "PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE:-unset}; .pyc under /tmp/site/sglang before:" \
     "$(find /tmp/site/sglang -name '*.pyc' | wc -l)" >"$res/precompile.txt"
@@ -100,7 +101,8 @@ precompile_kit() {  # the kit installs --no-compile: bytecode for /tmp/site, in 
     echo "compileall -j 8 /tmp/site: $((SECONDS - t0)) s" >>"$1"
     t0=$SECONDS; python3 -X importtime -c "import sglang.srt.entrypoints.http_server" 2>/tmp/sglang_importtime.txt
     echo "import sglang.srt.entrypoints.http_server (bytecode, beside the stage): $((SECONDS - t0)) s" >>"$1"
-    sort -t"|" -k2 -n /tmp/sglang_importtime.txt | tail -n 40 >>"$1"' _ "$res/precompile.txt" \
+    sort -t"|" -k2 -n /tmp/sglang_importtime.txt | tail -n 40 >>"$1"
+    bash "$2" >>"$1" 2>&1' _ "$res/precompile.txt" "$PWD/scripts/dev/time_model_registry.sh" \
     >/dev/null 2>&1 </dev/null &
 }
 
