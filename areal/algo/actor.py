@@ -3,13 +3,14 @@
 The loop calls, per step:
     batch = prepare_ppo_batch(batch, actor_cfg, group_size=n_samples)   # rewards -> advantages
     rows = rows_to_recompute(batch, actor_cfg)                           # if actor.recompute_logprob
-    rows["prox_logprobs"] = engine.forward(rows)                        # (all, or all but minibatch 0's)
+    rows["prox_logprobs"] = engine.forward(rows)                        # (all, all but minibatch 0's, or none)
     batch["ref_logprobs"] = ref_engine.forward(batch)                   # if actor.kl_ctl > 0
-    for mb in proximal_minibatches(batch, rows, actor_cfg):
+    for mb in proximal_minibatches(batch, rows, actor_cfg, version=V):  # V: the trainer's weight version
         engine.train_batch(mb, ppo_loss_fn(actor_cfg), loss_weight_fn(actor_cfg))
 
 Batch keys (right-padded [B, L] unless noted): input_ids, attention_mask, loss_mask,
-logprobs (behaviour, from the inference servers), rewards [B]; added here: advantages, and
+logprobs (behaviour, from the inference servers), rewards [B], versions (each generated token's
+weight version, for actor.prox_logp_method other than recompute); added here: advantages, and
 overlong_penalty [B] when actor.overlong_buffer_frac > 0.
 """
 
@@ -23,6 +24,7 @@ from .advantages import broadcast_to_tokens, compute_advantages, overlong_penalt
 from .correction import mismatch_sums, rollout_is_weights
 from .masked import aggregate, aggregation_weight, masked_mean
 from .ppo import entropy_bonus, kl_penalty, ppo_actor_loss
+from .proximal import approximate_proximal, interpolation_weight
 
 
 def prepare_ppo_batch(
@@ -72,15 +74,31 @@ def ppo_loss_fn(cfg) -> Callable:
             f"actor.rollout_is={cfg.rollout_is} needs actor.recompute_logprob=true "
             "(its weights compare the trainer's logprobs with the servers')"
         )
+    if cfg.prox_logp_method != "recompute" and not cfg.recompute_logprob:
+        raise ValueError(
+            f"actor.prox_logp_method={cfg.prox_logp_method} needs actor.recompute_logprob=true "
+            "(it says where the trainer's proximal logprobs come from)"
+        )
     eps_low, eps_high = clip_bounds(cfg)
 
     def loss_fn(logprobs: torch.Tensor, entropy: torch.Tensor, mb: dict[str, Any]):
         mask = mb["loss_mask"]
         behav = mb["logprobs"]
+        prox_stats: dict[str, torch.Tensor] = {}
         if mb.get(PROX_FROM_TRAINING):  # the step's first minibatch: this forward runs at the proximal weights
             prox = logprobs.detach()
+        elif cfg.recompute_logprob and cfg.prox_logp_method == "loglinear":
+            alpha = _require(
+                mb, PROX_ALPHA, "actor.prox_logp_method=loglinear", "split the batch with proximal_minibatches"
+            )
+            prox = approximate_proximal(behav, logprobs, alpha)
+            prox_stats["prox_alpha"] = masked_mean(alpha, mask)
         else:
             prox = _require(mb, "prox_logprobs", "actor.recompute_logprob") if cfg.recompute_logprob else behav
+            if PROX_ALPHA in mb:  # actor.prox_logp_method=metrics: loglinear's error against the recompute
+                approx = approximate_proximal(behav, logprobs, mb[PROX_ALPHA])
+                prox_stats["prox_approx_abs_err"] = masked_mean((approx - prox).abs(), mask)
+                prox_stats["prox_behav_abs_err"] = masked_mean((behav - prox).abs(), mask)
         is_weights = None
         if cfg.rollout_is != "none":  # replaces the decoupled loss's raw behaviour weight
             is_weights, _ = rollout_is_weights(
@@ -110,6 +128,7 @@ def ppo_loss_fn(cfg) -> Callable:
             bonus = aggregate(entropy_bonus(logprobs, entropy), mask, cfg.token_aggregation)
             loss = loss - cfg.entropy_coeff * bonus
         stats["entropy"] = masked_mean(entropy.detach(), mask)
+        stats.update({k: v.detach() for k, v in prox_stats.items()})
         return loss, stats
 
     return loss_fn
@@ -133,11 +152,17 @@ def loss_weight_fn(cfg) -> Callable[[dict[str, Any]], float]:
 
 # A minibatch key: its proximal logprobs are those of its own training forward (detached).
 PROX_FROM_TRAINING = "prox_from_training"
+# A minibatch key: each token's interpolation weight toward its own training forward's logprob
+# (areal.algo.proximal), with actor.prox_logp_method loglinear (used) or metrics (compared).
+PROX_ALPHA = "prox_alpha"
 
 
 def rows_to_recompute(batch: dict[str, Any], cfg) -> dict[str, Any] | None:
     """The rows whose proximal logprobs the recompute pass computes (an ActorConfig): all of them, or
-    with actor.recompute_first_minibatch=false all but the first PPO minibatch's; None when none."""
+    with actor.recompute_first_minibatch=false all but the first PPO minibatch's; None when none
+    (and always with actor.prox_logp_method=loglinear, which interpolates them instead)."""
+    if cfg.prox_logp_method == "loglinear":
+        return None
     size = batch["input_ids"].shape[0]
     first = 0 if cfg.recompute_first_minibatch else size // cfg.ppo_n_minibatches
     if first >= size:
@@ -145,13 +170,31 @@ def rows_to_recompute(batch: dict[str, Any], cfg) -> dict[str, Any] | None:
     return {k: _rows(v, first, size, size) for k, v in batch.items()}
 
 
-def proximal_minibatches(batch: dict[str, Any], recomputed: dict[str, Any] | None, cfg) -> list[dict[str, Any]]:
+def proximal_minibatches(
+    batch: dict[str, Any], recomputed: dict[str, Any] | None, cfg, *, version: int | None = None
+) -> list[dict[str, Any]]:
     """The PPO minibatches of a batch, each with its rows of `recomputed`'s prox_logprobs
     (rows_to_recompute's rows), or, where the first minibatch's were not recomputed, marked
-    PROX_FROM_TRAINING."""
+    PROX_FROM_TRAINING. With actor.prox_logp_method loglinear or metrics each also gets PROX_ALPHA,
+    from the batch's per-token `versions` and the trainer's weight `version` (required then)."""
     minibatches = split_minibatches(batch, cfg.ppo_n_minibatches)
     if not cfg.recompute_logprob:
         return minibatches
+    if cfg.prox_logp_method != "recompute":
+        if version is None:
+            raise ValueError(f"actor.prox_logp_method={cfg.prox_logp_method} needs the trainer's weight version")
+        n = len(minibatches)
+        for k, mb in enumerate(minibatches):
+            versions = _require(
+                mb,
+                "versions",
+                f"actor.prox_logp_method={cfg.prox_logp_method}",
+                "a workflow's samples carry each token's weight version (areal/workflow/common.py); "
+                "set actor.prox_logp_method=recompute for batches without one",
+            )
+            mb[PROX_ALPHA] = interpolation_weight(versions, version, k / n)
+        if cfg.prox_logp_method == "loglinear":
+            return minibatches
     own = 0 if cfg.recompute_first_minibatch else 1
     for mb in minibatches[:own]:
         mb[PROX_FROM_TRAINING] = True
@@ -177,10 +220,8 @@ def _rows(value, start: int, end: int, size: int):
     return value
 
 
-def _require(mb: dict[str, Any], key: str, because: str) -> torch.Tensor:
+def _require(mb: dict[str, Any], key: str, because: str, fix: str | None = None) -> torch.Tensor:
     if key not in mb:
-        raise KeyError(
-            f"the batch has no '{key}', needed because {because} is set; compute it "
-            f"with engine.forward(batch) before train_batch"
-        )
+        fix = fix or "compute it with engine.forward(batch) before train_batch"
+        raise KeyError(f"the batch has no '{key}', needed because {because} is set; {fix}")
     return mb[key]

@@ -161,6 +161,14 @@ class ActorConfig(Section):
         "the same weights, before any update of the step: the pass then covers the other minibatches only "
         "(none with ppo_n_minibatches=1), and mismatch/* are measured over those.",
     )
+    prox_logp_method: Literal["recompute", "loglinear", "metrics"] = Field(
+        "recompute",
+        description="With recompute_logprob, where the proximal logprobs come from. recompute: the "
+        "recompute pass. loglinear: no pass; each token's is interpolated between its behaviour logprob "
+        "and the current weights' in its own training forward, by how many versions old the token is "
+        "(docs/algorithms.md; exact in the first PPO minibatch). metrics: the recompute pass, and "
+        "train/loss_fn/prox_approx_abs_err says how far loglinear's value would be from it.",
+    )
     use_decoupled_loss: bool = Field(
         True,
         description="Decoupled PPO loss: clip against recomputed proximal logprobs, importance-weight by "

@@ -78,6 +78,28 @@ def _decoupled_needs_recompute(cfg):
         )
 
 
+def _prox_logp_method(cfg):
+    a = cfg.actor
+    if a.prox_logp_method == "recompute":
+        return
+    if not a.recompute_logprob:
+        yield ConfigIssue(
+            "actor.prox_logp_method",
+            a.prox_logp_method,
+            "it says where the proximal logprobs come from, and with actor.recompute_logprob=false "
+            "the loss uses the servers' logprobs instead",
+            "set actor.recompute_logprob=true, or actor.prox_logp_method=recompute",
+        )
+    elif a.prox_logp_method == "loglinear" and a.rollout_is != "none":
+        yield ConfigIssue(
+            "actor.prox_logp_method",
+            a.prox_logp_method,
+            f"actor.rollout_is={a.rollout_is} weights by the trainer's proximal logprob over the server's; "
+            "interpolated from the server's own logprob, that weight is 1 on every token of the current version",
+            "set actor.prox_logp_method=recompute (or metrics), or actor.rollout_is=none",
+        )
+
+
 def _group_norm_needs_samples(cfg):
     if cfg.actor.adv_norm == "group" and cfg.gconfig.n_samples < 2:
         yield ConfigIssue(
@@ -544,6 +566,7 @@ RULES = [
     _backend_strings,
     _c_clip,
     _decoupled_needs_recompute,
+    _prox_logp_method,
     _group_norm_needs_samples,
     _batch_divisible,
     _node_counts,

@@ -98,7 +98,7 @@ def grpo_step(ctx: TrainContext, step: int, traced: bool = False) -> dict[str, A
     with phases("train"):
         train_stats = [
             actor.train_batch(mb, ppo_loss_fn(a), loss_weight_fn(a), temperature=ctx.temperature)
-            for mb in proximal_minibatches(local, recomputed, a)
+            for mb in proximal_minibatches(local, recomputed, a, version=ctx.version)
         ]
     with phases("weight_update"):
         update = ctx.source.push_weights(ctx.version + 1)

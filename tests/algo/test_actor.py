@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from areal.algo.actor import (
+    PROX_ALPHA,
     PROX_FROM_TRAINING,
     loss_weight_fn,
     ppo_loss_fn,
@@ -196,3 +197,50 @@ def test_entropy_bonus_from_sampled_tokens_follows_the_exact_entropy_gradient():
     loss, _ = ppo_loss_fn(ActorConfig(entropy_coeff=1.0))(logprobs, entropy, mb)
     loss.backward()
     assert torch.allclose(z.grad, torch.tensor([-0.2060, 0.2060]), atol=0.01)
+
+
+def test_loglinear_minibatches_carry_interpolation_weights_and_skip_the_recompute():
+    cfg = ActorConfig(ppo_n_minibatches=2, prox_logp_method="loglinear")
+    batch = {**_batch(), "versions": torch.tensor([[-1, 5, 5], [-1, 4, 4], [-1, 5, 3], [-1, 4, 5]])}
+    assert rows_to_recompute(batch, cfg) is None
+    first, second = proximal_minibatches(batch, None, cfg, version=5)
+    assert first[PROX_ALPHA].tolist() == [[1.0] * 3] * 2  # minibatch 0 trains at the proximal weights
+    # minibatch 1 of 2: the current weights stand half a version past 5; lags 2 and 1 -> 2/2.5, 1/1.5
+    assert torch.allclose(second[PROX_ALPHA][:, 1:], torch.tensor([[0.0, 0.8], [2 / 3, 0.0]]))
+    assert "prox_logprobs" not in second and PROX_FROM_TRAINING not in first
+    with pytest.raises(ValueError, match="weight version"):
+        proximal_minibatches(batch, None, cfg)
+    with pytest.raises(KeyError, match="versions"):
+        proximal_minibatches(_batch(), None, cfg, version=5)
+
+
+def test_loglinear_loss_interpolates_between_behaviour_and_detached_current_logprobs():
+    cfg = ActorConfig(prox_logp_method="loglinear", use_decoupled_loss=False)
+    batch = prepare_ppo_batch(_batch(), cfg, group_size=2)
+    batch["logprobs"] = torch.full((4, 3), -2.0)
+    batch[PROX_ALPHA] = torch.full((4, 3), 0.25)
+    logprobs = torch.full((4, 3), -1.0, requires_grad=True)
+    loss, stats = ppo_loss_fn(cfg)(logprobs, torch.zeros(4, 3), batch)
+    prox = torch.full((4, 3), -2.0 + 0.25 * 1.0)  # behav + alpha (cur - behav)
+    given, given_stats = ppo_loss_fn(ActorConfig(use_decoupled_loss=False))(
+        logprobs, torch.zeros(4, 3), {**batch, "prox_logprobs": prox}
+    )
+    assert loss.item() == pytest.approx(given.item()) and stats["prox_alpha"] == 0.25
+    assert stats["importance_ratio"] == pytest.approx(torch.exp(torch.tensor(0.75)).item())
+    loss.backward()
+    assert logprobs.grad.abs().sum() > 0
+
+
+def test_metrics_mode_trains_on_the_recompute_and_reports_loglinears_error():
+    cfg = ActorConfig(prox_logp_method="metrics")
+    batch = prepare_ppo_batch(_batch(), cfg, group_size=2)
+    batch["logprobs"] = torch.full((4, 3), -2.0)
+    batch["prox_logprobs"] = torch.full((4, 3), -1.5)
+    batch[PROX_ALPHA] = torch.full((4, 3), 0.5)
+    loss, stats = ppo_loss_fn(cfg)(torch.full((4, 3), -1.0), torch.zeros(4, 3), batch)
+    given, _ = ppo_loss_fn(ActorConfig())(torch.full((4, 3), -1.0), torch.zeros(4, 3), batch)
+    assert loss.item() == pytest.approx(given.item())
+    assert stats["prox_approx_abs_err"] == pytest.approx(0.0)  # -2 + 0.5 x 1 = -1.5, the recomputed value
+    assert stats["prox_behav_abs_err"] == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="recompute_logprob=true"):
+        ppo_loss_fn(ActorConfig(prox_logp_method="loglinear", recompute_logprob=False, use_decoupled_loss=False))

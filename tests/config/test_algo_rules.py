@@ -51,6 +51,18 @@ def test_rollout_correction_rules():
     assert issue.key == "actor.rollout_is_cap"
 
 
+def test_prox_logp_method_rules():
+    validate_config(base(prox_logp_method="loglinear"))
+    validate_config(base(prox_logp_method="metrics", rollout_is="tis"))
+    [issue] = issues(base(prox_logp_method="loglinear", recompute_logprob=False, use_decoupled_loss=False))
+    assert issue.key == "actor.prox_logp_method" and issue.value == "loglinear"
+    assert "actor.recompute_logprob=true" in issue.fix
+    [issue] = issues(base(prox_logp_method="loglinear", rollout_is="tis"))
+    assert issue.key == "actor.prox_logp_method" and "actor.rollout_is=none" in issue.fix
+    [issue] = issues(base(prox_logp_method="interpolate"))
+    assert issue.key == "actor.prox_logp_method"
+
+
 def test_dynamic_sampling_rules():
     raw = base()
     raw["rollout"] = {"dynamic_sampling": True}

@@ -128,6 +128,48 @@ def test_first_minibatch_proximal_logprobs_from_its_training_forward_give_the_sa
     assert (after_all - before).abs().max() > 1e-3  # the steps did move the weights
 
 
+def test_loglinear_proximal_logprobs_on_current_version_tokens_give_the_recomputed_step(tiny_model_dir):
+    """actor.prox_logp_method=loglinear on tokens of the trainer's own version, with the servers'
+    logprobs equal to the trainer's: the first minibatch takes its own forward's, the second the
+    servers' (alpha 0), both what a recompute gives, so two minibatches train to the same weights
+    with no recompute pass. `metrics` recomputes and reports how far loglinear would be."""
+    from areal.algo.actor import loss_weight_fn, ppo_loss_fn, prepare_ppo_batch, proximal_minibatches, rows_to_recompute
+    from areal.config.actor import ActorConfig
+
+    results = {}
+    for method in ("recompute", "loglinear", "metrics"):
+        cfg = ActorConfig(path=tiny_model_dir, ppo_n_minibatches=2, behav_imp_weight_cap=5.0, prox_logp_method=method)
+        batch = make_batch(3, n=4)
+        batch["rewards"] = torch.tensor([1.0, 0.0, 0.0, 1.0])
+        engine = _engine(tiny_model_dir, learning_rate=1e-2)
+        try:
+            before = engine.forward(batch)
+            batch["logprobs"] = before.clone()
+            batch["versions"] = torch.where(batch["loss_mask"].bool(), 7, -1)
+            batch = prepare_ppo_batch(batch, cfg, group_size=2)
+            recomputed = rows_to_recompute(batch, cfg)
+            if recomputed is not None:
+                recomputed["prox_logprobs"] = engine.forward(recomputed)
+            stats = [
+                engine.train_batch(mb, ppo_loss_fn(cfg), loss_weight_fn(cfg))
+                for mb in proximal_minibatches(batch, recomputed, cfg, version=7)
+            ]
+            results[method] = (recomputed, stats, engine.forward(batch))
+        finally:
+            engine.destroy()
+    (_, stats_re, after_re), (none, stats_ll, after_ll) = results["recompute"], results["loglinear"]
+    assert none is None  # no recompute pass
+    for a, b in zip(stats_re, stats_ll):
+        assert a["loss"] == pytest.approx(b["loss"], rel=1e-4, abs=1e-6)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
+    assert [s["loss_fn/prox_alpha"] for s in stats_ll] == [1.0, 0.0]
+    assert (after_re - after_ll).abs().max() < 1e-5
+    assert (after_re - before).abs().max() > 1e-3  # the steps did move the weights
+    _, stats_m, after_m = results["metrics"]
+    assert (after_m - after_re).abs().max() < 1e-6  # metrics trains as recompute does
+    assert all(s["loss_fn/prox_approx_abs_err"] < 1e-5 for s in stats_m)
+
+
 def test_lora_trains_adapters_and_saves_merged_model(tiny_model_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 

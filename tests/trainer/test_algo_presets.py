@@ -125,3 +125,19 @@ def test_dr_grpo(tmp_path, server, arith_model):
         assert row["train/loss"] is not None and row["train/grad_norm"] >= 0
         assert 0 < row["train/loss_fn/importance_ratio"] < 2
         check_mismatch(row)
+
+
+def test_loglinear_proximal_logprobs_skip_the_recompute_pass(tmp_path, server, arith_model):
+    """actor.prox_logp_method=loglinear: no recompute pass (so no mismatch figures), and the mean
+    interpolation weight follows the tokens' staleness: on tokens of the trainer's own version only
+    the first of the 4 minibatches leans on its own forward (weight 1, the rest 0)."""
+    cfg, rows = train(tmp_path, server, arith_model, ["actor.prox_logp_method=loglinear"])
+    assert cfg.actor.ppo_n_minibatches == 4
+    assert rows[0]["rollout/staleness_max"] == 0  # step 1 trains on version 0's samples
+    for row in rows:
+        assert "mismatch/kl" not in row
+        alpha = row["train/loss_fn/prox_alpha"]
+        assert 0 < alpha <= 1
+        if row["rollout/staleness_max"] == 0:
+            assert alpha < 0.5
+        assert 0 < row["train/loss_fn/importance_ratio"] < 2
