@@ -187,6 +187,8 @@ def _servers(cfg, facts, plan, slots, base_env) -> list[ProcessSpec]:
         own = sglang_logging.server_env(cfg.run_dir) if plan.server_kind == "sglang" else {}
         if plan.mps and cfg.launcher.mps_server_sm_percent:
             own["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(cfg.launcher.mps_server_sm_percent)
+        if plan.mps and cfg.launcher.mps_server_priority == "below_normal":
+            own["CUDA_MPS_CLIENT_PRIORITY"] = "1"
         env = {**base_env, **_visible(plan.device, devices), **own, **cfg.launcher.server_env}
         procs.append(ProcessSpec("server", i, node, devices, command, env, port=port))
     return procs

@@ -339,14 +339,16 @@ x1_pipeline_ab)
   # start it under setsid and read $out/pipeline_ab_0.5b.log from the next call.
   # graph256: SGLang's own decode-graph cap on an H200 (base covers its 512 running requests);
   # mrr256: half a step's samples decode at once; episode_workers: the RLVR episodes off the trainer's GIL
-  # mps, mps_sm50: the server's and the trainer's kernels at once (launcher.mps), the server capped to half the SMs;
+  # mps, mps_sm50, mps_lowprio: the server's and the trainer's kernels at once (launcher.mps), the server
+  # capped to half the SMs, or below the trainer among MPS's clients;
   # prox_loglinear: no recompute pass, proximal logprobs interpolated (actor.prox_logp_method=loglinear);
   # prox_first: the first PPO minibatch's proximal logprobs from its training forward (a quarter of the recompute)
-  # AB_PART=1 or 2 runs the base and half of the default variants (about 15 min each: one session
+  # AB_PART=1 or 2 runs the base and half of the default variants (about 16 min each: one session
   # with the kit holds one half): MPS and the trainer's options in part 1, the server's, the
   # episode workers and prox_first in part 2; each part repeats the base, so its ratios compare
   # runs of one machine.
   trainer_ab="mps launcher.mps=true; mps_sm50 launcher.mps=true launcher.mps_server_sm_percent=50;
+    mps_lowprio launcher.mps=true launcher.mps_server_priority=below_normal;
     logprobs actor.fused_logprobs=true actor.compile_logprobs=true; mb_auto actor.max_tokens_per_mb=auto;
     compile actor.compile=true; prox_loglinear actor.prox_logp_method=loglinear"
   server_ab="graph256 sglang.cuda_graph_max_bs=256; no_radix sglang.disable_radix_cache=true;

@@ -64,6 +64,12 @@ class LauncherConfig(Section):
         description="With launcher.mps: the share of each GPU's multiprocessors that a server may use "
         "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE), leaving the rest to training; null: all of them.",
     )
+    mps_server_priority: Literal["normal", "below_normal"] = Field(
+        "normal",
+        description="With launcher.mps: the servers' MPS client priority (CUDA_MPS_CLIENT_PRIORITY, 0 or 1). "
+        "below_normal asks MPS to run the trainer's ready work before the servers' (the trainer sets the "
+        "pace of an asynchronous step); normal: the same priority as the trainer.",
+    )
     server_env: EnvVars = Field(
         default_factory=dict, description="Extra environment for inference servers. " + _OMP_DEFAULT
     )

@@ -484,6 +484,13 @@ def _mps(cfg):
                 "caps the servers' multiprocessors through MPS, which launcher.mps=false does not start",
                 "set launcher.mps=true, or drop launcher.mps_server_sm_percent",
             )
+        if la.mps_server_priority != "normal":
+            yield ConfigIssue(
+                "launcher.mps_server_priority",
+                la.mps_server_priority,
+                "sets the servers' priority among MPS clients, and launcher.mps=false starts no MPS",
+                "set launcher.mps=true, or launcher.mps_server_priority=normal",
+            )
         return
     if not la.colocate:
         yield ConfigIssue(

@@ -50,7 +50,7 @@ def standin_on_path(monkeypatch):
 
 
 def test_plan_points_every_process_at_the_runs_daemon():
-    cfg = colocated(mps=True, mps_server_sm_percent=60)
+    cfg = colocated(mps=True, mps_server_sm_percent=60, mps_server_priority="below_normal")
     plan = make_plan(cfg, GPU)
     assert plan.mps == MpsPlan(devices=[0], pipe_dir=mps_pipe_dir(cfg.run_dir), log_dir=f"{cfg.run_dir}/logs/mps")
     assert len(plan.mps.pipe_dir) < 40  # the daemon's sockets must fit the 108-byte unix path limit
@@ -60,6 +60,8 @@ def test_plan_points_every_process_at_the_runs_daemon():
     server, trainer = plan.by_role("server")[0], plan.by_role("trainer")[0]
     assert server.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "60"  # the servers' share only
     assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in trainer.env
+    assert server.env["CUDA_MPS_CLIENT_PRIORITY"] == "1" and "CUDA_MPS_CLIENT_PRIORITY" not in trainer.env
+    assert "CUDA_MPS_CLIENT_PRIORITY" not in make_plan(colocated(mps=True), GPU).by_role("server")[0].env
     assert f"mps: a control daemon for devices [0], pipes in {plan.mps.pipe_dir}" in plan.describe()
     assert json.loads(plan.to_json())["mps"]["devices"] == [0]
 
@@ -75,6 +77,7 @@ def test_runs_that_mps_cannot_serve_are_refused_naming_the_key():
         ({"colocate": False, "mps": True}, "launcher.mps", "launcher.colocate=true"),
         ({"mps": True, "backend": "ray"}, "launcher.mps", "launcher.backend=local"),
         ({"mps_server_sm_percent": 50}, "launcher.mps_server_sm_percent", "launcher.mps=true"),
+        ({"mps_server_priority": "below_normal"}, "launcher.mps_server_priority", "launcher.mps=true"),
     ]
     for launcher, key, fix in cases:
         with pytest.raises(ConfigError) as err:
