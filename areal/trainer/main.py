@@ -258,6 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="areal trainer worker (one rank)")
     p.add_argument("--config", required=True, help="the run's resolved config.yaml")
     args = p.parse_args(argv)
+    # transformers draws a "Loading weights" bar on stderr for every model it loads (the actor, a
+    # reference model, each recovery): a line of the console that says nothing, since the load's
+    # seconds are the trainer's start. Set before transformers is imported; "0" keeps the bars.
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     from areal.infra.log_format import setup_process_logging
 
     setup_process_logging(stream=sys.stderr)

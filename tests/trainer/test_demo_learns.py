@@ -52,3 +52,4 @@ def test_tiny_arith_demo_reward_rises(tmp_path):
     # a quiet console: progress lines, no per-step engine records (those stay in the trainer's log)
     assert f"[trainer-0] step {steps}/{steps} |" in r.stdout, r.stdout[-2000:]
     assert "weight update v" not in r.stdout and "weight update v" in (run_dir / "logs" / "trainer-0.log").read_text()
+    assert "Loading weights" not in r.stdout  # transformers' bar, off in trainer processes
