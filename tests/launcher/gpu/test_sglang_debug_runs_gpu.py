@@ -61,15 +61,14 @@ def launch(tmp_path, *overrides, timeout: float = 540):
     )
 
 
+def inference_only(tmp_path, name: str, batches: int, port: int, *overrides):
+    """An inference-only run (launcher.trainer_n_nodes=0) of `batches` batches on its own ports."""
+    only = ["launcher.trainer_n_nodes=0", "launcher.colocate=false", f"launcher.inference_only_batches={batches}"]
+    return launch(tmp_path, f"experiment_name={name}", *only, f"launcher.server_base_port={port}", *overrides)
+
+
 def test_inference_only_run_on_sglang(tmp_path):
-    r = launch(
-        tmp_path,
-        "experiment_name=inference",
-        "launcher.trainer_n_nodes=0",
-        "launcher.colocate=false",
-        "launcher.inference_only_batches=2",
-        "launcher.server_base_port=32800",
-    )
+    r = inference_only(tmp_path, "inference", 2, 32800)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     run_dir = tmp_path / "inference" / "trial0"
     index = json.loads((run_dir / "rollouts" / "index.json").read_text())
@@ -83,15 +82,7 @@ def test_inference_only_run_on_sglang(tmp_path):
 def test_inference_only_run_on_sglang_skipping_unused_model_modules(tmp_path):
     """launcher.sglang_skip_unused_models: SGLang's registry imports only the modules naming
     SmolLM2's LlamaForCausalLM, and the server serves as before."""
-    r = launch(
-        tmp_path,
-        "experiment_name=skip_models",
-        "launcher.trainer_n_nodes=0",
-        "launcher.colocate=false",
-        "launcher.inference_only_batches=1",
-        "launcher.server_base_port=32850",
-        "launcher.sglang_skip_unused_models=true",
-    )
+    r = inference_only(tmp_path, "skip_models", 1, 32850, "launcher.sglang_skip_unused_models=true")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     run_dir = tmp_path / "skip_models" / "trial0"
     log = (run_dir / "logs" / "server-0.log").read_text()
