@@ -133,11 +133,13 @@ def test_loglinear_proximal_logprobs_skip_the_recompute_pass(tmp_path, server, a
     the first of the 4 minibatches leans on its own forward (weight 1, the rest 0)."""
     cfg, rows = train(tmp_path, server, arith_model, ["actor.prox_logp_method=loglinear"])
     assert cfg.actor.ppo_n_minibatches == 4
-    assert rows[0]["rollout/staleness_max"] == 0  # step 1 trains on version 0's samples
+    # step 1's samples are no older than the trainer's version 0 (the module's server may be ahead:
+    # the other tests' trainers pushed their versions to it, and a token never counts as newer)
+    assert rows[0]["rollout/staleness_max"] <= 0
     for row in rows:
         assert "mismatch/kl" not in row
         alpha = row["train/loss_fn/prox_alpha"]
         assert 0 < alpha <= 1
-        if row["rollout/staleness_max"] == 0:
+        if row["rollout/staleness_max"] <= 0:
             assert alpha < 0.5
         assert 0 < row["train/loss_fn/importance_ratio"] < 2
