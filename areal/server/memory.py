@@ -29,7 +29,9 @@ telling the caller to pause with mode abort or let the requests finish. Then:
 While anything is released, /generate is a 400 naming /resume_memory_occupation, and /health and
 /health_generate answer 200. Weight updates write into the CPU copies, which resume brings back
 (so a trainer may update before or after resuming); LoRA loads need the weights on the device
-(400). Releasing what is released, or resuming what is not, changes nothing and says so. The
+(400). Releasing what is released changes nothing and says so; resuming what is not released is
+a 400 that names it, because SGLang's scheduler dies on it (KeyError in
+weight_updater.resume_memory_occupation, 0.5.16), and no caller should find that out on a GPU. The
 routes work with or without --enable-memory-saver. On a CPU server the weights have nowhere else
 to go: the model holds placeholders while the tensors wait in RAM, so only the bookkeeping and the
 refusals are the same.
@@ -61,6 +63,10 @@ class MemoryReleased(ValueError):
 
 class ServerBusy(ValueError):
     """Release asked while requests hold or wait for the KV cache."""
+
+
+class NotReleased(ValueError):
+    """Resume asked for memory that is not released (SGLang's scheduler exits on it)."""
 
 
 class DeviceMemoryShort(ValueError):
@@ -341,7 +347,14 @@ class MemoryOccupation:
         import torch
 
         t0 = time.perf_counter()
-        back = [t for t in tags if t in self.released]
+        resident = [t for t in tags if t not in self.released]
+        if resident:
+            raise NotReleased(
+                f"/resume_memory_occupation: {', '.join(resident)} {'is' if len(resident) == 1 else 'are'} not "
+                f"released (released: {sorted(self.released) or 'nothing'}); SGLang's scheduler exits on "
+                "such a resume (KeyError), so resume only the tags /release_memory_occupation released"
+            )
+        back = list(tags)
         if "weights" in back:
             try:
                 self.offloader.resume()

@@ -16,7 +16,7 @@ from aiohttp import web
 from areal.infra.pause import PAUSE_MODES
 from areal.infra.sglang_keys import MEMORY_TAGS
 from areal.server.bodies import error, read_json
-from areal.server.memory import DeviceMemoryShort, ServerBusy
+from areal.server.memory import DeviceMemoryShort, NotReleased, ServerBusy
 from areal.server.state import Routes
 from areal.server.validation import BadRequest, check_keys, get_typed
 
@@ -124,7 +124,7 @@ class ControlRoutes(Routes):
         device has no room for the weights yet."""
         try:
             reply = await asyncio.wrap_future(self.s.scheduler.call(fn))
-        except ServerBusy as exc:
+        except (ServerBusy, NotReleased) as exc:
             return error(400, str(exc))
         except DeviceMemoryShort as exc:
             return error(503, str(exc))

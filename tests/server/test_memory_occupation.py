@@ -102,8 +102,13 @@ def test_tags_release_and_resume_exactly_what_they_name(server):
     assert "weights memory is released" in generate(server).json()["error"]["message"]
     reply = ok(post(server, RESUME, {"tags": ["weights"]}))
     assert reply["released"] == []
-    reply = ok(post(server, RESUME, {"tags": []}))  # [] means all, as in SGLang
-    assert reply["changed"] == [] and "already resident" in reply["message"]
+    # [] means all, as in SGLang, and nothing is released: SGLang's scheduler would exit (KeyError)
+    r = post(server, RESUME, {"tags": []})
+    assert r.status_code == 400 and "kv_cache, weights are not released" in r.json()["error"]["message"]
+    assert ok(post(server, RELEASE, {"tags": ["weights"]}))["released"] == ["weights"]
+    r = post(server, RESUME, {"tags": ["kv_cache", "weights"]})  # refused whole: weights stay released
+    assert r.status_code == 400 and "kv_cache is not released (released: ['weights'])" in r.json()["error"]["message"]
+    assert ok(post(server, RESUME, {"tags": ["weights"]}))["released"] == []
     assert greedy(server) == before
 
 
