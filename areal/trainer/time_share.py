@@ -10,6 +10,11 @@ With launcher.colocate and sglang.enable_memory_saver (a synchronous run), each 
        the weight update lands in them; with actor.offload the trainer moves its state to CPU
     -> the server takes its KV cache back (tags=[kv_cache]) and generates the next batch.
 
+The server is resumed only from what this object released: a step that starts without a release
+(a recovered run pushing its checkpoint's weights, on a fresh server that holds its memory) resumes
+nothing. SGLang 0.5.16's scheduler dies on a resume of a tag that is not released (KeyError in
+weight_updater.resume_memory_occupation), and the built-in server refuses one.
+
 Asynchronous colocated runs do not take turns: both processes stay resident and
 sglang.mem_fraction_static splits the memory. Either way `memory_metrics` reports what each
 process holds at the hand-off points (memory/...). Every trainer rank calls every method (the
@@ -37,6 +42,7 @@ class TimeShare:
         self.enabled = bool(self.colocated and cfg.sglang.enable_memory_saver)
         self.offload = self.enabled and cfg.actor.offload
         self._metrics: dict[str, float] = {}
+        self.released: set[str] = set()  # what to_trainer took from the server, until resumed
 
     def start(self) -> None:
         """Before the first generation: the trainer leaves the device to the server."""
@@ -54,6 +60,7 @@ class TimeShare:
             # a request held); the weight update that ends this step continues generation
             self.engine.control.pause(mode="abort")
             self._timed("release_s", self.engine.control.release_memory_occupation)
+        self.released = {"weights", "kv_cache"}  # every rank keeps the same account as rank 0
         if self.offload:
             self._timed("onload_s", self.actor.onload)
 
@@ -65,8 +72,10 @@ class TimeShare:
                 self._memory("step")
             return
         self._memory("train")
-        if self.engine is not None:
-            self._timed("resume_weights_s", lambda: self.engine.control.resume_memory_occupation(["weights"]))
+        if "weights" in self.released:
+            self.released.discard("weights")
+            if self.engine is not None:
+                self._timed("resume_weights_s", lambda: self.engine.control.resume_memory_occupation(["weights"]))
 
     def to_server(self) -> None:
         """After the weight update: the server gets its KV cache back and generates next."""
@@ -74,8 +83,10 @@ class TimeShare:
             return
         if self.offload:
             self._timed("offload_s", self.actor.offload)
-        if self.engine is not None:
-            self._timed("resume_kv_cache_s", lambda: self.engine.control.resume_memory_occupation(["kv_cache"]))
+        if "kv_cache" in self.released:
+            self.released.discard("kv_cache")
+            if self.engine is not None:
+                self._timed("resume_kv_cache_s", lambda: self.engine.control.resume_memory_occupation(["kv_cache"]))
 
     def metrics(self) -> dict[str, float]:
         """This step's hand-off seconds (handoff/...) and memory readings (memory/...), once."""

@@ -84,3 +84,18 @@ def test_sync_colocated_run_time_shares_the_device(tmp_path):
         assert all(r[key] >= 0 for r in steps), key
     assert all(r["rollout/reward_mean"] is not None for r in steps)
     assert Path(run_dir / "models" / "final" / "config.json").exists()
+
+
+def test_sync_colocated_run_recovers_from_a_checkpoint(tmp_path):
+    """A time-shared run relaunched after its last checkpoint: the recovered trainer pushes the
+    checkpoint's weights to a fresh server that holds its memory, so nothing may be resumed then (the
+    built-in server refuses such a resume, as SGLang's scheduler dies on one: found by a GPU chaos
+    trial, 2026-12-05); the next steps take turns as before."""
+    sync = ("rollout.max_head_offpolicyness=0", "actor.offload=true", "recover.mode=auto", "recover.freq_steps=2")
+    ports = ("launcher.server_base_port=31980", "launcher.trainer_master_port=29980")
+    launch(tmp_path, "colocated_recover", *sync, *ports)
+    run_dir, steps = launch(tmp_path, "colocated_recover", *sync, *ports, "total_train_steps=5")
+    assert [r["step"] for r in steps] == [1, 2, 3, 4, 5] and [r["weight_version"] for r in steps] == [1, 2, 3, 4, 5]
+    log = (run_dir / "logs" / "trainer-0.log").read_text()
+    assert "recovered from" in log and "resuming at step" in log
+    assert all(r["handoff/resume_weights_s"] >= 0 for r in steps if r["step"] > 2)
