@@ -48,10 +48,7 @@ def skip_unused_sglang_models(args: list[str]) -> None:
         return
     found = disabled_model_archs(args)
     if found is None:
-        logger.info(
-            "SGLang imports every model module: the model's architectures could not be read (a hub id?), "
-            "no SGLang module names them, or a flag may change them (areal/infra/sglang_registry.py)"
-        )
+        logger.info("SGLang imports every model module (the model's architectures were not found in its source)")
         return
     os.environ[DISABLED_ARCHS_ENV], note = found
     logger.info("%s (%s)", note, DISABLED_ARCHS_ENV)
