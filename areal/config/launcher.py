@@ -121,13 +121,6 @@ class LauncherConfig(Section):
         "trainer's last disk weight update (actor.weight_update=disk) so it serves the current weights; "
         "clients retry connection errors for up to launcher.server_startup_timeout_s meanwhile.",
     )
-    sglang_skip_unused_models: bool = Field(
-        False,
-        description="SGLang servers the launcher starts import only the model modules that name the served "
-        "model's architecture (SGLANG_DISABLED_MODEL_ARCHS lists the rest; about 20 of 210 stay for Llama "
-        "or Qwen2 models in SGLang 0.5.16) instead of every module at every start and restart "
-        "(areal/infra/sglang_registry.py). A SGLANG_DISABLED_MODEL_ARCHS of your own (launcher.server_env) wins.",
-    )
     trainer_entry: str = Field(
         "areal.trainer.main", description="Python module run (python -m) by each trainer worker."
     )

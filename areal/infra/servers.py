@@ -20,8 +20,6 @@ from .model_names import is_project_model
 MIN_SGLANG = "0.5.9"
 TESTED_SGLANG = ("0.5.16",)
 SERVER_MODULES = {"sglang": "sglang.launch_server", "builtin": "areal.server"}
-# areal.models.serve's option: set SGLANG_DISABLED_MODEL_ARCHS before SGLang starts (sglang_registry)
-SKIP_UNUSED_MODELS_FLAG = "--skip-unused-models"
 # Fields of SGLangConfig the built-in server understands; the others are SGLang tuning knobs.
 BUILTIN_FLAGS = {
     "model_path",
@@ -100,7 +98,6 @@ def indexed_server_command(
         sglang_flags=facts.sglang_flags,
         warnings=warnings,
         extra_flags=server_flags_for(pause_mode, kind),
-        skip_unused_models=cfg.launcher.sglang_skip_unused_models,
     )
 
 
@@ -136,13 +133,11 @@ def server_command(
     sglang_flags: frozenset[str] | None = None,
     warnings: list[str] | None = None,
     extra_flags: list[str] | None = None,
-    skip_unused_models: bool = False,
 ) -> list[str]:
     """`python -m <server module> --flag value ...`. SGLang cannot read the project's model names
     (`tiny:<preset>`, `smollm2:135m-instruct`): for those it is started through areal.models.serve,
-    which resolves them to the folder every process of the run shares, then execs SGLang; so it is
-    with `skip_unused_models` (launcher.sglang_skip_unused_models), which areal.models.serve applies
-    (areal/infra/sglang_registry.py). Its decode graphs cover the running batch (cuda_graph_bs)."""
+    which resolves them to the folder every process of the run shares, then execs SGLang. Its decode
+    graphs cover the running batch (cuda_graph_bs)."""
     if kind == "sglang":
         graph_bs = cuda_graph_bs(cfg)
         if warnings is not None:
@@ -157,8 +152,6 @@ def server_command(
     if note and warnings is not None:
         warnings.append(note)
     flags = drop_unknown_flags(renamed_flags(flags, sglang_flags), sglang_flags, sglang_version, warnings)
-    if skip_unused_models:
-        return [python, "-m", "areal.models.serve", SKIP_UNUSED_MODELS_FLAG, SERVER_MODULES[kind], *flags]
     if any(is_project_model(p) for p in (cfg.model_path, cfg.tokenizer_path) if p):
         return [python, "-m", "areal.models.serve", SERVER_MODULES[kind], *flags]
     return [python, "-m", SERVER_MODULES[kind], *flags]

@@ -237,15 +237,6 @@ def test_sglang_gets_a_folder_for_the_projects_model_names():
     assert cmd[1:3] == ["-m", "sglang.launch_server"]
 
 
-def test_sglang_skipping_unused_models_starts_through_serve():
-    sglang = HostFacts(cuda_available=True, sglang_version="0.5.16", python="python")
-    on = cfg(actor__path="/models/qwen", rollout__server="sglang", launcher__sglang_skip_unused_models=True)
-    cmd = make_plan(on, sglang).by_role("server")[0].command
-    assert cmd[1:5] == ["-m", "areal.models.serve", "--skip-unused-models", "sglang.launch_server"]
-    builtin = make_plan(cfg(launcher__sglang_skip_unused_models=True), CPU)
-    assert "--skip-unused-models" not in builtin.by_role("server")[0].command  # SGLang's registry only
-
-
 def test_serve_resolves_model_names_before_exec(monkeypatch):
     from areal.models import serve
 

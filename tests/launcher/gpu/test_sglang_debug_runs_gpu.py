@@ -79,19 +79,6 @@ def test_inference_only_run_on_sglang(tmp_path):
     assert plan["pause_mode"] == "abort"  # auto on SGLang
 
 
-def test_inference_only_run_on_sglang_skipping_unused_model_modules(tmp_path):
-    """launcher.sglang_skip_unused_models: SGLang's registry imports only the modules naming
-    SmolLM2's LlamaForCausalLM, and the server serves as before."""
-    r = inference_only(tmp_path, "skip_models", 1, 32850, "launcher.sglang_skip_unused_models=true")
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    run_dir = tmp_path / "skip_models" / "trial0"
-    log = (run_dir / "logs" / "server-0.log").read_text()
-    print([line for line in log.splitlines() if "model modules" in line or "Load weight" in line][:4])
-    assert "model modules, those naming LlamaForCausalLM (SGLANG_DISABLED_MODEL_ARCHS)" in log
-    index = json.loads((run_dir / "rollouts" / "index.json").read_text())
-    assert [b["n_sequences"] for b in index["batches"]] == [32]
-
-
 def test_trainer_only_run_against_a_running_sglang_server(tmp_path):
     import requests
 
