@@ -108,6 +108,7 @@ precompile_kit() {  # the kit installs --no-compile: bytecode for /tmp/site, in 
 
 launch() {  # the stage's shell writes its pid before it starts: poll asks that pid, never a process list
   mkdir -p "$res"
+  rm -f "$res.pid"  # a finished stage's pid file would pass the wait below, and poll would ask a dead pid
   # AFTER_LOG and AFTER_WAIT_S pass through the environment to run_gpu_benchmarks.sh, which waits
   setsid nohup bash -c 'echo $$ >"$1.pid"; exec bash scripts/run_gpu_benchmarks.sh "$2" "$1"' _ "$res" "$stage" \
     >"$res.stage.log" 2>&1 </dev/null &
