@@ -87,7 +87,7 @@ def ppo_loss_fn(cfg) -> Callable:
         prox_stats: dict[str, torch.Tensor] = {}
         if mb.get(PROX_FROM_TRAINING):  # the step's first minibatch: this forward runs at the proximal weights
             prox = logprobs.detach()
-        elif cfg.recompute_logprob and cfg.prox_logp_method == "loglinear":
+        elif cfg.prox_logp_method == "loglinear":  # (checked above: recompute_logprob is on)
             alpha = _require(
                 mb, PROX_ALPHA, "actor.prox_logp_method=loglinear", "split the batch with proximal_minibatches"
             )
@@ -183,16 +183,15 @@ def proximal_minibatches(
     if cfg.prox_logp_method != "recompute":
         if version is None:
             raise ValueError(f"actor.prox_logp_method={cfg.prox_logp_method} needs the trainer's weight version")
-        n = len(minibatches)
+        _require(
+            batch,
+            "versions",
+            f"actor.prox_logp_method={cfg.prox_logp_method}",
+            "a workflow's samples carry each token's weight version (areal/workflow/common.py); "
+            "set actor.prox_logp_method=recompute for batches without one",
+        )
         for k, mb in enumerate(minibatches):
-            versions = _require(
-                mb,
-                "versions",
-                f"actor.prox_logp_method={cfg.prox_logp_method}",
-                "a workflow's samples carry each token's weight version (areal/workflow/common.py); "
-                "set actor.prox_logp_method=recompute for batches without one",
-            )
-            mb[PROX_ALPHA] = interpolation_weight(versions, version, k / n)
+            mb[PROX_ALPHA] = interpolation_weight(mb["versions"], version, k / len(minibatches))
         if cfg.prox_logp_method == "loglinear":
             return minibatches
     own = 0 if cfg.recompute_first_minibatch else 1

@@ -354,8 +354,7 @@ class MemoryOccupation:
                 f"released (released: {sorted(self.released) or 'nothing'}); SGLang's scheduler exits on "
                 "such a resume (KeyError), so resume only the tags /release_memory_occupation released"
             )
-        back = list(tags)
-        if "weights" in back:
+        if "weights" in tags:
             try:
                 self.offloader.resume()
             except torch.OutOfMemoryError as exc:
@@ -365,10 +364,10 @@ class MemoryOccupation:
                     f"({str(exc).splitlines()[0]}); nothing was resumed. Free device memory in "
                     "the colocated process (the trainer) first, then call again."
                 ) from None
-        self.scheduler.memory_released = self.released - set(back)
-        if back:
-            logger.info("memory resumed: %s", back)
-        return self._reply("Resumed", back, tags, time.perf_counter() - t0)
+        self.scheduler.memory_released = self.released - set(tags)
+        if tags:
+            logger.info("memory resumed: %s", tags)
+        return self._reply("Resumed", tags, tags, time.perf_counter() - t0)
 
     def _reply(self, verb: str, changed: list[str], asked: list[str], seconds: float) -> dict:
         unchanged = [t for t in asked if t not in changed]

@@ -72,10 +72,7 @@ class TimeShare:
                 self._memory("step")
             return
         self._memory("train")
-        if "weights" in self.released:
-            self.released.discard("weights")
-            if self.engine is not None:
-                self._timed("resume_weights_s", lambda: self.engine.control.resume_memory_occupation(["weights"]))
+        self._resume("weights")
 
     def to_server(self) -> None:
         """After the weight update: the server gets its KV cache back and generates next."""
@@ -83,15 +80,20 @@ class TimeShare:
             return
         if self.offload:
             self._timed("offload_s", self.actor.offload)
-        if "kv_cache" in self.released:
-            self.released.discard("kv_cache")
-            if self.engine is not None:
-                self._timed("resume_kv_cache_s", lambda: self.engine.control.resume_memory_occupation(["kv_cache"]))
+        self._resume("kv_cache")
 
     def metrics(self) -> dict[str, float]:
         """This step's hand-off seconds (handoff/...) and memory readings (memory/...), once."""
         out, self._metrics = self._metrics, {}
         return out
+
+    def _resume(self, tag: str) -> None:
+        """The server takes `tag` back (handoff/resume_<tag>_s), if to_trainer released it."""
+        if tag not in self.released:
+            return
+        self.released.discard(tag)
+        if self.engine is not None:
+            self._timed(f"resume_{tag}_s", lambda: self.engine.control.resume_memory_occupation([tag]))
 
     def _timed(self, name: str, fn) -> Any:
         t0 = time.perf_counter()

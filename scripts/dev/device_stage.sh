@@ -85,24 +85,17 @@ age_kit_sources() {  # date every file the kit installed 2020-01-01, so the JIT 
 }
 
 precompile_kit() {  # the kit installs --no-compile: bytecode for /tmp/site, in the background
-  # On 2026-12-05 every SGLang start on the H200 spent about 57 s before loading weights (25 s to
-  # its first log line, 35 s more to its model registry's import warnings in the scheduler, which
-  # imports SGLang again), restarts as long as the first start. A guess to test: nothing is
-  # imported from bytecode. compileall writes it whatever PYTHONDONTWRITEBYTECODE says, and Python
-  # reads it then. precompile.txt says how long that took, whether the image forbids writing
-  # bytecode, and then where importing SGLang's HTTP server spends its time (the 40 slowest
-  # modules, cumulative microseconds, from python -X importtime), then what SGLang's model registry
-  # costs (scripts/dev/time_model_registry.sh). Call it after /tmp/env.sh.
+  # Without it every SGLang start on the H200 spent about 57 s before loading weights (2026-12-05);
+  # with it, on an H100 the same day, importing SGLang's HTTP server took 13 s (docs/reliability.md;
+  # scripts/dev/time_model_registry.sh times the model registry by hand). compileall writes bytecode
+  # whatever PYTHONDONTWRITEBYTECODE says, and Python reads it then; precompile.txt says whether the
+  # image forbids writing it and how long compileall took. Call it after /tmp/env.sh.
   mkdir -p "$res"
   echo "PYTHONDONTWRITEBYTECODE=${PYTHONDONTWRITEBYTECODE:-unset}; .pyc under /tmp/site/sglang before:" \
     "$(find /tmp/site/sglang -name '*.pyc' | wc -l)" >"$res/precompile.txt"
   # under setsid, as the stage: it outlives the call that started it
   setsid nohup bash -c 't0=$SECONDS; python3 -m compileall -q -j 8 /tmp/site >/dev/null 2>&1
-    echo "compileall -j 8 /tmp/site: $((SECONDS - t0)) s" >>"$1"
-    t0=$SECONDS; python3 -X importtime -c "import sglang.srt.entrypoints.http_server" 2>/tmp/sglang_importtime.txt
-    echo "import sglang.srt.entrypoints.http_server (bytecode, beside the stage): $((SECONDS - t0)) s" >>"$1"
-    sort -t"|" -k2 -n /tmp/sglang_importtime.txt | tail -n 40 >>"$1"
-    bash "$2" >>"$1" 2>&1' _ "$res/precompile.txt" "$PWD/scripts/dev/time_model_registry.sh" \
+    echo "compileall -j 8 /tmp/site: $((SECONDS - t0)) s" >>"$1"' _ "$res/precompile.txt" \
     >/dev/null 2>&1 </dev/null &
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# What SGLang's model registry costs a server start, on the device (device_stage.sh's precompile
-# runs it after compileall). A server's scheduler builds sglang.srt.models.registry.ModelRegistry,
+# What SGLang's model registry costs a server start, on the device, by hand after the kit's
+# `device_stage.sh start` (source /tmp/env.sh first). Measured once (docs/reliability.md, 2026-12-05:
+# 12.3-12.7 s with every module, 11.6-12.7 s restricted). A server's scheduler builds sglang.srt.models.registry.ModelRegistry,
 # which imports every module of sglang/srt/models (about 210 in 0.5.16) except those named in
 # SGLANG_DISABLED_MODEL_ARCHS. Times `import sglang.srt.models.registry` in a fresh interpreter
 # twice with every module and twice with only those that name the architectures the project's
