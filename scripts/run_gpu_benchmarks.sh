@@ -249,8 +249,9 @@ x1_agent_vs_rlvr)
 x1_recipe)
   # Issue 37's sweep: the one-GPU RLVR recipe with RECIPE_ARGS over MODES x SEED_LIST, beside
   # AGENT_SEEDS runs of the agent recipe and, where CANDIDATE_ARGS is set, one run of another
-  # candidate (abort, seed 1), all on the one GPU at once (started one by one), each cut at
-  # SWEEP_TIMEOUT s. Writes one row per run to recipe_table.md, and the device's load to load.txt.
+  # candidate (abort, seeds CANDIDATE_SEEDS, default 1), all on the one GPU at once (started one by
+  # one; SWEEP_MAX_RUNS=1 runs them back to back), each cut at SWEEP_TIMEOUT s. Writes one row per
+  # run to recipe_table.md, and the device's load to load.txt.
   convert_smollm2
   sample_device "$out/load.txt" & sampler=$!
   i=0; prev=""; runs=(); names=()
@@ -264,7 +265,10 @@ x1_recipe)
     done
   done
   if [ -n "${CANDIDATE_ARGS:-}" ]; then
-    side_by_side candidate_abort_s1 smollm2_gsm8k_1gpu.yaml 0.04 8192 rollout.pause_mode=abort seed=1 $CANDIDATE_ARGS
+    for seed in ${CANDIDATE_SEEDS:-1}; do
+      side_by_side candidate_abort_s$seed smollm2_gsm8k_1gpu.yaml 0.04 8192 rollout.pause_mode=abort seed=$seed \
+        $CANDIDATE_ARGS
+    done
   fi
   wait "${runs[@]}"
   kill $sampler
