@@ -44,6 +44,7 @@ from areal.infra.health import HealthWatch, ServerStartupError, is_healthy, wait
 from areal.infra.server_process import tail_lines
 
 from .diagnosis import hints
+from .phase_watch import PhaseWatch
 from .plan import LaunchPlan, ProcessSpec
 from .procs import LaunchError, exit_code, with_flag
 
@@ -373,6 +374,7 @@ class Supervisor(abc.ABC):
         watch = self.health_watch()
         self.stopped_since: dict[str, float] = {}
         self.stalled: dict[str, float] = {}  # server -> when it last answered (note_stalls)
+        phases = self.phase_watch(mains)
         try:
             while remaining:
                 self.refresh()
@@ -397,6 +399,8 @@ class Supervisor(abc.ABC):
                 failed = self.check_silent(watch)
                 if failed is None:
                     failed = self.check_stopped(watch)
+                if failed is None:
+                    failed = self.check_phases(phases, remaining)
                 if failed is not None:
                     return failed
                 time.sleep(POLL_S)
@@ -486,6 +490,35 @@ class Supervisor(abc.ABC):
                 reason + "; to pause a run on purpose for longer, raise launcher.stopped_timeout_s (null disables it)",
             )
         return None
+
+    def phase_watch(self, mains: list[str]) -> PhaseWatch | None:
+        """Watch the trainer ranks' phases (launcher.trainer_phase_timeout_s), from now."""
+        timeout = self.cfg.launcher.trainer_phase_timeout_s
+        trainers = [s.name for s in self.plan.by_role("trainer") if s.name in mains]
+        return PhaseWatch(Path(self.plan.run_dir) / "logs", trainers, timeout) if timeout and trainers else None
+
+    def check_phases(self, phases: PhaseWatch | None, remaining: set[str]) -> int | None:
+        """Name a rank past half of launcher.trainer_phase_timeout_s in one phase on the console;
+        fail the run, naming it, past the whole (the run's exit code)."""
+        if phases is None or not phases.due():
+            return None
+        ages = [a for a in phases.ages() if a.name in remaining]
+        key = f"launcher.trainer_phase_timeout_s={phases.timeout_s:g}"
+        for a in phases.to_notice(ages):
+            say(
+                f"{a.name} has been in {a.phase} for {a.seconds:.0f} s: the run fails at {key} (log: "
+                f"{self.procs[a.name].log_path})"
+            )
+        late = phases.overdue(ages)
+        if late is None:
+            return None
+        return self.fail(
+            late.name,
+            1,
+            f"has been in {late.phase} for {late.seconds:.0f} s ({key}) without starting another phase: it is "
+            "hung (py-spy dump --pid PID shows where); if that phase is only slow, raise "
+            "launcher.trainer_phase_timeout_s (null disables the check)",
+        )
 
     def last_phase(self, name: str, form: str) -> str:
         """form.format('step N PHASE') from a trainer rank's RUN/logs/<name>.phase (the phase it was

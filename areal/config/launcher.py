@@ -104,6 +104,15 @@ class LauncherConfig(Section):
         "instead with launcher.restart_failed_servers); null disables the check. Local backend, and the Ray "
         "backend through each process's actor.",
     )
+    trainer_phase_timeout_s: float | None = Field(
+        7200.0,
+        gt=0,
+        description="A trainer rank whose phase (RUN/logs/trainer-K.phase: step N rollout, train, eval, ...) "
+        "stays the same this long fails the run, naming the rank and the phase; the console names it at "
+        "half (from the rank's first phase on: start-up is not watched). It ends a hang no other deadline "
+        "sees: a rank of a one-rank run blocked without being stopped. It must exceed the slowest phase "
+        "(a rollout may wait rollout.request_timeout_s); null disables the check.",
+    )
     shutdown_grace_s: float = Field(
         10.0, gt=0, description="Seconds between SIGTERM and SIGKILL when stopping processes."
     )

@@ -8,6 +8,8 @@ rank 1 is SIGSTOPped after step 1 and never resumed.
   actor.collective_timeout_s (the stopped check off): trainer-0 waits for trainer-1 in a
       collective, gloo gives up after the timeout, and the launcher's error names the key and
       trainer-1 as stopped.
+  launcher.trainer_phase_timeout_s (one rank; the stopped and health checks off): the server is
+      SIGSTOPped instead, so the running trainer blocks in its phase, which the launcher names.
 
 Every process of the run must be gone within 60 s of the detection. Times are printed
 ([measured], pytest -s), and asserted only against the configured timeouts.
@@ -43,21 +45,23 @@ def stop_trainer_1(tmp_path, *overrides: str):
     return launcher, run_dir, rank1, t_stop, pids
 
 
-def ends_naming(launcher, rank1: int, t_stop: float, pids: list[int], pattern: str, within_s: float) -> re.Match:
+def ends_naming(
+    launcher, stopped_pid: int, t_stop: float, pids: list[int], pattern: str, within_s: float, what: str = "trainer-1"
+) -> re.Match:
     """The launcher exits 1 with an error matching pattern, printed within_s after the SIGSTOP,
-    and then every process of the run is gone within EXIT_WITHIN_S."""
+    and then every process of the run is gone within EXIT_WITHIN_S; `what` was SIGSTOPped."""
     try:
         rc = launcher.wait(within_s + EXIT_WITHIN_S + 30)
     finally:
-        if psutil.pid_exists(rank1):
-            os.kill(rank1, signal.SIGCONT)
+        if psutil.pid_exists(stopped_pid):
+            os.kill(stopped_pid, signal.SIGCONT)
     assert rc == 1, launcher.output
     found = re.search(pattern, launcher.output)
     assert found, launcher.output
     named = launcher.seconds_to(re.escape(found.group(0)[:40]), t_stop)
     exited = time.monotonic() - t_stop
-    measured("trainer-1 SIGSTOP -> named", named)
-    measured("trainer-1 SIGSTOP -> launcher exited", exited)
+    measured(f"{what} SIGSTOP -> named", named)
+    measured(f"{what} SIGSTOP -> launcher exited", exited)
     assert named <= within_s, launcher.output
     assert wait_gone(pids, timeout=max(1.0, named + EXIT_WITHIN_S - exited)) == []
     return found
@@ -92,3 +96,34 @@ def test_rank_waiting_in_a_collective_times_out_naming_the_key(tmp_path):
         within_s=20 + 30,  # the timeout, the time rank 0 may still work alone before it waits, polling
     )
     assert found.group(1) == str(run_dir / "logs" / "trainer-0.log")
+
+
+def test_rank_blocked_in_one_phase_is_named_by_the_phase_timeout(tmp_path):
+    timeout = 15  # each phase of the demo takes about a second
+    launcher = launch(
+        tmp_path,
+        "total_train_steps=200",
+        "launcher.stopped_timeout_s=null",
+        "launcher.server_health_timeout_s=null",
+        f"launcher.trainer_phase_timeout_s={timeout}",
+    )
+    run_dir = run_dir_of(tmp_path)
+    wait_rows(launcher, run_dir, 1)
+    pids = tree_pids(launcher.proc.pid)
+    server = pid_of(launcher, "server-0")
+    t_stop = time.monotonic()
+    os.kill(server, signal.SIGSTOP)  # the trainer keeps running, its requests unanswered
+    found = ends_naming(
+        launcher,
+        server,
+        t_stop,
+        pids,
+        rf"error: trainer-0 has been in (step \d+ \w+) for (\d+) s \(launcher\.trainer_phase_timeout_s={timeout}\) "
+        r"without starting another phase: it is hung .*raise launcher\.trainer_phase_timeout_s.*; log: (\S+)",
+        within_s=timeout + 15,  # the timeout from the phase's start (up to a step before the signal), polling
+        what="server-0",
+    )
+    assert int(found.group(2)) >= timeout
+    assert found.group(3) == str(run_dir / "logs" / "trainer-0.log")
+    noticed = launcher.output.index(f"trainer-0 has been in {found.group(1)} for")  # at half the timeout
+    assert noticed < launcher.output.index("error: trainer-0 has been in"), launcher.output
