@@ -677,10 +677,13 @@ class FSDPEngine(TrainEngine):
             self.optimizer.zero_grad(set_to_none=True)
         self.model.to(device)  # FSDP2 moves each rank's shards (DTensor parameters)
         if self.optimizer is not None:
+            # Adam keeps its step count on the CPU, except fused or capturable, where it must be on
+            # the parameters' device: a checkpoint loaded while offloaded put it on the CPU, and the
+            # fused kernel then refused it (found by a GPU chaos trial's relaunch, 2026-12-05)
+            step_follows = any(g.get("fused") or g.get("capturable") for g in self.optimizer.param_groups)
             for per_param in self.optimizer.state.values():
                 for key, value in per_param.items():
-                    # the step count stays where Adam keeps it (CPU, or the device when fused): tiny
-                    if key == "step":
+                    if key == "step" and not step_follows:
                         continue
                     if isinstance(value, torch.Tensor) and value.device != torch.device(device):
                         per_param[key] = value.to(device, non_blocking=True)

@@ -5,6 +5,8 @@ device tool):
 
 * FSDPEngine.offload() really frees the trainer's device memory and onload() brings it back, and
   training goes on as if nothing happened;
+* a train state loaded while offloaded (a recovered time-shared run) trains after onload(): the
+  fused AdamW's step counts come back to the device with the rest;
 * a tensor weight update (CUDA IPC handles) from the trainer to a server on the same GPU: the
   server's logprobs then match the trainer's.
 """
@@ -47,6 +49,28 @@ def test_offload_frees_the_trainers_memory_and_training_goes_on(qwen_05b):
     )
     # fp32 weights + Adam's two moments: at least 12 bytes per parameter left the device
     assert resident - offloaded >= 12 * n_params * 0.9
+    assert second["loss"] < first["loss"]
+
+
+def test_train_state_loaded_while_offloaded_trains_after_onload(tiny_model_dir, tmp_path):
+    from transformers import AutoConfig
+
+    from areal.engine.fsdp.engine import FSDPEngine
+
+    batch = make_batch(4, 8, 24, vocab=AutoConfig.from_pretrained(tiny_model_dir).vocab_size)
+    engine = FSDPEngine.from_pretrained(tiny_model_dir, dtype="bfloat16", learning_rate=1e-3, max_tokens_per_mb=256)
+    try:
+        assert any(g.get("fused") for g in engine.optimizer.param_groups)  # CUDA: fused AdamW
+        first = engine.train_batch(batch, _nll, _weight)
+        engine.save_train_state(str(tmp_path / "state"))
+        engine.offload()
+        engine.load_train_state(str(tmp_path / "state"))  # as a relaunch does before its first step
+        engine.onload()
+        steps = [s["step"] for s in engine.optimizer.state.values()]
+        assert steps and all(t.device.type == "cuda" for t in steps)
+        second = engine.train_batch(batch, _nll, _weight)  # before the fix: "state_steps is on cpu"
+    finally:
+        engine.destroy()
     assert second["loss"] < first["loss"]
 
 
