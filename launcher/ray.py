@@ -21,6 +21,7 @@ placement group, on success, failure, Ctrl-C or SIGTERM alike.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -55,21 +56,38 @@ LOCAL_RAY_OPTIONS = {
 }
 
 
+def local_ray_options(plan: LaunchPlan) -> dict:
+    """ray.init's options for a Ray the launcher starts for this run alone (launcher.ray_address
+    null): always a new instance ("local": Ray would otherwise join the cluster a `ray start` on
+    this machine left running, and refuse these options there), with as many logical CPUs as the
+    plan reserves where the machine has fewer. Ray's CPUs only count reservations, and the local
+    backend runs the same processes on those cores anyway: the CPU demo (a server and two trainer
+    ranks, 3 CPUs) runs on a 2-core machine either way."""
+    bundles, _ = node_bundles(plan)
+    need = max((b.get("CPU", 0.0) for b in bundles), default=0.0)  # a local Ray is one node
+    return {**LOCAL_RAY_OPTIONS, "address": "local", "num_cpus": max(os.cpu_count() or 1, math.ceil(need))}
+
+
 def run_ray(plan: LaunchPlan, cfg: ExperimentConfig) -> int:
     import ray
 
     address = cfg.launcher.ray_address
     say(f"connecting to Ray at {address}" if address else "starting a local Ray instance")
-    extra = {} if address else LOCAL_RAY_OPTIONS
+    options = {"address": address} if address else local_ray_options(plan)
     try:
-        ray.init(address=address, log_to_driver=False, **extra)
+        ray.init(log_to_driver=False, **options)
     except (ConnectionError, RuntimeError, ValueError) as e:
-        print(
-            f"error: cannot connect to Ray at launcher.ray_address={address!r}: {e}\n"
-            "fix: start the cluster (ray start --head) or set launcher.ray_address to its address "
-            "(null starts a local Ray)",
-            file=sys.stderr,
-        )
+        if address:
+            fix = (
+                f"cannot connect to Ray at launcher.ray_address={address!r}: {e}\nfix: start the cluster "
+                "(ray start --head) or set launcher.ray_address to its address (null starts a local Ray)"
+            )
+        else:
+            fix = (
+                f"cannot start a local Ray (launcher.ray_address=null): {e}\nfix: see Ray's logs under "
+                "/tmp/ray/session_latest/logs, or start a cluster and set launcher.ray_address to its address"
+            )
+        print(f"error: {fix}", file=sys.stderr)
         return 1
     try:
         return RayRun(plan, cfg).execute()
@@ -265,9 +283,10 @@ class RayRun(Supervisor):
         say(f"reserving {len(bundles)} Ray node(s) ({strategy}): {bundles}")
         self.pg = placement_group(bundles, strategy=strategy, name=f"areal-{self.cfg.trial_name}")
         if not self.pg.wait(PLACEMENT_TIMEOUT_S):
+            where = "each on its own node" if strategy == "STRICT_SPREAD" else "on one node"
             raise LaunchError(
-                f"the Ray cluster cannot place {len(bundles)} node(s) of {bundles} ({strategy}: each "
-                f"on its own node) within {PLACEMENT_TIMEOUT_S:g} s; it has "
+                f"the Ray cluster cannot place {len(bundles)} node(s) of {bundles} ({strategy}: {where}) "
+                f"within {PLACEMENT_TIMEOUT_S:g} s; it has "
                 f"{len([n for n in ray.nodes() if n.get('Alive')])} live node(s) with "
                 f"{ray.available_resources()} free. Add nodes, or lower launcher.trainer_n_nodes / "
                 "launcher.rollout_n_nodes / the parallel degrees"
