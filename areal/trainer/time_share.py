@@ -33,6 +33,10 @@ if TYPE_CHECKING:
     from areal.engine.sglang.client import RemoteSGLangEngine
 
 GB = 2**30
+# What the server hands the trainer, named, not "all": SGLang's all includes its 'cuda_graph' tag,
+# which nothing here resumes (its graphs sit in a pausable region only with
+# SGLANG_MEMORY_SAVER_CUDA_GRAPH=1, and would then be replayed on paused memory)
+HANDED_OFF = ("kv_cache", "weights")
 
 
 class TimeShare:
@@ -59,8 +63,8 @@ class TimeShare:
             # returns a stray request to the client (SGLang asserts when it must release memory with
             # a request held); the weight update that ends this step continues generation
             self.engine.control.pause(mode="abort")
-            self._timed("release_s", self.engine.control.release_memory_occupation)
-        self.released = {"weights", "kv_cache"}  # every rank keeps the same account as rank 0
+            self._timed("release_s", lambda: self.engine.control.release_memory_occupation(sorted(HANDED_OFF)))
+        self.released = set(HANDED_OFF)  # every rank keeps the same account as rank 0
         if self.offload:
             self._timed("onload_s", self.actor.onload)
 

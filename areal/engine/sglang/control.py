@@ -402,7 +402,8 @@ class ServerControl:
     # ---- memory hand-off ----------------------------------------------------------------------
     def release_memory_occupation(self, tags: list[str] | None = None) -> None:
         """Servers free their KV cache and/or move their weights off the device (tags among
-        kv_cache, weights; None: both); generation must be paused and idle."""
+        kv_cache, weights; None: everything the server tags, on SGLang its cuda_graph too, which
+        no tag here resumes); generation must be paused and idle."""
         self.post_all(protocol.RELEASE_MEMORY, protocol.memory_payload(tags, protocol.RELEASE_MEMORY), weights=True)
 
     def resume_memory_occupation(self, tags: list[str] | None = None) -> None:

@@ -331,7 +331,8 @@ def tensor_update_payload(serialized: list[str], *, version: int | None) -> dict
 
 def memory_payload(tags: list[str] | None, route: str = RELEASE_MEMORY) -> dict[str, Any]:
     """/release_memory_occupation and /resume_memory_occupation: `tags` among MEMORY_TAGS, or
-    None for all of them (SGLang's meaning of a missing list)."""
+    None for all the server has (SGLang's meaning of a missing list, which on SGLang includes its
+    cuda_graph tag)."""
     if tags is not None:
         bad = [t for t in tags if t not in MEMORY_TAGS]
         if bad or not tags:
