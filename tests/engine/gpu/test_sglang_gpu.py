@@ -323,7 +323,8 @@ def stream_until(addr: str, prompt, tokens: int, min_tokens: int, timeout: float
 
 
 def test_release_and_resume_give_the_memory_back(engine, prompt, smollm2):
-    """A time-shared step as the trainer runs it: release everything, take the weights back, push
+    """A time-shared step as the trainer runs it (TimeShare): release the KV cache and the weights
+    by name (not SGLang's all, which includes cuda_graph), take the weights back, push
     the trainer's weights into them (SGLang keeps no copy of released weights unless started with
     --enable-weights-cpu-backup), take the KV cache back; the greedy text is unchanged."""
     from pathlib import Path
@@ -339,7 +340,7 @@ def test_release_and_resume_give_the_memory_back(engine, prompt, smollm2):
     control = engine.control
     t0 = time.perf_counter()
     with control.weight_update(WeightUpdateMeta("tensor", version=21)) as update:
-        control.release_memory_occupation()
+        control.release_memory_occupation(["kv_cache", "weights"])
         release_s = time.perf_counter() - t0
         free_released, _ = torch.cuda.mem_get_info()
         t0 = time.perf_counter()
