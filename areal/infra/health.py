@@ -10,6 +10,7 @@ answering (hung, or stopped with SIGSTOP) for launcher.server_health_timeout_s.
 
 from __future__ import annotations
 
+import http.client
 import threading
 import time
 import urllib.error
@@ -32,12 +33,17 @@ class ServerStartupTimeout(ServerStartupError, TimeoutError):
 
 def is_healthy(addr: str, timeout: float = 2.0, headers: dict[str, str] | None = None) -> bool:
     """One GET http://addr/health; True on 200 (headers: e.g. the bearer key, which SGLang does
-    not ask for on /health but a proxy in front of it may)."""
+    not ask for on /health but a proxy in front of it may).
+
+    Anything but an HTTP answer is False, a malformed one too: before a server listens, a probe of
+    a port in the ephemeral range can connect to itself (Linux's TCP simultaneous open, when the
+    kernel picks that very port as the probe's source) and read its own request back as the status
+    line (BadStatusLine: 'GET /health HTTP/1.1'); this once failed a launch in CI."""
     request = urllib.request.Request(f"http://{addr}/health", headers=headers or {})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as resp:
             return resp.status == 200
-    except (urllib.error.URLError, OSError, ValueError):
+    except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError):
         return False
 
 
