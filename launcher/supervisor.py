@@ -11,7 +11,9 @@ launcher.shutdown_grace_s), so no orphan outlives the launcher. A server that st
 answering /health for launcher.server_health_timeout_s counts as failed too, and so does any
 process left in the stopped state (SIGSTOP) for launcher.stopped_timeout_s: a stopped trainer
 rank would otherwise hang the run silently, its peers waiting for it in a collective (those fail
-by themselves after actor.collective_timeout_s, and the error then names that key). With
+by themselves after actor.collective_timeout_s, and the error then names that key), and so does
+a trainer rank left in one phase of a step for launcher.trainer_phase_timeout_s (phase_watch.py:
+a rank blocked without being stopped, which no peer may be waiting for). With
 launcher.restart_failed_servers a failed server is restarted instead, with the trainer's current
 weights (see `Supervisor.restart_server`).
 
