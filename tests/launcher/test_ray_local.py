@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import time
 
-import psutil
 import pytest
+from chaos import ray_leftovers
 
 from launcher.ray import local_ray_options, node_bundles
 from tests.launcher.helpers import make_cfg, make_plan
@@ -30,17 +30,6 @@ def test_local_ray_holds_what_the_plan_reserves(tmp_path):
     assert options["include_dashboard"] is False
 
 
-def ray_processes_since(since: float) -> list[str]:
-    out = []
-    for p in psutil.process_iter(["name", "create_time"]):
-        try:
-            if p.info["create_time"] >= since and p.info["name"] in ("raylet", "gcs_server"):
-                out.append(f"{p.pid} {p.info['name']}")
-        except psutil.Error:
-            continue
-    return out
-
-
 @pytest.mark.slow
 def test_demo_with_two_ranks_runs_on_a_local_ray(tmp_path):
     since = time.time() - 1
@@ -56,6 +45,6 @@ def test_demo_with_two_ranks_runs_on_a_local_ray(tmp_path):
     assert "starting a local Ray instance" in launcher.output
     assert [r["step"] for r in rows(run_dir_of(tmp_path)) if r.get("step", 0) > 0] == [1, 2]
     deadline = time.monotonic() + 60
-    while (left := ray_processes_since(since)) and time.monotonic() < deadline:
+    while (left := ray_leftovers(since)) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert left == [], f"the run's Ray outlived it: {left}"
