@@ -62,8 +62,9 @@
 set -u
 if [[ ${1:-} == *,* ]]; then  # STAGE1,STAGE2,...: one after another into the same RESULTS_DIR
   IFS=, read -ra chain <<<"$1"
-  for s in "${chain[@]}"; do bash "$0" "$s" "${2:?results directory}"; done
-  exit 0
+  rc=0
+  for s in "${chain[@]}"; do bash "$0" "$s" "${2:?results directory}" || rc=$?; done
+  exit $rc
 fi
 stage=${1:?stage: kernels, server, e2e, learning, x1_colocated, x1_learning, x1_modes, x1_agent, x1_agent_vs_rlvr, x1_recipe, x1_stall, x1_chaos, x1_chaos_restart, x1_gpu_tests, x1_profile, x1_logprobs, x1_sglang, x1_sglang_perf, x1_pipeline_ab, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
 out=${2:?results directory}
@@ -319,8 +320,8 @@ x1_chaos)
     step "$name" "${CHAOS_TIMEOUT:-560}" $py scripts/chaos.py --config "$cfg" --backend "$backend" \
       --trials "$trials" --seed "$seed" --steps "${CHAOS_STEPS:-6}" --root "$root" \
       ${CHAOS_ARGS:-} --extra sglang.attention_backend="${SGLANG_ATTENTION:-triton}"
-    (cd "$root" 2>/dev/null && find . -name 'console-*.log' -o -path '*/logs/*.log' -o -name metrics.jsonl \
-      | tar czf "$out/${name}_logs.tgz" -T -)
+    if [ -d "$root" ]; then (cd "$root" && find . -name 'console-*.log' -o -path '*/logs/*.log' -o -name metrics.jsonl \
+      | tar czf "$out/${name}_logs.tgz" -T -); fi
   done
   ;;
 x1_chaos_restart)
@@ -332,9 +333,10 @@ x1_chaos_restart)
   step "$name" "${CHAOS_TIMEOUT:-580}" $py scripts/chaos.py --config gpu --trials 1 --seed "${RESTART_SEED:-1}" \
     --steps 40 --target server --signal SIGKILL --moment evaluation --root "$root" \
     --extra sglang.attention_backend="${SGLANG_ATTENTION:-triton}"
-  (cd "$root" 2>/dev/null && find . -name 'console-*.log' -o -path '*/logs/*.log' -o -name metrics.jsonl \
-    | tar czf "$out/${name}_logs.tgz" -T -)
-  find "$root" -name metrics.jsonl -exec cp {} "$out/${name}_metrics.jsonl" \; 2>/dev/null
+  if [ -d "$root" ]; then
+    (cd "$root" && find . -name 'console-*.log' -o -path '*/logs/*.log' -o -name metrics.jsonl | tar czf "$out/${name}_logs.tgz" -T -)
+    find "$root" -name metrics.jsonl -exec cp {} "$out/${name}_metrics.jsonl" \;
+  fi
   ;;
 x1_gpu_tests)
   # chosen gpu-marked tests (GPU_TESTS: pytest's arguments), e.g. those a CPU session changed and

@@ -425,6 +425,8 @@ def test_gpu_benchmarks_script_parses_and_has_its_stages(tmp_path):
         "x1_recipe",
         "x1_stall",
         "x1_chaos",
+        "x1_chaos_restart",
+        "x1_gpu_tests",
         "x1_sglang",
         "x1_sglang_perf",
         "x1_pipeline_ab",
@@ -448,6 +450,8 @@ def test_gpu_benchmarks_script_parses_and_has_its_stages(tmp_path):
         "x1_recipe",
         "x1_stall",
         "x1_chaos",
+        "x1_chaos_restart",
+        "x1_gpu_tests",
         "x1_sglang",
         "x1_sglang_perf",
         "x1_pipeline_ab",
@@ -460,8 +464,28 @@ def test_gpu_benchmarks_script_parses_and_has_its_stages(tmp_path):
         assert f"run_gpu_benchmarks.sh {stage} RESULTS_DIR" in text  # each one in the usage lines
     unknown = subprocess.run(["bash", str(path), "recipe", str(tmp_path)], capture_output=True, text=True)
     assert unknown.returncode == 2 and "unknown stage recipe" in unknown.stderr
+    chained = subprocess.run(["bash", str(path), "x1_gpu_tests,recipe", str(tmp_path)], capture_output=True, text=True)
+    assert chained.returncode == 2 and "unknown stage recipe" in chained.stderr
     for layout in ("fsdp:d2", "fsdp:d2r2", "fsdp:d1t2"):
         assert layout in text
+
+
+def test_stage_chain_runs_each_stage_and_chaos_entries_pick_their_own_backend(tmp_path):
+    """STAGE1,STAGE2 runs both stages into one results directory; an x1_chaos entry
+    CONFIG:SEED:BACKEND:TRIALS sets its own, and what it leaves out comes from CHAOS_* (run with an
+    echo for python: each step's log holds the command it would have run)."""
+    import subprocess
+
+    env = {**os.environ, "PYTHON": "echo", "GPU_TESTS": "tests/a.py::test_b", "CHAOS_TRIALS": "3"}
+    env["CHAOS_CONFIGS"] = "gpu:5:ray:2 gpu_sync"
+    script = REPO / "scripts" / "run_gpu_benchmarks.sh"
+    chain = ["bash", str(script), "x1_gpu_tests,x1_chaos", str(tmp_path)]
+    subprocess.run(chain, env=env, check=True, capture_output=True)
+    assert "-m gpu tests/a.py::test_b" in (tmp_path / "gpu_tests.log").read_text()
+    ray = (tmp_path / "chaos_gpu_ray_s5.log").read_text()
+    assert "--config gpu --backend ray --trials 2 --seed 5" in ray
+    local = (tmp_path / "chaos_gpu_sync_local_s1.log").read_text()
+    assert "--config gpu_sync --backend local --trials 3 --seed 1" in local
 
 
 def test_pipeline_ab_stage_variants_are_valid_configs(tmp_path):
