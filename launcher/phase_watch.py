@@ -29,6 +29,18 @@ class PhaseAge:
     started: float  # wall-clock time the phase began (the file's mtime)
 
 
+def any_phase_since(logs_dir: str | Path, names: list[str], since: float) -> bool:
+    """Whether any of these ranks has entered a phase of a step (written its phase file) at or
+    after `since` (time.time()): until then the run is starting up."""
+    for name in names:
+        try:
+            if (Path(logs_dir) / f"{name}.phase").stat().st_mtime >= since:
+                return True
+        except OSError:
+            continue
+    return False
+
+
 class PhaseWatch:
     """Ages of the ranks' phases, read at most every CHECK_EVERY_S; `overdue` and `to_notice`
     say which ranks passed the timeout and which passed half of it (each phase noticed once)."""

@@ -8,7 +8,8 @@ The run succeeds when every trainer (or the driver) exits 0. The first process t
 the exit code (of several found dead in one poll, one killed by a signal: `cause_first`); then,
 as on Ctrl-C or SIGTERM, every process tree is stopped (SIGTERM, SIGKILL after
 launcher.shutdown_grace_s), so no orphan outlives the launcher. A server that stops
-answering /health for launcher.server_health_timeout_s counts as failed too, and so does any
+answering /health for launcher.server_health_timeout_s (launcher.server_startup_timeout_s, where
+longer, until a trainer rank begins its first step: `Supervisor.silence_limit`) counts as failed too, and so does any
 process left in the stopped state (SIGSTOP) for launcher.stopped_timeout_s: a stopped trainer
 rank would otherwise hang the run silently, its peers waiting for it in a collective (those fail
 by themselves after actor.collective_timeout_s, and the error then names that key), and so does
@@ -46,7 +47,7 @@ from areal.infra.health import HealthWatch, ServerStartupError, is_healthy, wait
 from areal.infra.server_process import tail_lines
 
 from .diagnosis import hints
-from .phase_watch import PhaseWatch
+from .phase_watch import PhaseWatch, any_phase_since
 from .plan import LaunchPlan, ProcessSpec
 from .procs import LaunchError, exit_code, with_flag
 
@@ -66,6 +67,25 @@ STALL_CAUSES = {
     "longer on a GPU shared with other runs; the flashinfer-jit-cache package ships them built; "
     "a hang looks the same); ",
 }
+
+
+@dataclasses.dataclass(frozen=True)
+class SilenceLimit:
+    """How long a server may leave /health unanswered now, and the setting that says so."""
+
+    seconds: float
+    setting: str  # the config key
+    why: str = ""
+
+    @property
+    def key(self) -> str:
+        """As the console names it: "launcher.server_health_timeout_s=300"."""
+        return f"{self.setting}={self.seconds:g}{self.why}"
+
+
+def health_limit(watch: HealthWatch) -> SilenceLimit:
+    """The limit once the run is under way: launcher.server_health_timeout_s."""
+    return SilenceLimit(watch.timeout_s, "launcher.server_health_timeout_s")
 
 
 class Stopped(KeyboardInterrupt):
@@ -374,6 +394,8 @@ class Supervisor(abc.ABC):
         """
         remaining = set(mains)
         watch = self.health_watch()
+        self.monitor_since = time.time()  # phase files older than this are an earlier attempt's
+        self.under_way = False  # a trainer rank has begun its first step (silence_limit)
         self.stopped_since: dict[str, float] = {}
         self.stalled: dict[str, float] = {}  # server -> when it last answered (note_stalls)
         phases = self.phase_watch(mains)
@@ -397,8 +419,9 @@ class Supervisor(abc.ABC):
                         self.stalled.pop(name, None)
                         break  # self.procs changed: poll again from the start
                     return self.fail(name, exit_code(code) or 1, describe_exit(code) + self.why_failed(name))
-                self.note_stalls(watch)
-                failed = self.check_silent(watch)
+                limit = self.silence_limit(watch, mains)
+                self.note_stalls(watch, limit)
+                failed = self.check_silent(watch, limit)
                 if failed is None:
                     failed = self.check_stopped(watch)
                 if failed is None:
@@ -416,43 +439,62 @@ class Supervisor(abc.ABC):
         timeout = self.cfg.launcher.server_health_timeout_s
         return HealthWatch(self.addrs, timeout, self._check) if self.addrs and timeout else None
 
-    def note_stalls(self, watch: HealthWatch | None) -> None:
-        """Say once when a server has not answered /health for STALL_NOTICE_S (or half of
-        launcher.server_health_timeout_s, which ends the run), and again when it answers. SGLang's
-        own lines about it ("Health check failed", every 7 s) stay in its log."""
+    def silence_limit(self, watch: HealthWatch | None, mains: list[str]) -> SilenceLimit | None:
+        """launcher.server_health_timeout_s once a trainer rank has begun its first step, and
+        launcher.server_startup_timeout_s (where longer) before: the servers are still starting
+        while the trainer warms them up (rollout.server_warmup), and SGLang compiles kernels
+        then with /health unanswered: on a fresh H100 (2026-12-06) flashinfer's sampler for a
+        batch mixing greedy and sampled requests took longer than the 60 s health timeout of the
+        chaos trials, each restart began the compile again, and the run never took a step."""
         if watch is None:
+            return None
+        if not self.under_way:
+            trainers = [s.name for s in self.plan.by_role("trainer") if s.name in mains]
+            logs = Path(self.plan.run_dir) / "logs"
+            self.under_way = not trainers or any_phase_since(logs, trainers, self.monitor_since)
+            if self.under_way:  # the health timeout counts from the first step at the earliest
+                watch.count_from_now()
+        startup = self.cfg.launcher.server_startup_timeout_s
+        if self.under_way or startup <= watch.timeout_s:
+            return health_limit(watch)
+        return SilenceLimit(
+            startup, "launcher.server_startup_timeout_s", " (no trainer rank has begun its first step yet)"
+        )
+
+    def note_stalls(self, watch: HealthWatch | None, limit: SilenceLimit | None) -> None:
+        """Say once when a server has not answered /health for STALL_NOTICE_S (or half of the
+        limit, which ends the run), and again when it answers. SGLang's own lines about it
+        ("Health check failed", every 7 s) stay in its log."""
+        if watch is None or limit is None:
             return
-        silent = watch.silences(min(STALL_NOTICE_S, watch.timeout_s / 2))
+        silent = watch.silences(min(STALL_NOTICE_S, limit.seconds / 2))
         for name, seconds in silent.items():
             if name not in self.stalled:
                 self.stalled[name] = time.monotonic() - seconds
                 cause = STALL_CAUSES.get(self.plan.server_kind, "")
                 say(
                     f"{name} has not answered /health for {seconds:.0f} s: {cause}"
-                    f"the run fails if it stays silent for launcher.server_health_timeout_s={watch.timeout_s:g} "
-                    f"(log: {self.procs[name].log_path})"
+                    f"the run fails if it stays silent for {limit.key} (log: {self.procs[name].log_path})"
                 )
-        for name in [n for n in self.stalled if n not in silent]:
+        for name in [n for n in self.stalled if not watch.failing(n)]:
             say(f"{name} answers /health again, after {time.monotonic() - self.stalled.pop(name):.0f} s")
 
-    def check_silent(self, watch: HealthWatch | None) -> int | None:
+    def check_silent(self, watch: HealthWatch | None, limit: SilenceLimit | None) -> int | None:
         """A server that stopped answering /health: restart it or fail (the run's exit code)."""
-        silent = watch.silent() if watch else None
+        if watch is None or limit is None:
+            return None
+        silent = next(iter(watch.silences(limit.seconds).items()), None)
         if silent is None:
             return None
         name, seconds = silent
-        reason = (
-            f"did not answer http://{self.addrs[name]}/health for {seconds:.0f} s "
-            f"(launcher.server_health_timeout_s={watch.timeout_s:g}): it is hung or stopped"
-        )
+        addr = self.addrs[name]
+        reason = f"did not answer http://{addr}/health for {seconds:.0f} s ({limit.key}): it is hung or stopped"
         if self.cfg.launcher.restart_failed_servers:
             failed = self.restart_server(name, reason, 1)
             watch.reset(name)
             self.stalled.pop(name, None)
             return failed
-        return self.fail(
-            name, 1, reason + "; if it is only slow (e.g. loading weights), raise launcher.server_health_timeout_s"
-        )
+        return self.fail(name, 1, reason + f"; if it is only slow (e.g. loading weights), raise {limit.setting}")
 
     def check_stopped(self, watch: HealthWatch | None) -> int | None:
         """A process left in the stopped state (SIGSTOP) for launcher.stopped_timeout_s: fail the

@@ -148,6 +148,19 @@ class HealthWatch:
                 name: now - last for name, last in self._last_ok.items() if now - last > after_s and self._failed[name]
             }
 
+    def failing(self, name: str) -> bool:
+        """Whether a probe of this server failed since its last answer."""
+        with self._lock:
+            return self._failed[name]
+
+    def count_from_now(self) -> None:
+        """Count every server's silence from now at the longest (a deadline that begins now),
+        keeping whether it has failed a probe since its last answer."""
+        now = time.monotonic()
+        with self._lock:
+            for name in self._last_ok:
+                self._last_ok[name] = max(self._last_ok[name], now)
+
     def reset(self, name: str) -> None:
         with self._lock:
             self._last_ok[name], self._failed[name] = time.monotonic(), False

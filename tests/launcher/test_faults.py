@@ -7,7 +7,8 @@ on the CPU demo task (tiny:arith, a few steps of 8 prompts).
   trainer rank SIGKILLed (fsdp:d2): everything stops, the last checkpoint is intact
       and a second areal-launch with recover.mode=auto resumes from it and completes the run,
       on the prompts of a run never killed (also with rollout.dynamic_sampling, synchronous);
-  server SIGSTOPped: the health watch names it after launcher.server_health_timeout_s;
+  server SIGSTOPped: the health watch names it after launcher.server_health_timeout_s, or
+      after launcher.server_startup_timeout_s while no trainer rank has begun a step;
   SIGINT to areal-launch: every process it started, grandchildren included, is gone.
 
 A disk that fills up during a checkpoint is tested in tests/trainer/test_checkpoint.py.
@@ -322,6 +323,34 @@ def test_stopped_server_is_named_by_the_health_check(tmp_path):
     assert found and int(found.group(1)) >= 5, launcher.output
     assert found.group(2) == str(run_dir / "logs" / "server-0.log")
     assert wait_gone(pids) == []
+
+
+def test_server_silent_before_the_first_step_gets_the_startup_timeout(tmp_path):
+    """Until a trainer rank begins its first step the servers are still starting: the trainer's
+    warm-up makes SGLang compile kernels with /health unanswered (over a minute on a fresh GPU).
+    A server silent then is judged by launcher.server_startup_timeout_s (20 s here), not by
+    launcher.server_health_timeout_s (2 s): stopped as soon as it is ready and resumed once the
+    launcher has named it (at half the startup timeout), the run goes on and completes."""
+    launcher = launch(
+        tmp_path,
+        "total_train_steps=2",
+        "launcher.server_health_timeout_s=2",
+        "launcher.server_startup_timeout_s=20",
+        "launcher.stopped_timeout_s=null",
+    )
+    launcher.wait_for("servers ready")
+    server = pid_of(launcher, "server-0")
+    os.kill(server, signal.SIGSTOP)
+    try:
+        launcher.wait_for("server-0 has not answered /health for", timeout=60)
+    finally:
+        os.kill(server, signal.SIGCONT)
+    assert launcher.wait(HANG_GUARD_S) == 0, launcher.output
+    notice = next(line for line in launcher.lines if "server-0 has not answered /health for" in line)
+    assert "launcher.server_startup_timeout_s=20 (no trainer rank has begun its first step yet)" in notice
+    assert "did not answer" not in launcher.output and "restarting" not in launcher.output
+    assert "server-0 answers /health again" in launcher.output
+    assert len(rows(run_dir_of(tmp_path))) == 2
 
 
 def test_ctrl_c_to_launcher_stops_every_process(tmp_path):

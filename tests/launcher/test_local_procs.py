@@ -276,7 +276,7 @@ def test_a_stalled_server_is_named_once_and_again_when_it_answers(monkeypatch, c
     import threading
     import types
 
-    from launcher.supervisor import STALL_NOTICE_S, Supervisor
+    from launcher.supervisor import STALL_NOTICE_S, Supervisor, health_limit
 
     clock = [0.0]
     monkeypatch.setattr(
@@ -303,13 +303,13 @@ def test_a_stalled_server_is_named_once_and_again_when_it_answers(monkeypatch, c
     watch = HealthWatch({"server-0": "a:1"}, timeout_s=300, probe=probe, interval_s=0.05)
     try:
         two_more_rounds()
-        Supervisor.note_stalls(run, watch)
+        Supervisor.note_stalls(run, watch, health_limit(watch))
         assert capsys.readouterr().out == ""
         answering[0] = False
         two_more_rounds()
         clock[0] += STALL_NOTICE_S + 1
-        Supervisor.note_stalls(run, watch)
-        Supervisor.note_stalls(run, watch)  # said once
+        Supervisor.note_stalls(run, watch, health_limit(watch))
+        Supervisor.note_stalls(run, watch, health_limit(watch))  # said once
         out = capsys.readouterr().out.splitlines()
         assert len(out) == 1 and out[0].startswith(
             "[launcher] server-0 has not answered /health for 31 s: its scheduler"
@@ -317,7 +317,7 @@ def test_a_stalled_server_is_named_once_and_again_when_it_answers(monkeypatch, c
         assert "launcher.server_health_timeout_s=300" in out[0] and out[0].endswith("(log: /run/logs/server-0.log)")
         answering[0] = True
         two_more_rounds()
-        Supervisor.note_stalls(run, watch)
+        Supervisor.note_stalls(run, watch, health_limit(watch))
         assert re.fullmatch(r"\[launcher\] server-0 answers /health again, after \d+ s\n", capsys.readouterr().out)
     finally:
         watch.close()

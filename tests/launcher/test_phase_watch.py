@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from launcher.phase_watch import PhaseWatch
+from launcher.phase_watch import PhaseWatch, any_phase_since
 
 
 class Clock:
@@ -81,3 +81,11 @@ def test_checks_are_spaced(tmp_path):
     assert not watch.due()  # again within CHECK_EVERY_S
     clock.now = 1.0
     assert watch.due()
+
+
+def test_any_phase_since_ignores_an_earlier_attempts_file(tmp_path):
+    assert not any_phase_since(tmp_path, ["trainer-0", "trainer-1"], since=1000.0)  # no file yet
+    write_phase(tmp_path, "trainer-0", "step 9 eval", 500.0)  # a recovered run's first attempt
+    assert not any_phase_since(tmp_path, ["trainer-0", "trainer-1"], since=1000.0)
+    write_phase(tmp_path, "trainer-1", "step 1 rollout", 1000.5)
+    assert any_phase_since(tmp_path, ["trainer-0", "trainer-1"], since=1000.0)
