@@ -138,6 +138,7 @@ class TrainContext:
         from .checkpoint import load_latest, restore_checkpoint
 
         if self.cfg.recover.mode != "auto":
+            self._say_metrics_appended()
             return
         found = load_latest(self.run_dir)
         if found is None:
@@ -157,6 +158,21 @@ class TrainContext:
         logger.info(
             "recovered from %s: resuming at step %d, weight version %d", folder, self.start_step, state.weight_version
         )
+
+    def _say_metrics_appended(self) -> None:
+        """A fresh run in a folder an earlier run logged to appends its rows to the same
+        metrics.jsonl (readers take each step's last row): say so once, at the start."""
+        earlier = self.stats.earlier_steps if self.stats is not None else []
+        if earlier:
+            logger.warning(
+                "%s already holds %d row(s) of an earlier run (steps %d-%d): this run's rows follow them, and "
+                "readers take each step's last row. Another trial_name keeps the runs apart; recover.mode=auto "
+                "resumes the earlier run instead",
+                self.stats.metrics_path,
+                len(earlier),
+                min(earlier),
+                max(earlier),
+            )
 
     def _forget_metrics_from(self, step: int) -> None:
         if self.stats is not None:

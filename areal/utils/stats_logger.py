@@ -4,7 +4,9 @@ The trainer (rank 0 only) makes one `StatsLogger(run_dir, total_steps=...)` and 
 `.log(step, metrics)` once per step and `.close()` at the end:
 
 - `{run_dir}/metrics.jsonl` gets one JSON object per step, flushed at once so a crashed run
-  keeps every finished step. The run-directory contract (DESIGN.md) expects at least
+  keeps every finished step. A later run in the same folder appends (`earlier_steps` lists the
+  rows it found; a fresh trainer says so, a recovered one drops the steps it redoes). The
+  run-directory contract (DESIGN.md) expects at least
   `REQUIRED_KEYS`; a missing one is warned about once, not fatal, since inference-only runs
   have no loss.
 - TensorBoard scalars under `{run_dir}/tensorboard` when `torch.utils.tensorboard` (or
@@ -209,6 +211,7 @@ class StatsLogger:
         self.plot_path = self.run_dir / "metrics.png"
         self.total_steps = total_steps
         self.plot = plot
+        self.earlier_steps = self._steps_logged()  # an earlier run's rows in this folder, if any
         self._file = self.metrics_path.open("a", encoding="utf-8")
         self._tb = _open_tensorboard(self.run_dir / "tensorboard") if tensorboard else None
         self._wandb = _open_wandb(wandb or {}, self.run_dir, run_config)
@@ -216,6 +219,13 @@ class StatsLogger:
         self._pace_origin: tuple[int, float] | None = None  # (step, time) of the first step logged here
         self._warned_missing = False
         self._closed = False
+
+    def _steps_logged(self) -> list[int]:
+        """The steps of the rows metrics.jsonl already holds, in file order."""
+        if not self.metrics_path.exists():
+            return []
+        lines = self.metrics_path.read_text(encoding="utf-8").splitlines()
+        return [step for step in map(_row_step, lines) if step is not None]
 
     def drop_rows_from(self, step: int) -> int:
         """Remove rows of steps >= `step` (a recovered run redoes them); returns how many went."""

@@ -141,6 +141,23 @@ def test_trainer_only_run_against_external_server(tmp_path, server, arith_model)
     assert resumed == [1, 2, 3, 4, 5, 6]  # 5 and 6 appended by the resumed run, nothing retrained
     assert metrics(cfg2)[-1]["weight_version"] == 6
 
+    # a fresh run in that folder appends to its metrics.jsonl, and says so as it starts
+    n_rows = len(metrics(cfg2))
+    _, path3 = write_config(
+        tmp_path,
+        arith_model,
+        [
+            "launcher.rollout_n_nodes=0",
+            f"rollout.server_addrs=[{addr}]",
+            "total_train_steps=1",
+            "evaluator.freq_steps=null",
+        ],
+        name="resume",
+    )
+    fresh = run_module("areal.trainer.main", path3)
+    assert f"metrics.jsonl already holds {n_rows} row(s) of an earlier run (steps 0-6)" in fresh.stderr, fresh.stderr
+    assert [r["step"] for r in metrics(cfg2)][n_rows:] == [1]
+
 
 def test_corrupt_replay_is_rejected_with_the_path(tmp_path, arith_model):
     folder = tmp_path / "rollouts"

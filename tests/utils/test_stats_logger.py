@@ -66,6 +66,10 @@ def test_appends_across_restarts(tmp_path):
     run_logger(tmp_path, n_steps=2, plot=False)
     run_logger(tmp_path, n_steps=3, plot=False)
     assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 1, 2, 3]
+    with StatsLogger(tmp_path, progress=False, plot=False, tensorboard=False) as stats:
+        assert stats.earlier_steps == [1, 2, 1, 2, 3]  # what a fresh run in this folder appends to
+    with StatsLogger(tmp_path / "new", progress=False, plot=False, tensorboard=False) as stats:
+        assert stats.earlier_steps == []
 
 
 def test_the_plot_draws_each_steps_last_record():
