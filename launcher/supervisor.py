@@ -472,9 +472,14 @@ class Supervisor(abc.ABC):
             if name not in self.stalled:
                 self.stalled[name] = time.monotonic() - seconds
                 cause = STALL_CAUSES.get(self.plan.server_kind, "")
+                outcome = (
+                    "it is restarted (launcher.restart_failed_servers)"
+                    if self.cfg.launcher.restart_failed_servers
+                    else "the run fails"
+                )
                 say(
                     f"{name} has not answered /health for {seconds:.0f} s: {cause}"
-                    f"the run fails if it stays silent for {limit.key} (log: {self.procs[name].log_path})"
+                    f"{outcome} if it stays silent for {limit.key} (log: {self.procs[name].log_path})"
                 )
         for name in [n for n in self.stalled if not watch.failing(n)]:
             say(f"{name} answers /health again, after {time.monotonic() - self.stalled.pop(name):.0f} s")

@@ -295,8 +295,10 @@ def test_a_stalled_server_is_named_once_and_again_when_it_answers(monkeypatch, c
             target = rounds[0] + 2
             assert probed.wait_for(lambda: rounds[0] >= target, 60), "the watch stopped probing"
 
+    restarts = types.SimpleNamespace(restart_failed_servers=False)
     run = types.SimpleNamespace(
         stalled={},
+        cfg=types.SimpleNamespace(launcher=restarts),
         plan=types.SimpleNamespace(server_kind="sglang"),
         procs={"server-0": types.SimpleNamespace(log_path="/run/logs/server-0.log")},
     )
@@ -314,11 +316,19 @@ def test_a_stalled_server_is_named_once_and_again_when_it_answers(monkeypatch, c
         assert len(out) == 1 and out[0].startswith(
             "[launcher] server-0 has not answered /health for 31 s: its scheduler"
         )
-        assert "launcher.server_health_timeout_s=300" in out[0] and out[0].endswith("(log: /run/logs/server-0.log)")
+        assert "the run fails if it stays silent for launcher.server_health_timeout_s=300" in out[0]
+        assert out[0].endswith("(log: /run/logs/server-0.log)")
         answering[0] = True
         two_more_rounds()
         Supervisor.note_stalls(run, watch, health_limit(watch))
         assert re.fullmatch(r"\[launcher\] server-0 answers /health again, after \d+ s\n", capsys.readouterr().out)
+        restarts.restart_failed_servers = True  # a second silence, where the server would be restarted
+        answering[0] = False
+        two_more_rounds()
+        clock[0] += STALL_NOTICE_S + 1
+        Supervisor.note_stalls(run, watch, health_limit(watch))
+        out = capsys.readouterr().out
+        assert "it is restarted (launcher.restart_failed_servers) if it stays silent for" in out, out
     finally:
         watch.close()
 
