@@ -468,6 +468,16 @@ def restart_under_way(console: str) -> bool:
     return console.count(RESTARTING) > console.count(BACK)
 
 
+def restarts_said(console: str) -> str:
+    """The launcher's server restarts in a console, in a few words ("" if none): a trial whose
+    moment never came on the GPU (2026-12-06) had restarted its server three times first."""
+    lines = [line for line in console.splitlines() if RESTARTING in line]
+    if not lines:
+        return ""
+    first = lines[0].removeprefix("[launcher] ").split(RESTARTING)[0]
+    return f"; the launcher restarted a server {len(lines)} time(s) before, first: {first}"
+
+
 def watch(run: Run, steps: int, t_signal: float) -> tuple[str, float, float]:
     """Follow a run after the signal: ('completed'|'exit <code>'|'HUNG', seconds since the signal,
     seconds from the signal to the launcher's first restart, NaN if none). A run is hung after
@@ -588,7 +598,7 @@ def trial(
         again.close()
         return t
     except (TimeoutError, RuntimeError) as e:
-        t.outcome, t.note = "not delivered", str(e)
+        t.outcome, t.note = "not delivered", str(e) + restarts_said(run.text())
         kill_run(run)
         return t
     finally:

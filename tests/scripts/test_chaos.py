@@ -115,3 +115,20 @@ def test_a_server_restart_under_way_gives_the_run_the_start_deadline(monkeypatch
     assert chaos.restart_under_way(begun)
     assert not chaos.restart_under_way(begun + back)
     assert chaos.restart_under_way(begun + back + begun.replace("1/3", "2/3"))
+
+
+def test_a_trial_that_was_not_delivered_says_how_often_the_server_was_restarted(monkeypatch):
+    """The 40-step GPU trial of 2026-12-06 never reached its moment: the launcher had restarted its
+    server three times in the warm-up. The trial's note says so, with the first reason."""
+    chaos = _load_chaos(monkeypatch)
+    line = (
+        "[launcher] server-0 did not answer http://127.0.0.1:21104/health for 60 s "
+        "(launcher.server_health_timeout_s=60): it is hung or stopped; restarting it at 127.0.0.1:21104 with "
+        "the initial model (no disk weight update recorded yet) ({k}/3, launcher.restart_failed_servers=true)"
+    )
+    console = "\n".join([line.format(k=1), "[launcher] server-0 is back at 127.0.0.1:21104", line.format(k=2)])
+    assert chaos.restarts_said("[trainer-0] step 2/6 | reward 0.172") == ""
+    assert chaos.restarts_said(console) == (
+        "; the launcher restarted a server 2 time(s) before, first: server-0 did not answer "
+        "http://127.0.0.1:21104/health for 60 s (launcher.server_health_timeout_s=60): it is hung or stopped"
+    )
