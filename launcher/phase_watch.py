@@ -29,16 +29,22 @@ class PhaseAge:
     started: float  # wall-clock time the phase began (the file's mtime)
 
 
-def any_phase_since(logs_dir: str | Path, names: list[str], since: float) -> bool:
-    """Whether any of these ranks has entered a phase of a step (written its phase file) at or
-    after `since` (time.time()): until then the run is starting up."""
+def phase_stamps(logs_dir: str | Path, names: list[str]) -> dict[str, int | None]:
+    """Each rank's phase file's modification time in ns (None where it has none yet)."""
+    stamps: dict[str, int | None] = {}
     for name in names:
         try:
-            if (Path(logs_dir) / f"{name}.phase").stat().st_mtime >= since:
-                return True
+            stamps[name] = (Path(logs_dir) / f"{name}.phase").stat().st_mtime_ns
         except OSError:
-            continue
-    return False
+            stamps[name] = None
+    return stamps
+
+
+def any_phase_since(logs_dir: str | Path, stamps: dict[str, int | None]) -> bool:
+    """Whether any rank has entered a phase of a step (rewritten its phase file) since `stamps`
+    were taken: until then the run is starting up. A changed time, not a later one, so a file
+    server whose clock differs from this host's cannot hide the change."""
+    return any(now is not None and now != stamps[name] for name, now in phase_stamps(logs_dir, list(stamps)).items())
 
 
 class PhaseWatch:

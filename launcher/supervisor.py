@@ -47,7 +47,7 @@ from areal.infra.health import HealthWatch, ServerStartupError, is_healthy, wait
 from areal.infra.server_process import tail_lines
 
 from .diagnosis import hints
-from .phase_watch import PhaseWatch, any_phase_since
+from .phase_watch import PhaseWatch, any_phase_since, phase_stamps
 from .plan import LaunchPlan, ProcessSpec
 from .procs import LaunchError, exit_code, with_flag
 
@@ -394,8 +394,9 @@ class Supervisor(abc.ABC):
         """
         remaining = set(mains)
         watch = self.health_watch()
-        self.monitor_since = time.time()  # phase files older than this are an earlier attempt's
-        self.under_way = False  # a trainer rank has begun its first step (silence_limit)
+        trainers = [s.name for s in self.plan.by_role("trainer") if s.name in mains]
+        self.phases_at_start = phase_stamps(self.logs_dir, trainers)  # an earlier attempt's, if any
+        self.under_way = not trainers  # a trainer rank has begun its first step (silence_limit)
         self.stopped_since: dict[str, float] = {}
         self.stalled: dict[str, float] = {}  # server -> when it last answered (note_stalls)
         phases = self.phase_watch(mains)
@@ -419,7 +420,7 @@ class Supervisor(abc.ABC):
                         self.stalled.pop(name, None)
                         break  # self.procs changed: poll again from the start
                     return self.fail(name, exit_code(code) or 1, describe_exit(code) + self.why_failed(name))
-                limit = self.silence_limit(watch, mains)
+                limit = self.silence_limit(watch)
                 self.note_stalls(watch, limit)
                 failed = self.check_silent(watch, limit)
                 if failed is None:
@@ -439,7 +440,11 @@ class Supervisor(abc.ABC):
         timeout = self.cfg.launcher.server_health_timeout_s
         return HealthWatch(self.addrs, timeout, self._check) if self.addrs and timeout else None
 
-    def silence_limit(self, watch: HealthWatch | None, mains: list[str]) -> SilenceLimit | None:
+    @property
+    def logs_dir(self) -> Path:
+        return Path(self.plan.run_dir) / "logs"
+
+    def silence_limit(self, watch: HealthWatch | None) -> SilenceLimit | None:
         """launcher.server_health_timeout_s once a trainer rank has begun its first step, and
         launcher.server_startup_timeout_s (where longer) before: the servers are still starting
         while the trainer warms them up (rollout.server_warmup), and SGLang compiles kernels
@@ -449,9 +454,7 @@ class Supervisor(abc.ABC):
         if watch is None:
             return None
         if not self.under_way:
-            trainers = [s.name for s in self.plan.by_role("trainer") if s.name in mains]
-            logs = Path(self.plan.run_dir) / "logs"
-            self.under_way = not trainers or any_phase_since(logs, trainers, self.monitor_since)
+            self.under_way = any_phase_since(self.logs_dir, self.phases_at_start)
             if self.under_way:  # the health timeout counts from the first step at the earliest
                 watch.count_from_now()
         startup = self.cfg.launcher.server_startup_timeout_s
@@ -544,7 +547,7 @@ class Supervisor(abc.ABC):
         """Watch the trainer ranks' phases (launcher.trainer_phase_timeout_s), from now."""
         timeout = self.cfg.launcher.trainer_phase_timeout_s
         trainers = [s.name for s in self.plan.by_role("trainer") if s.name in mains]
-        return PhaseWatch(Path(self.plan.run_dir) / "logs", trainers, timeout) if timeout and trainers else None
+        return PhaseWatch(self.logs_dir, trainers, timeout) if timeout and trainers else None
 
     def check_phases(self, phases: PhaseWatch | None, remaining: set[str]) -> int | None:
         """Name a rank past half of launcher.trainer_phase_timeout_s in one phase on the console;
@@ -573,7 +576,7 @@ class Supervisor(abc.ABC):
         """form.format('step N PHASE') from a trainer rank's RUN/logs/<name>.phase (the phase it was
         in: areal/trainer/grpo.py Phases), or '' where there is none (servers, the driver)."""
         try:
-            text = (Path(self.plan.run_dir) / "logs" / f"{name}.phase").read_text().strip()
+            text = (self.logs_dir / f"{name}.phase").read_text().strip()
         except OSError:
             return ""
         return form.format(text) if text else ""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from launcher.phase_watch import PhaseWatch, any_phase_since
+from launcher.phase_watch import PhaseWatch, any_phase_since, phase_stamps
 
 
 class Clock:
@@ -83,9 +83,14 @@ def test_checks_are_spaced(tmp_path):
     assert watch.due()
 
 
-def test_any_phase_since_ignores_an_earlier_attempts_file(tmp_path):
-    assert not any_phase_since(tmp_path, ["trainer-0", "trainer-1"], since=1000.0)  # no file yet
+def test_any_phase_since_sees_a_rewritten_file_not_an_earlier_attempts(tmp_path):
+    names = ["trainer-0", "trainer-1"]
     write_phase(tmp_path, "trainer-0", "step 9 eval", 500.0)  # a recovered run's first attempt
-    assert not any_phase_since(tmp_path, ["trainer-0", "trainer-1"], since=1000.0)
-    write_phase(tmp_path, "trainer-1", "step 1 rollout", 1000.5)
-    assert any_phase_since(tmp_path, ["trainer-0", "trainer-1"], since=1000.0)
+    stamps = phase_stamps(tmp_path, names)
+    assert stamps["trainer-1"] is None and not any_phase_since(tmp_path, stamps)
+    # the new attempt's first phase, its time behind this host's clock (a drifting file server)
+    write_phase(tmp_path, "trainer-1", "step 1 rollout", 400.0)
+    assert any_phase_since(tmp_path, stamps)
+    stamps = phase_stamps(tmp_path, names)
+    write_phase(tmp_path, "trainer-0", "step 9 eval", 501.0)  # same text, written again
+    assert any_phase_since(tmp_path, stamps)
