@@ -258,13 +258,14 @@ class Run:
         eval_every: int | None,
         preset: Preset,
     ):
-        from areal.infra.ports import next_free_port
+        from areal.infra.ports import listen_range, next_free_port
 
         self.root, self.preset = root, preset
         self.run_dir = run_dir_of(root, preset)
         self.console = root / f"console-{attempt}.log"
-        base = next_free_port(20000 + random.randrange(30000))
-        ports = (base, next_free_port(base + 10))
+        start, stop = listen_range()  # below the ephemeral range: CI saw a server's port taken there
+        base = next_free_port(start + random.randrange(stop - start - 100), limit=stop)
+        ports = (base, next_free_port(base + 10, limit=stop))
         args = launch_args(root, steps, extra, eval_every, preset, ports)
         self.out = open(self.console, "w")
         self.proc = subprocess.Popen(args, cwd=REPO, env=run_env(os.environ), stdout=self.out, stderr=subprocess.STDOUT)

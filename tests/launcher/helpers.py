@@ -92,11 +92,12 @@ def free_ports(n: int = 1) -> int:
     """A port p with p..p+n-1 free right now (for base ports that other tests do not collide on)."""
     import random
 
-    from areal.infra.ports import port_is_free
+    from areal.infra.ports import listen_range, port_is_free
 
+    start, stop = listen_range()  # below the ephemeral range: no client connection takes them meanwhile
     rng = random.Random()
     for _ in range(200):
-        p = rng.randrange(20000, 60000)
+        p = rng.randrange(start, stop - n)
         if all(port_is_free(p + i) for i in range(n)):
             return p
     raise RuntimeError("no block of free ports found")

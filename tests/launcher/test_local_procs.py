@@ -110,6 +110,22 @@ def test_ports():
         assert next_free_port(busy, avoid={moved}) != moved
 
 
+def test_free_ports_are_below_the_ephemeral_range():
+    """Outgoing connections take ports in the kernel's ephemeral range; one found free there can be
+    taken before the server binds it (a CI chaos trial's server: "address already in use")."""
+    from areal.infra.ports import ephemeral_range, free_port, free_port_block, listen_range
+
+    low, high = ephemeral_range()
+    assert 0 < low <= high <= 65535
+    start, stop = listen_range()
+    assert stop <= low or stop == 65536
+    for _ in range(20):
+        port = free_port()
+        assert start <= port < stop and port_is_free(port)
+    base = free_port_block(3)
+    assert start <= base and base + 2 < stop and all(port_is_free(base + i) for i in range(3))
+
+
 def test_command_helpers():
     cmd = ["python", "-m", "areal.server", "--host", "0.0.0.0", "--port", "30000", "--dtype", "float32"]
     assert with_port(cmd, 30005)[6] == "30005" and with_port(cmd, 30005)[-2:] == ["--dtype", "float32"]
