@@ -399,7 +399,7 @@ class Supervisor(abc.ABC):
         self.under_way = not trainers  # a trainer rank has begun its first step (silence_limit)
         self.stopped_since: dict[str, float] = {}
         self.stalled: dict[str, float] = {}  # server -> when it last answered (note_stalls)
-        phases = self.phase_watch(mains)
+        phases = self.phase_watch(trainers)
         try:
             while remaining:
                 self.refresh()
@@ -491,7 +491,7 @@ class Supervisor(abc.ABC):
         """A server that stopped answering /health: restart it or fail (the run's exit code)."""
         if watch is None or limit is None:
             return None
-        silent = next(iter(watch.silences(limit.seconds).items()), None)
+        silent = watch.silent(limit.seconds)
         if silent is None:
             return None
         name, seconds = silent
@@ -543,10 +543,9 @@ class Supervisor(abc.ABC):
             )
         return None
 
-    def phase_watch(self, mains: list[str]) -> PhaseWatch | None:
-        """Watch the trainer ranks' phases (launcher.trainer_phase_timeout_s), from now."""
+    def phase_watch(self, trainers: list[str]) -> PhaseWatch | None:
+        """Watch these trainer ranks' phases (launcher.trainer_phase_timeout_s), from now."""
         timeout = self.cfg.launcher.trainer_phase_timeout_s
-        trainers = [s.name for s in self.plan.by_role("trainer") if s.name in mains]
         return PhaseWatch(self.logs_dir, trainers, timeout) if timeout and trainers else None
 
     def check_phases(self, phases: PhaseWatch | None, remaining: set[str]) -> int | None:

@@ -108,6 +108,10 @@ keep_run_logs() {  # keep_run_logs TGZ NAME...: the process logs of these side_b
   done
   [ -d "$keep" ] && (cd "$keep" && tar czf "$tgz" .)
 }
+keep_chaos_logs() {  # keep_chaos_logs ROOT NAME: the trials' consoles, run logs and metrics in $out/NAME_logs.tgz
+  [ -d "$1" ] || return 0
+  (cd "$1" && find . -name 'console-*.log' -o -path '*/logs/*.log' -o -name metrics.jsonl | tar czf "$out/$2_logs.tgz" -T -)
+}
 running_count() {  # running_count PID...: how many of these processes are still going
   local n=0 p
   for p in "$@"; do kill -0 "$p" 2>/dev/null && n=$((n + 1)); done
@@ -320,8 +324,7 @@ x1_chaos)
     step "$name" "${CHAOS_TIMEOUT:-560}" $py scripts/chaos.py --config "$cfg" --backend "$backend" \
       --trials "$trials" --seed "$seed" --steps "${CHAOS_STEPS:-6}" --root "$root" \
       ${CHAOS_ARGS:-} --extra sglang.attention_backend="${SGLANG_ATTENTION:-triton}"
-    if [ -d "$root" ]; then (cd "$root" && find . -name 'console-*.log' -o -path '*/logs/*.log' -o -name metrics.jsonl \
-      | tar czf "$out/${name}_logs.tgz" -T -); fi
+    keep_chaos_logs "$root" "$name"
   done
   ;;
 x1_chaos_restart)
@@ -333,10 +336,8 @@ x1_chaos_restart)
   step "$name" "${CHAOS_TIMEOUT:-580}" $py scripts/chaos.py --config gpu --trials 1 --seed "${RESTART_SEED:-1}" \
     --steps 40 --target server --signal SIGKILL --moment evaluation --root "$root" \
     --extra sglang.attention_backend="${SGLANG_ATTENTION:-triton}"
-  if [ -d "$root" ]; then
-    (cd "$root" && find . -name 'console-*.log' -o -path '*/logs/*.log' -o -name metrics.jsonl | tar czf "$out/${name}_logs.tgz" -T -)
-    find "$root" -name metrics.jsonl -exec cp {} "$out/${name}_metrics.jsonl" \;
-  fi
+  keep_chaos_logs "$root" "$name"
+  find "$root" -name metrics.jsonl -exec cp {} "$out/${name}_metrics.jsonl" \; 2>/dev/null || true
   ;;
 x1_gpu_tests)
   # chosen gpu-marked tests (GPU_TESTS: pytest's arguments), e.g. those a CPU session changed and
@@ -454,7 +455,7 @@ x4_e2e_fsdp|x4_e2e_hsdp|x4_e2e_tp)
     --out "$out/$stage.json" ${E2E_ARGS:-}
   ;;
 x4)
-  for s in x4_train x4_e2e_fsdp x4_e2e_hsdp x4_e2e_tp; do "$0" "$s" "$out"; done
+  exec bash "$0" x4_train,x4_e2e_fsdp,x4_e2e_hsdp,x4_e2e_tp "$out"
   ;;
 *) echo "unknown stage $stage" >&2; exit 2 ;;
 esac

@@ -135,9 +135,10 @@ class HealthWatch:
                     else:
                         self._failed[name] = True
 
-    def silent(self) -> tuple[str, float] | None:
-        """(name, seconds without an answer) of a server silent for longer than timeout_s."""
-        return next(iter(self.silences(self.timeout_s).items()), None)
+    def silent(self, after_s: float | None = None) -> tuple[str, float] | None:
+        """(name, seconds without an answer) of a server silent for longer than after_s
+        (timeout_s where not given)."""
+        return next(iter(self.silences(self.timeout_s if after_s is None else after_s).items()), None)
 
     def silences(self, after_s: float) -> dict[str, float]:
         """{name: seconds without an answer} of the servers silent for longer than after_s (and
