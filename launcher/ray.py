@@ -410,6 +410,8 @@ class RayRun(Supervisor):
             env.setdefault("OMP_NUM_THREADS", os.environ["OMP_NUM_THREADS"])
         on_node = sum(1 for p in self.plan.processes if p.node == spec.node)
         actor = self.actors[spec.name]
+        if spec.name in self.procs:  # a restart: what the old one prints while stopped is no news
+            self.retire(spec.name)
         pid = ray.get(
             actor.start.remote(spec.command, env, os.getcwd(), self.plan.device == "cpu", on_node),
             timeout=CALL_TIMEOUT_S,
@@ -417,11 +419,25 @@ class RayRun(Supervisor):
         proc = RemoteProcess(
             spec.name, actor, log_path(self.plan, spec), spec.command, console_program(self.plan, spec)
         )
-        if spec.name in self.procs:  # a restart
-            self.procs[spec.name].close()
         self.procs[spec.name] = proc
         say(f"started {spec.name} on {info['ip']} (pid {pid}); log: {proc.log_path}")
         return proc
+
+    def retire(self, name: str) -> None:
+        """Stop the process a restart replaces (a hung one still holds its port), its last lines
+        to its log only, and close that log: the actor's queue would hand them to the new one,
+        SGLang's "crashed with exit code -15" among them."""
+        import ray
+
+        old = self.procs[name]
+        old.mute()
+        grace = self.cfg.launcher.shutdown_grace_s
+        try:
+            lines = ray.get(self.actors[name].stop.remote(grace), timeout=grace + CALL_TIMEOUT_S)
+        except ray.exceptions.RayError:
+            lines = []
+        old.take(lines)
+        old.close()
 
     def server_addrs(self, servers: list[ProcessSpec]) -> dict[str, str]:
         return {s.name: f"{advertised_host(s.command, self.nodes[s.name]['ip'])}:{s.port}" for s in servers}

@@ -200,6 +200,63 @@ def test_stopped_trainer_on_a_ray_node_is_named(tmp_path, cluster, capsys):
     assert wait_gone(all_pids(cfg.run_dir)) == []
 
 
+# Serves /health. The first start (no marker yet) stops itself with SIGSTOP once it answered a
+# probe, and says on SIGTERM what SGLang's HTTP process says then: an ERROR record about its
+# scheduler. A restart serves on.
+_STOP_ONCE_THEN_SERVE = """
+import os, signal, sys, threading, time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+answered = threading.Event()
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
+        answered.set()
+    def log_message(self, *a): pass
+srv = HTTPServer(("127.0.0.1", int(sys.argv[1])), H)
+threading.Thread(target=srv.serve_forever, daemon=True).start()
+print("stand-in server ready", flush=True)
+if not os.path.exists(sys.argv[2]) and answered.wait(120):  # once the launcher found it healthy
+    open(sys.argv[2], "w").close()
+    def on_term(*_):
+        print("2026-12-06 04:58:36,963 sglang.srt.utils.watchdog ERROR Subprocess scheduler_0 (pid=1) "
+              "crashed with exit code -15. Triggering SIGQUIT for cleanup...", flush=True)
+        os._exit(143)
+    signal.signal(signal.SIGTERM, on_term)
+    os.kill(os.getpid(), signal.SIGSTOP)
+time.sleep(600)
+"""
+
+
+def test_restart_keeps_the_old_servers_last_lines_off_the_console(tmp_path, cluster, capsys):
+    """A stopped server restarted on Ray: what it prints while the launcher stops it goes to its
+    log only. The actor's queue once handed those lines to the new process's console view, so a
+    GPU run showed SGLang's "crashed with exit code -15" after a restart it had asked for."""
+    cfg = ray_cfg(
+        tmp_path,
+        cluster,
+        "launcher.restart_failed_servers=true",
+        "launcher.stopped_timeout_s=1",
+        '+launcher.trainer_env.FAKE_UNTIL_RESTARTED="server-0"',
+    )
+    plan = make_plan(cfg)
+    srv = plan.by_role("server")[0]
+    srv.command = [sys.executable, "-c", _STOP_ONCE_THEN_SERVE, str(srv.port), str(tmp_path / "stopped_once")]
+    write_run_dir(cfg, plan)
+    from launcher.ray import run_ray
+
+    rc = run_ray(plan, cfg)
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    assert "server-0 has been in the stopped state (SIGSTOP)" in captured.err
+    assert "server-0 is back at" in captured.out
+    log = (Path(cfg.run_dir) / "logs" / "server-0.log").read_text()
+    assert log.count("=== server-0 started") == 2
+    # the old one's line is in the log, before the second start
+    assert log.index("crashed with exit code -15") < log.rindex("=== server-0 started")
+    assert "crashed with exit code -15" not in captured.out + captured.err
+    assert wait_gone(all_pids(cfg.run_dir)) == []
+
+
 def test_cli_trainer_only_on_two_nodes(tmp_path, cluster):
     """areal-launch end to end with launcher.backend=ray: trainers on two Ray nodes."""
     fileroot = tmp_path / "runs"
