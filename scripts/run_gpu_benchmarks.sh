@@ -77,8 +77,9 @@ after_ready() {  # after_ready LOG [LIMIT_S]: wait (at most LIMIT_S, 600 s) unti
   # a server that loads while another run's server or trainer allocates is starved: side-by-side runs
   # start one by one, each once the previous one's trainer has taken a step (after its server was
   # merely ready, a trainer's first step took 36% of the free memory from under the next server).
+  # Any step counts: the console shows a step line every few seconds, so its first may be step 3.
   [ -n "$1" ] || return 0
-  for _ in $(seq "${2:-600}"); do grep -qE "step 1/|^error:" "$1" 2>/dev/null && return 0; sleep 1; done
+  for _ in $(seq "${2:-600}"); do grep -qE "step [1-9][0-9]*/|^error:" "$1" 2>/dev/null && return 0; sleep 1; done
 }
 side_by_side() {  # side_by_side NAME CONFIG MEM_FRACTION MB_TOKENS OVERRIDES...: one run of a sweep that
   # shares the GPU, started once the previous one has taken its first step (and, with SWEEP_MAX_RUNS=N,
