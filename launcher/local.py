@@ -20,7 +20,7 @@ from .console import console_program, process_console
 from .mps import AttachWatch, MpsDaemon
 from .plan import TRAINER_HEAD, LaunchPlan, ProcessSpec
 from .procs import ManagedProcess, advertised_host, child_env, next_free_port, stop_all, with_port
-from .supervisor import StoppedCheck, Supervisor, log_path, say
+from .supervisor import Supervisor, TreeCheck, compiler_in_tree, log_path, say
 
 
 def run_local(plan: LaunchPlan, cfg: ExperimentConfig) -> int:
@@ -60,7 +60,8 @@ class LocalRun(Supervisor):
     def __init__(self, plan: LaunchPlan, cfg: ExperimentConfig):
         super().__init__(plan, cfg)
         self.retired: list[ManagedProcess] = []  # replaced by a restart; their orphans still count
-        self._stopped = StoppedCheck()
+        self._stopped = TreeCheck()
+        self._compiler = TreeCheck(compiler_in_tree)
         self.mps: MpsDaemon | None = None
         self.mps_watch: AttachWatch | None = None
 
@@ -107,6 +108,10 @@ class LocalRun(Supervisor):
 
     def stopped(self, name: str) -> str | None:
         return self._stopped(self.procs[name].pid)
+
+    def compiling(self, name: str) -> str | None:
+        proc = self.procs[name]
+        return self._compiler(proc.pid) if proc.poll() is None else None
 
     def teardown(self) -> None:
         self._say_if_mps_exited()

@@ -41,7 +41,7 @@ from .procs import (
     start_banner,
     with_port,
 )
-from .supervisor import StoppedCheck, Supervisor, log_path, say
+from .supervisor import Supervisor, TreeCheck, compiler_in_tree, log_path, say
 
 PLACEMENT_TIMEOUT_S = 180.0
 CALL_TIMEOUT_S = 60.0  # one actor call (actor start-up included)
@@ -157,7 +157,8 @@ class ProcessHost:
         self.name = name
         self.proc: ManagedProcess | None = None
         self.lines: deque[str] = deque()
-        self._stopped = StoppedCheck()
+        self._stopped = TreeCheck()
+        self._compiler = TreeCheck(compiler_in_tree)
 
     def node(self) -> dict:
         import ray
@@ -197,6 +198,11 @@ class ProcessHost:
             self.proc.wait_output()
         running = code is None and self.proc is not None
         return self._take(), code, self._stopped(self.proc.pid) if running else None
+
+    def compiling(self) -> str | None:
+        """Which compiler runs in the process's tree (supervisor.compiler_in_tree), if one does."""
+        running = self.proc is not None and self.proc.poll() is None
+        return self._compiler(self.proc.pid) if running else None
 
     def healthy(self, addr: str) -> bool:
         from areal.infra.health import is_healthy
@@ -465,6 +471,14 @@ class RayRun(Supervisor):
 
     def stopped(self, name: str) -> str | None:
         return self.procs[name].stopped
+
+    def compiling(self, name: str) -> str | None:
+        import ray
+
+        try:
+            return ray.get(self.actors[name].compiling.remote(), timeout=CALL_TIMEOUT_S)
+        except ray.exceptions.RayError:
+            return None
 
     def teardown(self) -> None:
         import ray

@@ -9,7 +9,8 @@ the exit code (of several found dead in one poll, one killed by a signal: `cause
 as on Ctrl-C or SIGTERM, every process tree is stopped (SIGTERM, SIGKILL after
 launcher.shutdown_grace_s), so no orphan outlives the launcher. A server that stops
 answering /health for launcher.server_health_timeout_s (launcher.server_startup_timeout_s, where
-longer, until a trainer rank begins its first step: `Supervisor.silence_limit`) counts as failed too, and so does any
+longer, until a trainer rank begins its first step: `Supervisor.silence_limit`, or while it compiles
+kernels: `Supervisor.compile_limit`) counts as failed too, and so does any
 process left in the stopped state (SIGSTOP) for launcher.stopped_timeout_s: a stopped trainer
 rank would otherwise hang the run silently, its peers waiting for it in a collective (those fail
 by themselves after actor.collective_timeout_s, and the error then names that key), and so does
@@ -33,6 +34,7 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable
 
 from areal.config import ExperimentConfig
 from areal.infra.discovery import (
@@ -55,6 +57,7 @@ POLL_S = 0.2
 TAIL_LINES = 30
 MAX_SERVER_RESTARTS = 3  # per server and run, with launcher.restart_failed_servers
 STOPPED_CHECK_S = 1.0  # launcher.stopped_timeout_s is seconds or more: a 1 s delay is noise
+COMPILE_GAP_S = 10.0  # a compiler seen this recently in a server's tree still counts (compiler_seen)
 STALL_NOTICE_S = 30.0  # a server silent this long on /health is named on the console (note_stalls)
 # What a silent server is likely doing, by server program: SGLang's /health generates one token,
 # so it fails while the scheduler produces nothing, e.g. while it compiles the kernels of a new kind
@@ -158,6 +161,17 @@ def failure_report(name: str, log_path: str | None, reason: str) -> str:
     return "\n".join(lines)
 
 
+def _tree(pid: int) -> list:
+    """pid's process and its descendants (psutil.Process), [] once it is gone."""
+    import psutil
+
+    try:
+        leader = psutil.Process(pid)
+        return [leader, *leader.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
 def stopped_in_tree(pid: int) -> str | None:
     """None while no process of pid's tree is in the stopped state ('T': SIGSTOP, SIGTSTP), '' when
     pid itself is, else the stopped descendant as "pid N (NAME)". The tree counts because a stopped
@@ -167,15 +181,29 @@ def stopped_in_tree(pid: int) -> str | None:
     A debugger's tracing stop ('t', gdb or py-spy attached) does not count."""
     import psutil
 
-    try:
-        leader = psutil.Process(pid)
-        tree = [leader, *leader.children(recursive=True)]
-    except psutil.Error:
-        return None
-    for p in tree:
+    for p in _tree(pid):
         try:
             if p.status() == psutil.STATUS_STOPPED:
                 return "" if p.pid == pid else f"pid {p.pid} ({p.name()})"
+        except psutil.Error:
+            continue
+    return None
+
+
+# Programs of a kernel build: flashinfer and tvm-ffi (SGLang's JIT kernels) run ninja, which runs
+# nvcc (cicc, ptxas, fatbinary) and the host compiler; Triton runs ptxas.
+COMPILERS = frozenset({"ninja", "nvcc", "cicc", "ptxas", "fatbinary", "nvlink", "cudafe++", "cc1plus", "c++", "g++"})
+
+
+def compiler_in_tree(pid: int) -> str | None:
+    """A compiler (COMPILERS) among pid's descendants as "pid N (NAME)", else None: a server whose
+    scheduler builds kernels answers nothing meanwhile, and is not hung."""
+    import psutil
+
+    for p in _tree(pid)[1:]:
+        try:
+            if p.name() in COMPILERS:
+                return f"pid {p.pid} ({p.name()})"
         except psutil.Error:
             continue
     return None
@@ -186,20 +214,22 @@ def is_stopped(pid: int) -> bool:
     return stopped_in_tree(pid) is not None
 
 
-class StoppedCheck:
-    """stopped_in_tree(pid), asked again for a pid at most every STOPPED_CHECK_S: it lists every
-    process of the machine to find the tree, and the monitor polls every POLL_S."""
+class TreeCheck:
+    """check(pid) (stopped_in_tree, compiler_in_tree), asked again for a pid at most every
+    STOPPED_CHECK_S: it lists every process of the machine to find the tree, and the monitor polls
+    every POLL_S."""
 
-    def __init__(self):
+    def __init__(self, check: Callable[[int], str | None] = stopped_in_tree):
+        self._check = check
         self._last: dict[int, tuple[float, str | None]] = {}
 
     def __call__(self, pid: int) -> str | None:
         now = time.monotonic()
-        at, stopped = self._last.get(pid, (float("-inf"), None))
+        at, found = self._last.get(pid, (float("-inf"), None))
         if now - at >= STOPPED_CHECK_S:
-            stopped = stopped_in_tree(pid)
-            self._last[pid] = (now, stopped)
-        return stopped
+            found = self._check(pid)
+            self._last[pid] = (now, found)
+        return found
 
 
 def log_path(plan: LaunchPlan, spec: ProcessSpec) -> str:
@@ -252,6 +282,10 @@ class Supervisor(abc.ABC):
 
     def is_stopped(self, name: str) -> bool:
         return self.stopped(name) is not None
+
+    def compiling(self, name: str) -> str | None:
+        """Which compiler runs in the process's tree, if one does (compiler_in_tree)."""
+        return None
 
     def publish(self, addrs: list[str]) -> str:
         return str(write_server_addrs(record_root_of(self.cfg), addrs))
@@ -399,6 +433,8 @@ class Supervisor(abc.ABC):
         self.under_way = not trainers  # a trainer rank has begun its first step (silence_limit)
         self.stopped_since: dict[str, float] = {}
         self.stalled: dict[str, float] = {}  # server -> when it last answered (note_stalls)
+        self.held: set[str] = set()  # silent servers kept past the limit while they compile
+        self.compilers: dict[str, tuple[float, str]] = {}  # server -> (when, which) a compiler was seen
         phases = self.phase_watch(trainers)
         try:
             while remaining:
@@ -474,35 +510,76 @@ class Supervisor(abc.ABC):
         for name, seconds in silent.items():
             if name not in self.stalled:
                 self.stalled[name] = time.monotonic() - seconds
-                cause = STALL_CAUSES.get(self.plan.server_kind, "")
-                outcome = (
-                    "it is restarted (launcher.restart_failed_servers)"
-                    if self.cfg.launcher.restart_failed_servers
-                    else "the run fails"
-                )
+                compiler = self.compiler_seen(name)
+                allowed = self.compile_limit(limit) if compiler else limit
+                if compiler:
+                    cause = (
+                        f"it is compiling kernels ({compiler} in its process tree) and answers nothing "
+                        "meanwhile (for SGLang, the flashinfer-jit-cache package ships flashinfer's kernels built); "
+                    )
+                else:
+                    cause = STALL_CAUSES.get(self.plan.server_kind, "")
                 say(
                     f"{name} has not answered /health for {seconds:.0f} s: {cause}"
-                    f"{outcome} if it stays silent for {limit.key} (log: {self.procs[name].log_path})"
+                    f"{self.outcome()} if it stays silent for {allowed.key} (log: {self.procs[name].log_path})"
                 )
         for name in [n for n in self.stalled if not watch.failing(n)]:
+            self.held.discard(name)
             say(f"{name} answers /health again, after {time.monotonic() - self.stalled.pop(name):.0f} s")
+
+    def outcome(self) -> str:
+        if self.cfg.launcher.restart_failed_servers:
+            return "it is restarted (launcher.restart_failed_servers)"
+        return "the run fails"
+
+    def compiler_seen(self, name: str) -> str | None:
+        """The compiler in the server's tree now, or seen there within COMPILE_GAP_S: a build runs
+        one ninja per module, with Python's work between them."""
+        now = time.monotonic()
+        compiler = self.compiling(name)
+        if compiler:
+            self.compilers[name] = (now, compiler)
+            return compiler
+        seen_at, compiler = self.compilers.get(name, (float("-inf"), None))
+        return compiler if now - seen_at <= COMPILE_GAP_S else None
+
+    def compile_limit(self, limit: SilenceLimit) -> SilenceLimit:
+        """How long a server that is compiling kernels may stay silent: launcher.server_startup_timeout_s
+        where longer than the limit in force. A kernel build is not a hang, and a restart in the
+        middle of one loses it: the new server begins it again (on a fresh H100, 2026-12-06, three
+        restarts of the chaos runs' 60 s limit never got past flashinfer's sampler)."""
+        startup = self.cfg.launcher.server_startup_timeout_s
+        if startup <= limit.seconds:
+            return limit
+        return SilenceLimit(startup, "launcher.server_startup_timeout_s", " (while it compiles kernels)")
 
     def check_silent(self, watch: HealthWatch | None, limit: SilenceLimit | None) -> int | None:
         """A server that stopped answering /health: restart it or fail (the run's exit code)."""
         if watch is None or limit is None:
             return None
-        silent = watch.silent(limit.seconds)
-        if silent is None:
-            return None
-        name, seconds = silent
-        addr = self.addrs[name]
-        reason = f"did not answer http://{addr}/health for {seconds:.0f} s ({limit.key}): it is hung or stopped"
-        if self.cfg.launcher.restart_failed_servers:
-            failed = self.restart_server(name, reason, 1)
-            watch.reset(name)
-            self.stalled.pop(name, None)
-            return failed
-        return self.fail(name, 1, reason + f"; if it is only slow (e.g. loading weights), raise {limit.setting}")
+        for name, seconds in watch.silences(limit.seconds).items():
+            compiler = self.compiler_seen(name)
+            allowed = self.compile_limit(limit) if compiler else limit
+            if seconds <= allowed.seconds:
+                if name not in self.held:
+                    self.held.add(name)
+                    say(
+                        f"{name} is still compiling kernels ({compiler}) after {seconds:.0f} s of silence; "
+                        f"waiting for it: {self.outcome()} if it stays silent for {allowed.key}"
+                    )
+                continue
+            addr = self.addrs[name]
+            doing = f"it was still compiling kernels ({compiler})" if compiler else "it is hung or stopped"
+            reason = f"did not answer http://{addr}/health for {seconds:.0f} s ({allowed.key}): {doing}"
+            self.held.discard(name)
+            self.compilers.pop(name, None)
+            if self.cfg.launcher.restart_failed_servers:
+                failed = self.restart_server(name, reason, 1)
+                watch.reset(name)
+                self.stalled.pop(name, None)
+                return failed
+            return self.fail(name, 1, reason + f"; if it is only slow (e.g. loading weights), raise {allowed.setting}")
+        return None
 
     def check_stopped(self, watch: HealthWatch | None) -> int | None:
         """A process left in the stopped state (SIGSTOP) for launcher.stopped_timeout_s: fail the

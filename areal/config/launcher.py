@@ -95,8 +95,9 @@ class LauncherConfig(Section):
         description="While the run goes on, a server whose /health stays unanswered this long (hung, "
         "stopped) fails the run, or is restarted with launcher.restart_failed_servers; null disables "
         "the check. Until a trainer rank begins its first step the servers are still starting (the "
-        "warm-up compiles SGLang's kernels) and launcher.server_startup_timeout_s applies where longer. "
-        "Raise it where weight loads block /health for longer.",
+        "warm-up compiles SGLang's kernels) and launcher.server_startup_timeout_s applies where longer; "
+        "so it does, at any time, while a compiler (ninja, nvcc, ptxas, ...) runs in the server's process "
+        "tree. Raise it where weight loads block /health for longer.",
     )
     stopped_timeout_s: float | None = Field(
         60.0,

@@ -15,6 +15,7 @@ environment asks:
   FAKE_UNTIL_RESTARTED=name        first wait until the launcher has started process `name` a
                                    second time (two start banners in its log); exit 1 after 120 s
   FAKE_WAIT_FILE=path              first wait until that file exists; exit 1 after 60 s
+  FAKE_PHASE=1                     first write RUN/logs/trainer-<rank>.phase (a rank that began a step)
 With CUDA_MPS_PIPE_DIRECTORY set it attaches to the stand-in MPS daemon as a CUDA process would to
 the real one (tests/launcher/mps_control_standin: its pid goes to the folder's `clients`).
 """
@@ -168,6 +169,8 @@ def main() -> int:
     if until and not started_twice(Path(env["AREAL_RUN_DIR"]), until):
         print(f"{until} was never restarted", flush=True)
         return 1
+    if env.get("FAKE_PHASE") and role == "trainer":
+        (Path(env["AREAL_RUN_DIR"]) / "logs" / f"trainer-{rank}.phase").write_text("step 1 rollout\n")
     wait_file = env.get("FAKE_WAIT_FILE")
     if wait_file:
         try:

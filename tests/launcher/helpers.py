@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -151,3 +153,85 @@ launcher:
 
 def run_dir_of(fileroot) -> Path:
     return Path(fileroot) / "launcher_test" / "t0"
+
+
+# Serves /health until trainer-0's phase file appears (its first step), then starts a child named
+# ninja (a kernel build) and answers 503 until the release file exists; then the build ends, it
+# answers again and writes the done file.
+COMPILE_AFTER_FIRST_STEP = """
+import os, subprocess, sys, threading, time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+port, phase, ninja, release, done = int(sys.argv[1]), *sys.argv[2:6]
+building = threading.Event()
+class H(BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(503 if building.is_set() else 200)
+        self.send_header("Content-Length", "0"); self.end_headers()
+        if not building.is_set() and os.path.exists(release):
+            open(done, "w").close()
+    def log_message(self, *a): pass
+srv = HTTPServer(("127.0.0.1", port), H)
+threading.Thread(target=srv.serve_forever, daemon=True).start()
+def wait(path):
+    deadline = time.monotonic() + 120
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            sys.exit(f"no {path} within 120 s")
+        time.sleep(0.05)
+wait(phase)
+build = subprocess.Popen([ninja, "600"])
+building.set()
+wait(release)
+build.kill(); build.wait()
+building.clear()
+time.sleep(600)
+"""
+
+
+def compiling_server_run(tmp_path, monkeypatch, *overrides):
+    """A run whose server compiles (COMPILE_AFTER_FIRST_STEP) once trainer-0 began its first step,
+    with a 1 s health timeout and a 30 s startup timeout; the build ends once the launcher said it
+    waits for it past the health timeout. Returns (cfg, plan), the run dir written."""
+    import launcher.supervisor as supervisor
+    from launcher.cli import write_run_dir
+
+    ninja = tmp_path / "bin" / "ninja"
+    ninja.parent.mkdir()
+    ninja.symlink_to(shutil.which("sleep"))  # a process named ninja: its name is the path it was started by
+    release, done = tmp_path / "release", tmp_path / "done"
+    cfg = make_cfg(
+        tmp_path,
+        f"launcher.server_base_port={free_ports(2)}",
+        f"launcher.trainer_master_port={free_ports(1)}",
+        "launcher.server_health_timeout_s=1",
+        "launcher.server_startup_timeout_s=30",
+        '+launcher.trainer_env.FAKE_PHASE="1"',
+        f'+launcher.trainer_env.FAKE_WAIT_FILE="{done}"',
+        *overrides,
+    )
+    plan = make_plan(cfg)
+    srv = plan.by_role("server")[0]
+    phase = Path(cfg.run_dir) / "logs" / "trainer-0.phase"
+    srv.command = [sys.executable, "-c", COMPILE_AFTER_FIRST_STEP, str(srv.port), str(phase), str(ninja)]
+    srv.command += [str(release), str(done)]
+    write_run_dir(cfg, plan)
+    said = supervisor.say
+
+    def say(msg, stream=None):
+        said(msg, stream)
+        if "is still compiling kernels" in msg:
+            release.touch()
+
+    monkeypatch.setattr(supervisor, "say", say)
+    return cfg, plan
+
+
+def check_compiling_server_run(cfg, console: str) -> None:
+    """What compiling_server_run's console must show: the build named, waited for, no failure."""
+    held = next(line for line in console.splitlines() if "is still compiling kernels" in line)
+    assert re.search(r"server-0 is still compiling kernels \(pid \d+ \(ninja\)\) after \d+ s of silence", held), held
+    assert (
+        "the run fails if it stays silent for launcher.server_startup_timeout_s=30 (while it compiles kernels)" in held
+    )
+    assert "did not answer" not in console
+    assert wait_gone(all_pids(cfg.run_dir)) == []

@@ -317,6 +317,9 @@ def test_a_stalled_server_is_named_once_and_again_when_it_answers(monkeypatch, c
         cfg=types.SimpleNamespace(launcher=restarts),
         plan=types.SimpleNamespace(server_kind="sglang"),
         procs={"server-0": types.SimpleNamespace(log_path="/run/logs/server-0.log")},
+        held=set(),
+        compiler_seen=lambda name: None,  # no compiler in its tree (test_local_run has one)
+        outcome=lambda: Supervisor.outcome(run),
     )
     watch = HealthWatch({"server-0": "a:1"}, timeout_s=300, probe=probe, interval_s=0.05)
     try:

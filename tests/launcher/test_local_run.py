@@ -9,7 +9,16 @@ from pathlib import Path
 from launcher.cli import write_run_dir
 from launcher.local import run_local
 from launcher.supervisor import cause_first
-from tests.launcher.helpers import all_pids, free_ports, make_cfg, make_plan, outputs, wait_gone
+from tests.launcher.helpers import (
+    all_pids,
+    check_compiling_server_run,
+    compiling_server_run,
+    free_ports,
+    make_cfg,
+    make_plan,
+    outputs,
+    wait_gone,
+)
 
 
 def run(tmp_path, *overrides):
@@ -199,6 +208,15 @@ def test_restart_failed_servers(tmp_path, capsys):
     assert "server-0 exited with code 0 while the run still needed it; restarting it at" in captured.err
     assert "server-0 is back at" in captured.out
     assert (Path(cfg.run_dir) / "logs" / "server-0.log").read_text().count("=== server-0 started") >= 2
+
+
+def test_server_compiling_kernels_is_waited_for_not_failed(tmp_path, capsys, monkeypatch):
+    """A server that goes silent with a compiler in its process tree (SGLang's scheduler building
+    flashinfer's kernels) is given launcher.server_startup_timeout_s (30 s) instead of the health
+    timeout (1 s), and named as compiling; once the build ends and it answers, the run completes."""
+    cfg, plan = compiling_server_run(tmp_path, monkeypatch)
+    assert run_local(plan, cfg) == 0
+    check_compiling_server_run(cfg, capsys.readouterr().out)
 
 
 def test_killed_rank_is_named_not_the_peer_that_exits_after_it(tmp_path, capsys):

@@ -22,6 +22,8 @@ from launcher.cli import write_run_dir
 from tests.launcher.helpers import (
     REPO,
     all_pids,
+    check_compiling_server_run,
+    compiling_server_run,
     free_ports,
     make_cfg,
     make_plan,
@@ -61,16 +63,23 @@ def cluster():
     c.shutdown()
 
 
-def ray_cfg(tmp_path, cluster, *overrides):
+def on_three_nodes(cluster) -> list[str]:
     """Servers on one Ray node, trainers on two others (fsdp:d2: one rank per node)."""
-    return make_cfg(
-        tmp_path,
+    return [
         "launcher.backend=ray",
         f"launcher.ray_address={cluster.address}",
         "cluster.n_nodes=3",
         "cluster.n_gpus_per_node=1",
         "launcher.rollout_n_nodes=1",
         "launcher.trainer_n_nodes=2",
+    ]
+
+
+def ray_cfg(tmp_path, cluster, *overrides):
+    """on_three_nodes, with free ports."""
+    return make_cfg(
+        tmp_path,
+        *on_three_nodes(cluster),
         f"launcher.server_base_port={free_ports(2)}",
         f"launcher.trainer_master_port={free_ports(1)}",
         *overrides,
@@ -255,6 +264,16 @@ def test_restart_keeps_the_old_servers_last_lines_off_the_console(tmp_path, clus
     assert log.index("crashed with exit code -15") < log.rindex("=== server-0 started")
     assert "crashed with exit code -15" not in captured.out + captured.err
     assert wait_gone(all_pids(cfg.run_dir)) == []
+
+
+def test_server_compiling_kernels_on_a_ray_node_is_waited_for(tmp_path, cluster, capsys, monkeypatch):
+    """As on the local backend (test_local_run): the server's actor tells the launcher which
+    compiler runs in its tree, and the launcher waits for the build past the health timeout."""
+    cfg, plan = compiling_server_run(tmp_path, monkeypatch, *on_three_nodes(cluster))
+    from launcher.ray import run_ray
+
+    assert run_ray(plan, cfg) == 0
+    check_compiling_server_run(cfg, capsys.readouterr().out)
 
 
 def test_cli_trainer_only_on_two_nodes(tmp_path, cluster):
