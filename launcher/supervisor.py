@@ -209,6 +209,16 @@ def compiler_in_tree(pid: int) -> str | None:
     return None
 
 
+STOPPED_ADVICE = "; to pause a run on purpose for longer, raise launcher.stopped_timeout_s (null disables it)"
+
+
+def stopped_reason(member: str, seconds: float, timeout: float) -> str:
+    """'has been in the stopped state (SIGSTOP) for 12 s (launcher.stopped_timeout_s=10)', or 'has
+    had its process pid N (NAME) in ...' where a process of its tree is (stopped_in_tree)."""
+    who = f"has had its process {member} " if member else "has been "
+    return f"{who}in the stopped state (SIGSTOP) for {seconds:.0f} s (launcher.stopped_timeout_s={timeout:g})"
+
+
 def is_stopped(pid: int) -> bool:
     """Whether a process, or a process of its tree, is in the stopped state (stopped_in_tree)."""
     return stopped_in_tree(pid) is not None
@@ -357,8 +367,16 @@ class Supervisor(abc.ABC):
         """Wait for /health of these servers; on failure report it (self.failed_code) and say False."""
         timeout = self.cfg.launcher.server_startup_timeout_s
         say(f"waiting up to {timeout:g} s for {', '.join(addrs)} to answer /health")
+        stopped_since: dict[str, float] = {}
+
+        def check(name: str, addr: str) -> bool:
+            if self._check(name, addr):
+                return True
+            self.fail_if_stopped_while_starting(name, stopped_since)
+            return False
+
         try:
-            wait_healthy(addrs, timeout, self._exit_status, check=self._check)
+            wait_healthy(addrs, timeout, self._exit_status, check=check)
         except ServerStartupError as e:
             if e.returncode is None:  # still running, never healthy
                 self.fail(e.name, 1, str(e).removeprefix(e.name + " "))
@@ -366,6 +384,22 @@ class Supervisor(abc.ABC):
                 self.fail(e.name, exit_code(e.returncode) or 1, describe_exit(e.returncode) + " before it was healthy")
             return False
         return True
+
+    def fail_if_stopped_while_starting(self, name: str, since: dict[str, float]) -> None:
+        """launcher.stopped_timeout_s for a server that has not answered yet: a server (or its
+        scheduler) stopped while it starts would otherwise hold the run for the whole
+        launcher.server_startup_timeout_s. Raises ServerStartupError naming it."""
+        timeout = self.cfg.launcher.stopped_timeout_s
+        member = self.stopped(name) if timeout else None
+        if member is None:
+            since.pop(name, None)
+            return
+        now = time.monotonic()
+        seconds = now - since.setdefault(name, now)
+        if seconds > timeout:
+            raise ServerStartupError(
+                name, f"{name} {stopped_reason(member, seconds, timeout)} before it answered /health" + STOPPED_ADVICE
+            )
 
     def restart_server(self, name: str, reason: str, code: int) -> int | None:
         """launcher.restart_failed_servers: start a dead (or hung: the backend stops it first)
@@ -602,10 +636,8 @@ class Supervisor(abc.ABC):
             if seconds <= timeout:
                 continue
             self.stopped_since.pop(name, None)
-            who = f"has had its process {member} " if member else "has been "
             reason = (
-                f"{who}in the stopped state (SIGSTOP) for {seconds:.0f} s "
-                f"(launcher.stopped_timeout_s={timeout:g}){self.last_phase(name, ', in {}')}: "
+                f"{stopped_reason(member, seconds, timeout)}{self.last_phase(name, ', in {}')}: "
                 "the run cannot go on without it"
             )
             if name in self.addrs and self.cfg.launcher.restart_failed_servers:
@@ -613,11 +645,7 @@ class Supervisor(abc.ABC):
                 if watch:
                     watch.reset(name)
                 return failed
-            return self.fail(
-                name,
-                1,
-                reason + "; to pause a run on purpose for longer, raise launcher.stopped_timeout_s (null disables it)",
-            )
+            return self.fail(name, 1, reason + STOPPED_ADVICE)
         return None
 
     def phase_watch(self, trainers: list[str]) -> PhaseWatch | None:

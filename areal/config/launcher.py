@@ -104,8 +104,8 @@ class LauncherConfig(Section):
         gt=0,
         description="A process of the run (trainer rank, driver, server) that stays in the stopped state "
         "(SIGSTOP; not a debugger's tracing stop) this long fails the run, naming it (a server is restarted "
-        "instead with launcher.restart_failed_servers); null disables the check. Local backend, and the Ray "
-        "backend through each process's actor.",
+        "instead with launcher.restart_failed_servers; a server stopped before it first answers /health fails "
+        "the start); null disables the check. Local backend, and the Ray backend through each process's actor.",
     )
     trainer_phase_timeout_s: float | None = Field(
         7200.0,

@@ -6,6 +6,7 @@ Unknown flags are accepted so the planned server command line can be reused as i
   FAKE_SERVER_DELAY_S=s        become healthy only after s seconds
   FAKE_SERVER_EXIT=c           exit with code c instead of serving (a server that fails to start)
   FAKE_SERVER_SPAWN_CHILD=1    start a sleeping grandchild (written to $AREAL_RUN_DIR/out)
+  FAKE_SERVER_STOP=1           stop itself (SIGSTOP) before it serves (SIGCONT resumes it)
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -40,6 +42,8 @@ def main() -> int:
         print("fake server failing on purpose", flush=True)
         return int(os.environ["FAKE_SERVER_EXIT"])
     time.sleep(float(os.environ.get("FAKE_SERVER_DELAY_S", "0")))
+    if os.environ.get("FAKE_SERVER_STOP"):
+        os.kill(os.getpid(), signal.SIGSTOP)
     from tests.launcher.fake_trainer import attach_to_mps
 
     attach_to_mps()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import socket
 from pathlib import Path
 
@@ -99,6 +100,28 @@ def test_server_health_timeout(tmp_path, capsys):
     assert "error: server-0 did not answer" in err and "server-0.log" in err
     # it gave up at the startup timeout: the server, healthy after 60 s, never was
     assert not any(k.startswith("server") or k.startswith("trainer") for k in outputs(cfg.run_dir))
+
+
+def test_server_stopped_while_starting_is_named_at_the_stopped_timeout(tmp_path, capsys):
+    """A server stopped before it ever answered is named after launcher.stopped_timeout_s (1 s),
+    not after the whole launcher.server_startup_timeout_s (300 s)."""
+    rc, cfg = run(
+        tmp_path,
+        '+launcher.server_env.FAKE_SERVER_STOP="1"',
+        "launcher.stopped_timeout_s=1",
+        "launcher.server_startup_timeout_s=300",
+    )
+    assert rc == 1
+    err = capsys.readouterr().err
+    found = re.search(
+        r"error: server-0 has been in the stopped state \(SIGSTOP\) for (\d+) s \(launcher.stopped_timeout_s=1\) "
+        r"before it answered /health; to pause a run on purpose for longer, raise launcher.stopped_timeout_s",
+        err,
+    )
+    assert found, err
+    assert "server-0.log" in err
+    assert not any(k.startswith("trainer") for k in outputs(cfg.run_dir))
+    assert wait_gone(all_pids(cfg.run_dir)) == []
 
 
 def test_taken_ports_move_to_the_next_free_one(tmp_path, capsys):

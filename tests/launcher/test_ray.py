@@ -276,6 +276,24 @@ def test_server_compiling_kernels_on_a_ray_node_is_waited_for(tmp_path, cluster,
     check_compiling_server_run(cfg, capsys.readouterr().out)
 
 
+def test_server_stopped_while_starting_on_a_ray_node_is_named(tmp_path, cluster, capsys):
+    """The actor reports a stopped server before it ever answered, and the launcher names it at
+    launcher.stopped_timeout_s instead of waiting out the startup timeout."""
+    cfg = ray_cfg(
+        tmp_path,
+        cluster,
+        '+launcher.server_env.FAKE_SERVER_STOP="1"',
+        "launcher.stopped_timeout_s=1",
+        "launcher.server_startup_timeout_s=300",
+    )
+    rc, _ = run_ray_plan(cfg)
+    err = capsys.readouterr().err
+    assert rc == 1, err
+    assert "error: server-0 has been in the stopped state (SIGSTOP) for" in err
+    assert "(launcher.stopped_timeout_s=1) before it answered /health" in err
+    assert wait_gone(all_pids(cfg.run_dir)) == []
+
+
 def test_cli_trainer_only_on_two_nodes(tmp_path, cluster):
     """areal-launch end to end with launcher.backend=ray: trainers on two Ray nodes."""
     fileroot = tmp_path / "runs"
