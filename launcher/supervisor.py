@@ -389,17 +389,24 @@ class Supervisor(abc.ABC):
         """launcher.stopped_timeout_s for a server that has not answered yet: a server (or its
         scheduler) stopped while it starts would otherwise hold the run for the whole
         launcher.server_startup_timeout_s. Raises ServerStartupError naming it."""
+        stopped = self.stopped_too_long(name, since)
+        if stopped:
+            raise ServerStartupError(name, f"{name} {stopped} before it answered /health" + STOPPED_ADVICE)
+
+    def stopped_too_long(self, name: str, since: dict[str, float]) -> str | None:
+        """stopped_reason once the process (or one of its tree) has been in the stopped state for
+        longer than launcher.stopped_timeout_s, else None; `since` keeps when each stop was seen."""
         timeout = self.cfg.launcher.stopped_timeout_s
         member = self.stopped(name) if timeout else None
         if member is None:
             since.pop(name, None)
-            return
+            return None
         now = time.monotonic()
         seconds = now - since.setdefault(name, now)
-        if seconds > timeout:
-            raise ServerStartupError(
-                name, f"{name} {stopped_reason(member, seconds, timeout)} before it answered /health" + STOPPED_ADVICE
-            )
+        if seconds <= timeout:
+            return None
+        since.pop(name, None)
+        return stopped_reason(member, seconds, timeout)
 
     def restart_server(self, name: str, reason: str, code: int) -> int | None:
         """launcher.restart_failed_servers: start a dead (or hung: the backend stops it first)
@@ -623,23 +630,16 @@ class Supervisor(abc.ABC):
         in a collective (up to actor.collective_timeout_s) and nothing else watches trainers. Only
         the stopped state counts, not a debugger's tracing stop, so attaching gdb or py-spy is safe.
         """
-        timeout = self.cfg.launcher.stopped_timeout_s
-        if not timeout:
+        if not self.cfg.launcher.stopped_timeout_s:
             return None
-        now = time.monotonic()
         for name, proc in list(self.procs.items()):
-            member = None if proc.poll() is not None else self.stopped(name)
-            if member is None:
+            if proc.poll() is not None:
                 self.stopped_since.pop(name, None)
                 continue
-            seconds = now - self.stopped_since.setdefault(name, now)
-            if seconds <= timeout:
+            stopped = self.stopped_too_long(name, self.stopped_since)
+            if stopped is None:
                 continue
-            self.stopped_since.pop(name, None)
-            reason = (
-                f"{stopped_reason(member, seconds, timeout)}{self.last_phase(name, ', in {}')}: "
-                "the run cannot go on without it"
-            )
+            reason = f"{stopped}{self.last_phase(name, ', in {}')}: the run cannot go on without it"
             if name in self.addrs and self.cfg.launcher.restart_failed_servers:
                 failed = self.restart_server(name, reason, 1)
                 if watch:
