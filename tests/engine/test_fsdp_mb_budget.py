@@ -7,7 +7,13 @@ import torch
 
 from areal.config.actor import AUTO_CPU_TOKENS, AUTO_PROBE_TOKENS
 from areal.engine.fsdp import packing
-from areal.engine.fsdp.mb_budget import AutoBudgetOutOfMemory, Measurement, TokenBudget, budget_from_memory
+from areal.engine.fsdp.mb_budget import (
+    AutoBudgetOutOfMemory,
+    Measurement,
+    TokenBudget,
+    budget_from_memory,
+    usable_bytes,
+)
 from tests.engine.test_fsdp_helpers import make_batch, nll_loss, one_torch_thread, token_weight
 from tests.engine.test_fsdp_helpers import one_rank_engine as _engine
 
@@ -50,6 +56,17 @@ def test_budget_never_below_the_longest_sequence():
 def test_budget_refuses_a_non_positive_cost_per_token():
     with pytest.raises(ValueError, match="bytes_per_token"):
         budget_from_memory(MiB, 0, 0.1, longest=1)
+
+
+def test_usable_memory_leaves_out_the_allocators_split_fragments():
+    # the H100 out-of-memory: 2.33 GiB free on the device, 8.64 GiB reserved but unallocated, all of
+    # it fragments of segments holding live tensors -> only the device's free memory is usable
+    GiB = 2**30
+    assert usable_bytes(2386 * MiB, 34 * GiB, 25966 * MiB, 8850 * MiB) == 2386 * MiB
+    # whole cached blocks count: the allocator hands them back before it fails
+    assert usable_bytes(2 * GiB, 30 * GiB, 20 * GiB, 3 * GiB) == 9 * GiB
+    assert usable_bytes(2 * GiB, 10 * GiB, 10 * GiB, 0) == 2 * GiB
+    assert usable_bytes(2 * GiB, 10 * GiB, 9 * GiB, 5 * GiB) == 2 * GiB  # never below the device's own
 
 
 def test_measurement_charges_the_pass_to_its_largest_microbatch():

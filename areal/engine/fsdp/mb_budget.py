@@ -7,9 +7,10 @@ forward-only logprob recompute; "train": forward and backward), because the two 
   two sequences (so gradient accumulation across micro-batches is part of what it measures);
 - a measured pass records the peak memory it added above what was allocated when it started,
   divided by the real tokens of its largest micro-batch: bytes per token;
-- every pass gets `budget_from_memory`: the memory free for it (the device's free memory plus what
-  the caching allocator holds unused) x (1 - actor.mb_memory_headroom) / bytes per token, rounded
-  down to a multiple of 1024, never below the longest sequence of the batch.
+- every pass gets `budget_from_memory`: the memory free for it (`usable_bytes`: the device's free
+  memory plus what the caching allocator holds unused, less the fragments of its blocks split around
+  live tensors) x (1 - actor.mb_memory_headroom) / bytes per token, rounded down to a multiple of
+  1024, never below the longest sequence of the batch.
 
 The fixed memory a pass adds (gradients) is charged to the tokens of the measured micro-batch, so
 the line through zero and the measurement lies above the true cost for any larger budget: a
@@ -47,6 +48,16 @@ def budget_from_memory(
     return max(tokens, int(longest))
 
 
+def usable_bytes(device_free: int, reserved: int, allocated: int, inactive_split: int) -> int:
+    """Memory a pass can take: the device's free memory plus the caching allocator's reserved but
+    unallocated memory, less its inactive split blocks (free fragments of segments that also hold
+    live tensors). A pass's large tensors (the [tokens, vocab] logits) cannot use those fragments,
+    and the allocator cannot hand them back to the device: on one H100 a budget that counted them
+    ran out of memory with 8.6 GiB of them reserved."""
+    cached_whole = max(reserved - allocated - inactive_split, 0)
+    return int(device_free + cached_whole)
+
+
 class DeviceMemory(Protocol):
     """The readings the auto budget needs (CudaMemory; tests pass a fake)."""
 
@@ -64,7 +75,13 @@ class CudaMemory:
 
     def free_bytes(self) -> int:
         free, _ = torch.cuda.mem_get_info()
-        return int(free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated())
+        stats = torch.cuda.memory_stats()
+        return usable_bytes(
+            free,
+            stats.get("reserved_bytes.all.current", 0),
+            stats.get("allocated_bytes.all.current", 0),
+            stats.get("inactive_split_bytes.all.current", 0),
+        )
 
     def allocated(self) -> int:
         return int(torch.cuda.memory_allocated())

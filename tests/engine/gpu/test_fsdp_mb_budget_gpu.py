@@ -89,3 +89,23 @@ def test_auto_budget_measures_then_fits_the_free_memory_qwen05b_shape(qwen_05b):
     assert peak_tight <= free_tight
     for s in (probe, stats, tight):
         assert torch.isfinite(torch.tensor(s["loss"])) and torch.isfinite(torch.tensor(s["grad_norm"]))
+
+
+def test_free_memory_leaves_out_the_allocators_split_fragments():
+    """A freed piece of a segment that still holds a live tensor is reserved but unallocated; a
+    large tensor cannot use it, so the budget's free memory must not count it."""
+    from areal.engine.fsdp.mb_budget import CudaMemory
+
+    torch.cuda.empty_cache()
+    whole = torch.empty(512 * 2**20, dtype=torch.uint8, device="cuda")
+    del whole  # a 512 MiB segment, cached
+    kept = torch.empty(100 * 2**20, dtype=torch.uint8, device="cuda")  # split from it
+    torch.cuda.synchronize()
+    stats = torch.cuda.memory_stats()
+    split = stats["inactive_split_bytes.all.current"]
+    device_free, _ = torch.cuda.mem_get_info()
+    cached = stats["reserved_bytes.all.current"] - stats["allocated_bytes.all.current"]
+    print(f"split fragments {split / 2**20:.0f} MiB, cached unallocated {cached / 2**20:.0f} MiB")
+    assert split >= 400 * 2**20
+    assert CudaMemory().free_bytes() == device_free + max(cached - split, 0)
+    del kept
