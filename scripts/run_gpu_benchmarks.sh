@@ -401,7 +401,7 @@ x1_pipeline_ab)
   # compiled logprob head: beside a server at 0.5 the eager head's logits (11.6 GiB at 40,960 tokens)
   # ran out of memory in every variant but that one (2026-12-06). Set it empty to measure the eager head.
   gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
-  if [ -z "${AB_COMMON+x}" ] && [ "${gpu_mib:-0}" -lt 100000 ]; then
+  if [ -z "${AB_COMMON+x}" ] && [ -n "$gpu_mib" ] && [ "$gpu_mib" -lt 100000 ]; then
     AB_COMMON="actor.fused_logprobs=true actor.compile_logprobs=true"
     echo "x1_pipeline_ab: ${gpu_mib} MiB GPU, every variant gets AB_COMMON=$AB_COMMON"
   fi

@@ -488,20 +488,51 @@ def test_stage_chain_runs_each_stage_and_chaos_entries_pick_their_own_backend(tm
     assert "--config gpu_sync --backend local --trials 3 --seed 1" in local
 
 
+def _pipeline_ab_command(tmp_path, gpu_mib: int, **env_vars: str) -> str:
+    """The bench_e2e command line x1_pipeline_ab runs (python is echo) on a GPU of gpu_mib MiB."""
+    import subprocess
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\necho {gpu_mib}\n")
+    smi.chmod(0o755)
+    env = {**os.environ, "PYTHON": "echo", "AREAL_GSM8K_DIR": str(tmp_path), **env_vars}
+    env["PATH"] = f"{bin_dir}:{env['PATH']}"
+    for key in ("AB_VARIANTS", "AB_COMMON", "AB_PART"):
+        if key not in env_vars:
+            env.pop(key, None)
+    script = REPO / "scripts" / "run_gpu_benchmarks.sh"
+    out = tmp_path / "out"
+    subprocess.run(["bash", str(script), "x1_pipeline_ab", str(out)], env=env, check=True, capture_output=True)
+    return (out / "pipeline_ab_0.5b.log").read_text()
+
+
+def test_pipeline_ab_on_an_80gb_gpu_gives_every_variant_the_fused_head(tmp_path):
+    """On an H100 the eager logprob head ran out of memory beside the server in every variant but the
+    fused one: under 100 GiB each variant gets AB_COMMON, and one that only repeats it is skipped."""
+    import shlex
+
+    mod = _script()
+    fused = ["actor.fused_logprobs=true", "actor.compile_logprobs=true"]
+    args = mod.parse_args(shlex.split(_pipeline_ab_command(tmp_path / "h100", gpu_mib=81559, AB_PART="1"))[1:])
+    assert args.variants["base"] == fused
+    assert args.variants["mps"] == ["launcher.mps=true", *fused]
+    assert "logprobs" not in args.variants and "prox_loglinear" in args.variants
+    # AB_COMMON set (here empty) wins over the default
+    args = mod.parse_args(shlex.split(_pipeline_ab_command(tmp_path / "eager", gpu_mib=81559, AB_COMMON=""))[1:])
+    assert args.variants["base"] == [] and args.variants["logprobs"] == fused
+
+
 def test_pipeline_ab_stage_variants_are_valid_configs(tmp_path):
     """x1_pipeline_ab's default AB_VARIANTS reach bench_e2e as --variant run sets (run with an echo
     for python), and every variant's overrides compose and validate as the run would."""
     import shlex
-    import subprocess
 
     from areal.config import validate_config
     from launcher.compose import compose
 
-    env = {**os.environ, "PYTHON": "echo", "AREAL_GSM8K_DIR": str(tmp_path)}
-    env.pop("AB_VARIANTS", None)
-    script = REPO / "scripts" / "run_gpu_benchmarks.sh"
-    subprocess.run(["bash", str(script), "x1_pipeline_ab", str(tmp_path)], env=env, check=True, capture_output=True)
-    argv = shlex.split((tmp_path / "pipeline_ab_0.5b.log").read_text())
+    argv = shlex.split(_pipeline_ab_command(tmp_path, gpu_mib=143771))  # an H200
     mod = _script()
     args = mod.parse_args(argv[1:])
     assert list(args.variants)[0] == "base" and args.variants["base"] == []
