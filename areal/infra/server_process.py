@@ -111,8 +111,18 @@ class ServerProcess:
         return self.proc.returncode
 
 
+def terminal_lines(text: str) -> list[str]:
+    """`text`'s lines as a terminal shows them: a progress bar redraws its line after each carriage
+    return, so only what follows the last one is kept (SGLang's 36-step CUDA-graph capture bar is
+    one line, not 60)."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line.rstrip("\r").rsplit("\r", 1)[-1] for line in lines]
+
+
 def tail_lines(path: str, n: int = 20) -> list[str]:
-    """The last n lines of a log file ([] when it is missing)."""
+    """The last n lines of a log file as a terminal shows them ([] when it is missing)."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -121,7 +131,7 @@ def tail_lines(path: str, n: int = 20) -> list[str]:
             data = f.read()
     except OSError:
         return []
-    return data.decode("utf-8", errors="replace").splitlines()[-n:]
+    return terminal_lines(data.decode("utf-8", errors="replace"))[-n:]
 
 
 def start_server_process(

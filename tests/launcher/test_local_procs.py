@@ -8,6 +8,7 @@ import signal
 import socket
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -88,6 +89,21 @@ def test_output_goes_to_log_sink_and_tail(tmp_path):
     assert seen == ["a", "b"] and list(proc.tail) == ["a", "b"]
     assert tail_lines(str(tmp_path / "e.log"), 1) == ["b"]
     assert tail_lines(str(tmp_path / "missing.log")) == []
+
+
+def test_a_logs_tail_shows_a_progress_bar_as_its_last_state(tmp_path):
+    """A real SGLang 0.5.16 log (a cold start): tqdm redraws its bars after carriage returns, so a
+    crash report's tail once held 60 'Capturing batches' lines and nothing else; a terminal shows one."""
+    fixture = Path(__file__).parent / "fixtures" / "sglang_0.5.16_run_cold_lora.log"
+    assert fixture.read_bytes().count(b"Capturing batches") > 30
+    tail = tail_lines(str(fixture), 200)
+    capture = [line for line in tail if "Capturing batches" in line]
+    assert len(capture) == 1 and "100%" in capture[0] and "36/36" in capture[0]
+    assert not any("\r" in line for line in tail)
+    assert tail[-1] == fixture.read_bytes().decode().rstrip("\n").split("\n")[-1]
+    crlf = tmp_path / "crlf.log"
+    crlf.write_bytes(b"a\r\n 10%\r 50%\r100%\nb\r\n")
+    assert tail_lines(str(crlf)) == ["a", "100%", "b"]
 
 
 def test_start_failure_names_the_process():
