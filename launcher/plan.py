@@ -75,6 +75,13 @@ class LaunchPlan:
     def by_role(self, role: str) -> list[ProcessSpec]:
         return [p for p in self.processes if p.role == role]
 
+    @property
+    def mains_start_with_servers(self) -> bool:
+        """Trainers (or the driver) start with the servers instead of after their /health: their
+        start-up (imports, model load) then overlaps the servers'. Not when colocated: SGLang sizes
+        its KV cache from the memory free on the device as it starts."""
+        return bool(self.by_role("server")) and not self.colocated
+
     def to_dict(self) -> dict:
         return {
             "run_dir": self.run_dir,
@@ -97,7 +104,8 @@ class LaunchPlan:
             f"device: {self.device}    server program: {self.server_kind or '(none: trainer-only)'}"
             + (f"    pause mode: {self.pause_mode}" if self.pause_mode else "")
             + ("    colocated: servers and trainers share devices" if self.colocated else ""),
-            f"processes: {len(self.processes)}",
+            f"processes: {len(self.processes)}"
+            + ("    (trainers start while the servers start)" if self.mains_start_with_servers else ""),
         ]
         if self.mps:
             devs = ",".join(map(str, self.mps.devices))

@@ -91,6 +91,14 @@ def health_limit(watch: HealthWatch) -> SilenceLimit:
     return SilenceLimit(watch.timeout_s, "launcher.server_health_timeout_s")
 
 
+class MainExited(Exception):
+    """A trainer (or the driver) exited while the servers it was started with still started."""
+
+    def __init__(self, name: str, returncode: int):
+        super().__init__(name)
+        self.name, self.returncode = name, returncode
+
+
 class Stopped(KeyboardInterrupt):
     """Ctrl-C or SIGTERM reached the launcher; the run stops with 128 + signal.
 
@@ -328,13 +336,14 @@ class Supervisor(abc.ABC):
 
     def run(self) -> int:
         self.prepare()
-        addrs = self.start_servers()
+        mains = [p for p in self.plan.processes if p.role != "server"]
+        addrs = self.start_servers(mains if self.plan.mains_start_with_servers else [])
         if addrs is None:
             return self.failed_code
         extra = {ENV_VAR: ",".join(addrs)} if addrs else {}
-        mains = [p for p in self.plan.processes if p.role != "server"]
         for spec in mains:
-            self.start(spec, extra)
+            if spec.name not in self.procs:
+                self.start(spec, extra)
         code = self.monitor([s.name for s in mains])
         if code:
             return code
@@ -343,11 +352,13 @@ class Supervisor(abc.ABC):
             return self.hold_servers(addrs)
         return 0
 
-    def start_servers(self) -> list[str] | None:
-        """Start the servers, wait for /health and publish their addresses.
+    def start_servers(self, mains: list[ProcessSpec]) -> list[str] | None:
+        """Start the servers, then `mains` with their addresses (their start-up overlaps the
+        servers'; their clients wait for /health), wait for /health and publish the addresses.
 
         Returns the addresses ([] when the plan has no servers: then rollout.server_addrs, if
-        given, is passed on), or None when a server failed (self.failed_code says how).
+        given, is passed on), or None when a server, or one of `mains`, failed meanwhile
+        (self.failed_code says how).
         """
         servers = self.plan.by_role("server")
         if not servers:
@@ -357,14 +368,17 @@ class Supervisor(abc.ABC):
         for s in servers:
             self.start(s, {})
         self.addrs = self.server_addrs(servers)
-        if not self.await_health(self.addrs):
+        for spec in mains:
+            self.start(spec, {ENV_VAR: ",".join(self.addrs.values())})
+        if not self.await_health(self.addrs, [m.name for m in mains]):
             return None
         where = self.publish(list(self.addrs.values()))
         say(f"servers ready: {', '.join(self.addrs.values())} (recorded in {where})")
         return list(self.addrs.values())
 
-    def await_health(self, addrs: dict[str, str]) -> bool:
-        """Wait for /health of these servers; on failure report it (self.failed_code) and say False."""
+    def await_health(self, addrs: dict[str, str], mains: list[str] = ()) -> bool:
+        """Wait for /health of these servers; on failure report it (self.failed_code) and say
+        False. A process of `mains` (started already) that exits meanwhile is the failure."""
         timeout = self.cfg.launcher.server_startup_timeout_s
         say(f"waiting up to {timeout:g} s for {', '.join(addrs)} to answer /health")
         stopped_since: dict[str, float] = {}
@@ -373,10 +387,15 @@ class Supervisor(abc.ABC):
             if self._check(name, addr):
                 return True
             self.fail_if_stopped_while_starting(name, stopped_since)
+            self.fail_if_a_main_exited(mains)
             return False
 
         try:
             wait_healthy(addrs, timeout, self._exit_status, check=check)
+        except MainExited as e:
+            what = describe_exit(e.returncode) if e.returncode else "exited with code 0"
+            self.fail(e.name, exit_code(e.returncode) or 1, what + " before the servers answered /health")
+            return False
         except ServerStartupError as e:
             if e.returncode is None:  # still running, never healthy
                 self.fail(e.name, 1, str(e).removeprefix(e.name + " "))
@@ -384,6 +403,14 @@ class Supervisor(abc.ABC):
                 self.fail(e.name, exit_code(e.returncode) or 1, describe_exit(e.returncode) + " before it was healthy")
             return False
         return True
+
+    def fail_if_a_main_exited(self, mains: list[str]) -> None:
+        """Raises MainExited for the first of `mains` that has exited (as of the last refresh):
+        before the servers answer, no trainer has reason to end, even with status 0."""
+        for name in mains:
+            code = self.procs[name].poll()
+            if code is not None:
+                raise MainExited(name, code)
 
     def fail_if_stopped_while_starting(self, name: str, since: dict[str, float]) -> None:
         """launcher.stopped_timeout_s for a server that has not answered yet: a server (or its

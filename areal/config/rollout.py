@@ -57,7 +57,12 @@ class RolloutConfig(Section):
         "what runs, well under a second when healthy.",
     )
     request_retries: int = Field(3, ge=0, description="Retries of a request after a connection error.")
-    setup_timeout_s: float = Field(300.0, gt=0, description="Seconds the client waits for servers to become healthy.")
+    setup_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="Seconds the client waits for servers to become healthy. areal-launch starts trainers with "
+        "the servers (unless colocated) and raises it to launcher.server_startup_timeout_s for them.",
+    )
     server_addrs: list[str] = Field(
         default_factory=list,
         description="host:port of servers already running; empty means discover the run's own servers.",

@@ -7,6 +7,7 @@ Unknown flags are accepted so the planned server command line can be reused as i
   FAKE_SERVER_EXIT=c           exit with code c instead of serving (a server that fails to start)
   FAKE_SERVER_SPAWN_CHILD=1    start a sleeping grandchild (written to $AREAL_RUN_DIR/out)
   FAKE_SERVER_STOP=1           stop itself (SIGSTOP) before it serves (SIGCONT resumes it)
+  FAKE_SERVER_WAIT_FILE=path   serve only once that file exists (path may hold $AREAL_RUN_DIR)
 """
 
 from __future__ import annotations
@@ -42,6 +43,11 @@ def main() -> int:
         print("fake server failing on purpose", flush=True)
         return int(os.environ["FAKE_SERVER_EXIT"])
     time.sleep(float(os.environ.get("FAKE_SERVER_DELAY_S", "0")))
+    wait_file = os.environ.get("FAKE_SERVER_WAIT_FILE")
+    if wait_file:
+        path = Path(os.path.expandvars(wait_file))
+        while not path.exists():  # the test's own deadline (the launcher's startup timeout) bounds it
+            time.sleep(0.05)
     if os.environ.get("FAKE_SERVER_STOP"):
         os.kill(os.getpid(), signal.SIGSTOP)
     from tests.launcher.fake_trainer import attach_to_mps

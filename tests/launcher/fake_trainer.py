@@ -2,8 +2,10 @@
 
     python -m tests.launcher.fake_trainer --config RUN_DIR/config.yaml
 
-Writes what it received (its torch.distributed env, devices, server addresses, whether each
-server answered /health) to `$AREAL_RUN_DIR/out/<role>-<rank>.json`, then behaves as the
+Touches `$AREAL_RUN_DIR/out/<role>-<rank>.started` at once. Once its servers answer /health and
+are published (as a real trainer waits for them), writes what
+it received (its torch.distributed env, devices, server addresses, whether each server answered
+/health) to `$AREAL_RUN_DIR/out/<role>-<rank>.json`, then behaves as the
 environment asks:
   FAKE_FAIL_RANK=r, FAKE_EXIT=c   rank r exits with code c (after FAKE_FAIL_AFTER_S seconds)
   FAKE_SLEEP_S=s                   sleep s seconds before exiting 0
@@ -15,6 +17,7 @@ environment asks:
   FAKE_UNTIL_RESTARTED=name        first wait until the launcher has started process `name` a
                                    second time (two start banners in its log); exit 1 after 120 s
   FAKE_WAIT_FILE=path              first wait until that file exists; exit 1 after 60 s
+  FAKE_EXIT_AT_START=c             exit with code c at once, before waiting for the servers
   FAKE_PHASE=1                     first write RUN/logs/trainer-<rank>.phase (a rank that began a step)
 With CUDA_MPS_PIPE_DIRECTORY set it attaches to the stand-in MPS daemon as a CUDA process would to
 the real one (tests/launcher/mps_control_standin: its pid goes to the folder's `clients`).
@@ -128,6 +131,21 @@ def log_like_a_trainer() -> None:
     print("step 1/1 | reward 0.500 | loss 0.100", flush=True)
 
 
+def wait_until_served(config: str, addrs: list[str], record: Path, timeout: float = 120.0) -> None:
+    """As the real client does: the launcher starts trainers with the servers it runs, so wait
+    until each answers /health; then until it has published them (once it saw them answer).
+    Servers it does not run (rollout.server_addrs of a trainer-only run) are not waited for."""
+    import yaml
+
+    if not yaml.safe_load(Path(config).read_text())["launcher"]["rollout_n_nodes"]:
+        return
+    deadline = time.monotonic() + timeout
+    while addrs and not (all(healthy(a) for a in addrs) and record.exists()):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"fake trainer: {addrs} not healthy and published in {record} within {timeout} s")
+        time.sleep(0.1)
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--config", required=True)
@@ -137,7 +155,14 @@ def main() -> int:
     rank = int(env.get("RANK", "0"))
     role = "trainer" if "RANK" in env else "driver"
     addrs = [a for a in env.get("AREAL_SERVER_ADDRS", "").split(",") if a]
+    out = Path(env["AREAL_RUN_DIR"]) / "out"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{role}-{rank}.started").touch()
+    if env.get("FAKE_EXIT_AT_START"):  # fails in its own start-up (a bad dataset path, say)
+        print(f"{role} {rank} failing at its start", flush=True)
+        return int(env["FAKE_EXIT_AT_START"])
     record = Path(env["AREAL_RUN_DIR"]) / "name_resolve" / "servers.json"
+    wait_until_served(args.config, addrs, record)
     info = {
         "pid": os.getpid(),
         "env": {k: env.get(k) for k in ENV_KEYS},
@@ -149,8 +174,6 @@ def main() -> int:
     }
     if env.get("FAKE_IGNORE_TERM"):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    out = Path(env["AREAL_RUN_DIR"]) / "out"
-    out.mkdir(parents=True, exist_ok=True)
     (out / f"{role}-{rank}.json").write_text(json.dumps(info))
     print(f"{role} {rank} of {env.get('WORLD_SIZE')} up; servers {addrs}", flush=True)
     if env.get("FAKE_FAIL_RANK") == str(rank):

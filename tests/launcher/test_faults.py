@@ -29,7 +29,7 @@ import psutil
 import pytest
 import requests
 
-from tests.launcher.helpers import free_ports, wait_gone
+from tests.launcher.helpers import REPO, free_ports, wait_gone
 from tests.launcher.test_local_cli import LAUNCH, Launcher
 
 pytestmark = pytest.mark.slow
@@ -330,21 +330,36 @@ def test_server_silent_before_the_first_step_gets_the_startup_timeout(tmp_path):
     warm-up makes SGLang compile kernels with /health unanswered (over a minute on a fresh GPU).
     A server silent then is judged by launcher.server_startup_timeout_s (20 s here), not by
     launcher.server_health_timeout_s (2 s): stopped as soon as it is ready and resumed once the
-    launcher has named it (at half the startup timeout), the run goes on and completes."""
+    launcher has named it (at half the startup timeout), the run goes on and completes. The trainer
+    starts with the server, so a gate holds it in its start-up (a sitecustomize that waits for a
+    file) until the server is resumed: no step can begin before."""
+    gate = tmp_path / "trainer_may_start"
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import os, time\n"
+        f"deadline = time.monotonic() + {HANG_GUARD_S}\n"
+        f"while not os.path.exists({str(gate)!r}) and time.monotonic() < deadline:\n"
+        "    time.sleep(0.05)\n"
+    )
     launcher = launch(
         tmp_path,
         "total_train_steps=2",
         "launcher.server_health_timeout_s=2",
         "launcher.server_startup_timeout_s=20",
         "launcher.stopped_timeout_s=null",
+        f"+launcher.trainer_env.PYTHONPATH={hook}:{REPO}",
     )
-    launcher.wait_for("servers ready")
-    server = pid_of(launcher, "server-0")
-    os.kill(server, signal.SIGSTOP)
     try:
-        launcher.wait_for("server-0 has not answered /health for", timeout=60)
+        launcher.wait_for("servers ready")
+        server = pid_of(launcher, "server-0")
+        os.kill(server, signal.SIGSTOP)
+        try:
+            launcher.wait_for("server-0 has not answered /health for", timeout=60)
+        finally:
+            os.kill(server, signal.SIGCONT)
     finally:
-        os.kill(server, signal.SIGCONT)
+        gate.touch()
     assert launcher.wait(HANG_GUARD_S) == 0, launcher.output
     notice = next(line for line in launcher.lines if "server-0 has not answered /health for" in line)
     assert "launcher.server_startup_timeout_s=20 (no trainer rank has begun its first step yet)" in notice

@@ -7,6 +7,8 @@ import re
 import socket
 from pathlib import Path
 
+import yaml
+
 from launcher.cli import write_run_dir
 from launcher.local import run_local
 from launcher.supervisor import cause_first
@@ -45,7 +47,7 @@ def test_trainers_get_servers_and_distributed_env(tmp_path, capsys):
         info = out[f"trainer-{rank}"]
         env = info["env"]
         assert env["AREAL_SERVER_ADDRS"] == addr and info["healthy"] == {addr: True}
-        assert info["record"] == {"addrs": [addr]}  # the name record was there before trainers started
+        assert info["record"] == {"addrs": [addr]}  # published once the server answered
         assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == (str(rank), "2", str(rank))
         assert env["MASTER_ADDR"] == "127.0.0.1" and env["MASTER_PORT"] == str(cfg.launcher.trainer_master_port)
         assert env["CUDA_VISIBLE_DEVICES"] == ""
@@ -84,6 +86,40 @@ def test_failure_stops_every_process_tree(tmp_path, capsys):
     pids = all_pids(cfg.run_dir)
     assert len(pids) == 6  # server, 2 trainers, 3 grandchildren
     assert wait_gone(pids) == []
+
+
+def test_trainers_start_while_the_servers_start(tmp_path):
+    """Not colocated, trainers start with the servers, so their start-up overlaps the servers'. The
+    stand-in server answers only once trainer-0 has started: were trainers started after /health,
+    it never would (the 60 s startup timeout would fail the run)."""
+    rc, cfg = run(
+        tmp_path,
+        '+launcher.server_env.FAKE_SERVER_WAIT_FILE="$AREAL_RUN_DIR/out/trainer-0.started"',
+        "launcher.server_startup_timeout_s=60",
+        "rollout.setup_timeout_s=5",
+    )
+    assert rc == 0
+    assert set(outputs(cfg.run_dir)) >= {"trainer-0", "trainer-1"}
+    # their client waits for /health as long as the launcher does
+    written = yaml.safe_load((Path(cfg.run_dir) / "config.yaml").read_text())
+    assert written["rollout"]["setup_timeout_s"] == 60
+
+
+def test_a_trainer_that_fails_while_the_servers_start_is_named(tmp_path, capsys):
+    """The server never answers; trainer-1 fails in its own start-up: the launcher names it then,
+    instead of waiting out the servers' startup timeout (300 s)."""
+    rc, cfg = run(
+        tmp_path,
+        '+launcher.server_env.FAKE_SERVER_WAIT_FILE="$AREAL_RUN_DIR/never"',
+        '+launcher.trainer_env.FAKE_EXIT_AT_START="3"',
+        "launcher.server_startup_timeout_s=300",
+    )
+    assert rc == 3
+    err = capsys.readouterr().err
+    assert re.search(
+        r"error: trainer-\d exited with code 3 before the servers answered /health; log: \S+trainer-\d\.log", err
+    ), err
+    assert "failing at its start" in err  # the log's tail
 
 
 def test_server_that_dies_while_starting_fails_the_run(tmp_path, capsys):

@@ -113,3 +113,18 @@ def test_cpu_colocated_plan():
     plan = make_plan(validate_config(raw(**{"cluster.device": "cpu"})), CPU)
     assert plan.device == "cpu" and plan.colocated
     assert {p.env["CUDA_VISIBLE_DEVICES"] for p in plan.processes} == {""}
+
+
+def test_trainers_start_with_the_servers_unless_colocated():
+    """SGLang sizes its KV cache from the memory free as it starts: a colocated trainer starts only
+    after the servers answer; on devices of their own, trainers start with them."""
+    colocated = make_plan(validate_config(raw()), GPU)
+    apart = make_plan(
+        validate_config(
+            raw(**{"launcher.colocate": False, "cluster.n_gpus_per_node": 2, "actor.weight_update": "disk"})
+        ),
+        GPU,
+    )
+    assert not colocated.mains_start_with_servers and apart.mains_start_with_servers
+    assert "trainers start while the servers start" in apart.describe()
+    assert "trainers start while" not in colocated.describe()

@@ -215,16 +215,18 @@ def test_stopped_trainer_on_a_ray_node_is_named(tmp_path, cluster, capsys):
 _STOP_ONCE_THEN_SERVE = """
 import os, signal, sys, threading, time
 from http.server import BaseHTTPRequestHandler, HTTPServer
-answered = threading.Event()
 class H(BaseHTTPRequestHandler):
     def do_GET(self):
         self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
-        answered.set()
     def log_message(self, *a): pass
 srv = HTTPServer(("127.0.0.1", int(sys.argv[1])), H)
 threading.Thread(target=srv.serve_forever, daemon=True).start()
 print("stand-in server ready", flush=True)
-if not os.path.exists(sys.argv[2]) and answered.wait(120):  # once the launcher found it healthy
+record = os.path.join(os.environ["AREAL_RUN_DIR"], "name_resolve", "servers.json")
+deadline = time.monotonic() + 120
+while not os.path.exists(record) and time.monotonic() < deadline:  # the launcher found it healthy
+    time.sleep(0.05)
+if not os.path.exists(sys.argv[2]) and os.path.exists(record):
     open(sys.argv[2], "w").close()
     def on_term(*_):
         print("2026-12-06 04:58:36,963 sglang.srt.utils.watchdog ERROR Subprocess scheduler_0 (pid=1) "
