@@ -139,7 +139,8 @@ poll() {
 }
 
 case $cmd in
-start) start; poll ;;
+start) [ ! -f /tmp/env.sh ] || { echo "start: this machine was started already (SmolLM2's parts are used up); run 'also $stage'" >&2; exit 2; }
+  start; poll ;;
 also) [ -f /tmp/env.sh ] || { echo "also: no /tmp/env.sh, run start first" >&2; exit 2; }
   (source /tmp/env.sh && launch); poll ;;
 poll) poll ;;
