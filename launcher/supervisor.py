@@ -337,12 +337,13 @@ class Supervisor(abc.ABC):
     def run(self) -> int:
         self.prepare()
         mains = [p for p in self.plan.processes if p.role != "server"]
-        addrs = self.start_servers(mains if self.plan.mains_start_with_servers else [])
+        early = mains if self.plan.mains_start_with_servers else []
+        addrs = self.start_servers(early)
         if addrs is None:
             return self.failed_code
         extra = {ENV_VAR: ",".join(addrs)} if addrs else {}
         for spec in mains:
-            if spec.name not in self.procs:
+            if spec not in early:
                 self.start(spec, extra)
         code = self.monitor([s.name for s in mains])
         if code:
