@@ -272,6 +272,9 @@ def parse_args(argv=None):
 VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
+PAUSE_COUNTS = ("requests_aborted", "requests_held", "requests_in_flight", "requests_drained")
+
+
 def parse_variants(specs: list[list[str]]) -> dict[str, list[str]]:
     """--variant NAME [KEY=VALUE ...], repeated -> {name: overrides}, in the order given."""
     variants: dict[str, list[str]] = {}
@@ -783,8 +786,9 @@ def summarise(
         },
         "weight_update_s_mean": mean("weight_update/seconds"),
         # its parts (gather, transfer, ...) and, around it, pausing and resuming generation
-        # (pause_s on the trainer, server_pause_s the server's own, requests_aborted, and
-        # requests_in_flight: what the servers ran or queued as the pause began)
+        # (pause_s on the trainer, server_pause_s the server's own, requests_aborted,
+        # requests_in_flight: what the servers ran or queued as the pause began, and drain_s with
+        # requests_drained: the client's requests an abort-mode pause aborted and waited for)
         "weight_update_parts_mean": {
             key.removeprefix("weight_update/"): mean(key)
             for key in sorted(
@@ -792,8 +796,7 @@ def summarise(
                     k
                     for r in measured
                     for k in r
-                    if k.startswith("weight_update/")
-                    and (k.endswith("_s") or k.endswith(("requests_aborted", "requests_held", "requests_in_flight")))
+                    if k.startswith("weight_update/") and (k.endswith("_s") or k.endswith(PAUSE_COUNTS))
                 }
             )
         },

@@ -33,6 +33,7 @@ REQUESTS = (
     "ResumeMemoryOccupationReqInput",
     "FlushCacheReqInput",
     "ProfileReq",
+    "AbortReq",
 )
 BASE_FIELDS = {"rid", "http_worker_ipc"}  # BaseReq's; left out of control requests, kept for /generate
 

@@ -7,7 +7,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from areal.engine.sglang.control import ServerControl
+from areal.engine.sglang.control import OpenRequests, ServerControl
 from tests.serving import start_server
 
 
@@ -61,7 +61,28 @@ def test_an_idle_builtin_server_reports_none_in_flight(tiny_model_dir):
         assert refused.status_code == 400 and "kv" in refused.json()["error"]["message"]
         report = control.pause()
         assert report["requests_in_flight"] == 0 and report["requests_aborted"] == 0
+        assert "requests_drained" not in report  # nothing watched was open: no /abort_request first
         control.resume()
     finally:
         control.close()
         handle.stop()
+
+
+def test_open_requests_are_counted_until_answered_across_threads():
+    requests = OpenRequests()
+    entered, release = threading.Event(), threading.Event()
+
+    def post():
+        with requests.posted():
+            entered.set()
+            release.wait(30)
+
+    worker = threading.Thread(target=post)
+    worker.start()
+    assert entered.wait(30)
+    assert requests.count == 1
+    assert requests.wait_none(0.0) is False  # still open: the wait gives up at its deadline
+    release.set()
+    assert requests.wait_none(30) is True
+    worker.join(30)
+    assert requests.count == 0

@@ -94,11 +94,13 @@ def test_disk_weight_update_changes_outputs_and_versions_on_both(engine, models)
 @pytest.mark.parametrize("mode", ["retract", "abort", "in_place"])
 def test_requests_live_through_a_paused_weight_update(engine, models, mode):
     """Requests in flight when the servers pause for an update finish with every token labelled
-    by the version that produced it. abort: they come back aborted and the client resubmits the
-    rest after continue; retract (the default) and in_place: the servers hold them, finish them
-    after continue and report where the version changed. The update asks the servers for no
-    flush (the built-in server, like SGLang, refuses one while requests are held): the update's
-    flush follows the mode of the pause in effect, not the control's own."""
+    by the version that produced it. abort: the pause aborts them (/abort_request) and waits for
+    their answers before /pause_generation (SGLang's waits a second per check while one is out),
+    and the client resubmits the rest after continue; retract (the default) and in_place: the
+    servers hold them, finish them after continue and report where the version changed. The
+    update asks the servers for no flush (the built-in server, like SGLang, refuses one while
+    requests are held): the update's flush follows the mode of the pause in effect, not the
+    control's own."""
     assert engine.pause_mode == "retract"  # rollout.pause_mode auto, on built-in servers
     count_key = "requests_aborted" if mode == "abort" else "requests_held"
     reqs = [ModelRequest(input_ids=[1, 5, 6], max_new_tokens=160, ignore_eos=True) for _ in range(4)]
@@ -125,13 +127,17 @@ def test_requests_live_through_a_paused_weight_update(engine, models, mode):
                 report = engine.control.pause(mode)
                 # ...and the pause caught all four still so, unless a fast machine finished one in
                 # between: then the round is void, and repeated
-                if seen == "running" and report[count_key] == len(reqs):
+                caught = report.get("requests_drained") if mode == "abort" else report[count_key]
+                if seen == "running" and caught == len(reqs):
                     break
                 engine.control.resume()
                 fut.result(timeout=120)
                 assert time.monotonic() < deadline, "no pause caught the four requests mid-generation"
             done_at_pause = {a: n - start[a] for a, n in generated().items()}
             assert report["server_pause_s"] >= 0
+            if mode == "abort":  # aborted and answered before /pause_generation: it found none to abort
+                assert report["requests_aborted"] == 0 and report["drain_s"] > 0
+                assert engine._open.count == 0
             assert report["requests_in_flight"] == len(reqs)  # /v1/loads, read just before the pause
             with engine.control.weight_update(WeightUpdateMeta("disk", version=2)) as update:  # paused already
                 update.load_disk(models[1])

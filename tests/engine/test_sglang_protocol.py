@@ -69,6 +69,7 @@ def test_generate_payload_uses_only_sglang_keys():
         ),
         (lambda: protocol.pause_payload("retract"), "PauseGenerationReqInput"),
         (protocol.continue_payload, "ContinueGenerationReqInput"),
+        (protocol.abort_all_payload, "AbortReq"),
         (lambda: protocol.load_lora_payload("v1", "/w/v1"), "LoadLoRAAdapterReqInput"),
         (lambda: protocol.unload_lora_payload("v1"), "UnloadLoRAAdapterReqInput"),
         (lambda: protocol.weight_version_payload(3), "UpdateWeightVersionReqInput"),

@@ -39,7 +39,7 @@ from typing import Any
 from areal.api.inference import InferenceEngine, ModelRequest, ModelResponse
 from areal.api.source import LoaderPosition
 from areal.engine.sglang import protocol
-from areal.engine.sglang.control import ServerControl, read_server_infos
+from areal.engine.sglang.control import OpenRequests, ServerControl, read_server_infos
 from areal.engine.sglang.http import ServerError, apost_json, auth_headers, fanout, get_json, retries_for
 from areal.infra.discovery import discover_server_addrs
 from areal.infra.health import wait_healthy
@@ -129,7 +129,8 @@ class RemoteSGLangEngine(InferenceEngine):
         # from from_pretrained say theirs; only external servers under rollout.server=auto are asked
         self.server_kind: str | None = None if self._rcfg.server == "auto" else self._rcfg.server
         self._server_programs: list[str | None] = []  # /server_info "version" per server
-        self._inflight: dict[str, int] = {}
+        self._inflight: dict[str, int] = {}  # samples per server, across their resubmissions
+        self._open = OpenRequests()  # /generate requests awaiting their answer (a pause drains them)
         self.request_counts: dict[str, int] = {}
         self._rr = 0
         self._lock = threading.Lock()
@@ -219,6 +220,7 @@ class RemoteSGLangEngine(InferenceEngine):
             info_routes=info_routes,
         )
         self._control.set_version(served_version)
+        self._control.watch_requests(self._open)
         self.addrs = addrs
         self._inflight = {a: 0 for a in addrs}
         self.request_counts = {a: 0 for a in addrs}
@@ -375,7 +377,9 @@ class RemoteSGLangEngine(InferenceEngine):
                     cache_namespace=cache_namespace(self.get_version()),
                 )
                 sent_version = self.get_version()
-                result = protocol.parse_generate(await self._apost(addr, protocol.GENERATE, body))
+                with self._open.posted():
+                    answer = await self._apost(addr, protocol.GENERATE, body)
+                result = protocol.parse_generate(answer)
                 out_ids += result.output_ids
                 out_lps += result.output_logprobs
                 out_versions += token_versions(result, sent_version)

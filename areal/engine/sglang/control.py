@@ -49,6 +49,45 @@ WEIGHT_TIMEOUT_KEY = "rollout.weight_update_timeout_s"
 # a pause reads the servers' load first; that count is a metric, so a server slow to answer delays the
 # pause by this much at most (or control_timeout_s, if shorter) and the count is left out
 LOADS_TIMEOUT_S = 10.0
+# how long an abort-mode pause waits for this process's aborted requests to come back before it asks
+# the servers to pause anyway (SGLang's own wait then takes over, in steps of a second)
+DRAIN_TIMEOUT_S = 2.0
+
+
+class OpenRequests:
+    """The /generate requests a client has posted and not yet had answered, across its threads.
+
+    An abort-mode pause waits on it: SGLang 0.5.16's /pause_generation (mode abort) aborts every
+    request, then checks whether a request handler still holds the model-update lock and, if one
+    does, sleeps a whole second before it checks again (tokenizer_manager.pause_generation). Every
+    pause that found generation running cost 1.0 s that way (one H100, launcher.mps, 2026-12-06).
+    Aborting first and waiting for the answers here makes that check find the lock free."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._cond = threading.Condition()
+
+    @property
+    def count(self) -> int:
+        return self._count
+
+    @contextlib.contextmanager
+    def posted(self) -> Iterator[None]:
+        """Count one request from its POST until its answer (or error)."""
+        with self._cond:
+            self._count += 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._count -= 1
+                if self._count == 0:
+                    self._cond.notify_all()
+
+    def wait_none(self, timeout: float) -> bool:
+        """Wait until no request is open, up to `timeout` seconds; whether none is."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._count == 0, timeout=max(timeout, 0.0))
 
 
 def pause_report(answers: list[Any]) -> dict[str, float]:
@@ -136,6 +175,7 @@ class ServerControl:
         self._lock = threading.Lock()
         self._version = 0
         self._listeners: list[Any] = []  # objects with pause() / resume(): they follow the gate
+        self._open_requests: list[OpenRequests] = []  # clients' requests an abort-mode pause drains
         self._info_route = dict(info_routes or {})  # addr -> the server-info route it serves (legacy)
         self._loads_served = True  # False once a server has refused /v1/loads (older or other servers)
         self._bg = ThreadPoolExecutor(max_workers=4, thread_name_prefix="server-control")
@@ -248,22 +288,50 @@ class ServerControl:
             self._paused.clear()
             self._pause_used = None
 
+    def watch_requests(self, requests: OpenRequests) -> None:
+        """An abort-mode pause aborts these requests and waits for their answers before it asks
+        the servers to pause (see OpenRequests)."""
+        self._open_requests.append(requests)
+
     def pause(self, mode: str | None = None) -> dict[str, float]:
         """Pause generation on every server (`mode`, default pause_mode); returns what the servers
-        say it cost (see pause_report) and `requests_in_flight`, the requests they ran or queued
-        just before (see requests_in_flight). A time-shared step pauses with abort before it
-        releases the servers' memory (SGLang releases only an idle server); the weight update that
-        ends the step continues."""
+        say it cost (see pause_report), `requests_in_flight`, the requests they ran or queued just
+        before (see requests_in_flight), and in abort mode, where watched requests were open,
+        `requests_drained` and `drain_s` (see drain). A time-shared step pauses with abort before
+        it releases the servers' memory (SGLang releases only an idle server); the weight update
+        that ends the step continues."""
         mode = mode or self.pause_mode
         self._paused.set()  # first: an aborted request must wait, not resubmit at once
         self._pause_used = mode
         for listener in self._listeners:
             listener.pause()
         in_flight = self.requests_in_flight()
+        drained = self.drain() if mode == "abort" else {}
         report = pause_report(self.post_all(protocol.PAUSE, protocol.pause_payload(mode)))
+        report.update(drained)
         if in_flight is not None:
             report["requests_in_flight"] = in_flight
         return report
+
+    def drain(self) -> dict[str, float]:
+        """Abort every request on the servers (/abort_request, abort_all) and wait up to
+        DRAIN_TIMEOUT_S for the watched clients' answers; nothing when none is open. The gate is
+        closed already, so the clients hold what comes back aborted until continue."""
+        open_now = sum(r.count for r in self._open_requests)
+        if open_now == 0:
+            return {}
+        t0 = time.perf_counter()
+        self.post_all(protocol.ABORT, protocol.abort_all_payload())
+        deadline = t0 + min(DRAIN_TIMEOUT_S, self.control_timeout_s)
+        for requests in self._open_requests:
+            if not requests.wait_none(deadline - time.perf_counter()):
+                logger.info(
+                    "pause: %d aborted request(s) still unanswered after %.1f s; the servers' pause waits for them",
+                    requests.count,
+                    time.perf_counter() - t0,
+                )
+                break
+        return {"requests_drained": float(open_now), "drain_s": time.perf_counter() - t0}
 
     def requests_in_flight(self) -> int | None:
         """Requests running or queued on the servers, summed over them (GET /v1/loads). On SGLang

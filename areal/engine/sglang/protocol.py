@@ -44,6 +44,7 @@ MODEL_INFO_LEGACY = "/get_model_info"  # the same answer; the only name before S
 FLUSH_CACHE = "/flush_cache"
 PAUSE = "/pause_generation"
 CONTINUE = "/continue_generation"
+ABORT = "/abort_request"  # answers 200 with an empty body
 UPDATE_FROM_DISK = "/update_weights_from_disk"
 UPDATE_WEIGHT_VERSION = "/update_weight_version"
 LOAD_LORA = "/load_lora_adapter"
@@ -223,6 +224,11 @@ def pause_payload(mode: str) -> dict[str, Any]:
     if mode not in PAUSE_MODES:
         raise ValueError(f"pause mode {mode!r} is not one of {PAUSE_MODES}; set rollout.pause_mode")
     return {"mode": mode}
+
+
+def abort_all_payload() -> dict[str, Any]:
+    """/abort_request for every request the server holds (SGLang's AbortReq: rid, abort_all)."""
+    return {"abort_all": True}
 
 
 def continue_payload() -> dict[str, Any]:
