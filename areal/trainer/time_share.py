@@ -6,7 +6,8 @@ With launcher.colocate and sglang.enable_memory_saver (a synchronous run), each 
     -> release: the server frees its KV cache and moves its weights off the device
        (/release_memory_occupation); with actor.offload the trainer takes its state back
     -> recompute logprobs, train (the trainer holds the device)
-    -> the server takes its weights back (/resume_memory_occupation tags=[weights]),
+    -> the trainer hands its allocator's cached blocks back,
+       the server takes its weights back (/resume_memory_occupation tags=[weights]),
        the weight update lands in them; with actor.offload the trainer moves its state to CPU
     -> the server takes its KV cache back (tags=[kv_cache]) and generates the next batch.
 
@@ -76,6 +77,8 @@ class TimeShare:
                 self._memory("step")
             return
         self._memory("train")
+        if "weights" in self.released:
+            self._timed("trainer_cache_s", lambda: release_cached_memory(self.actor))
         self._resume("weights")
 
     def to_server(self) -> None:
@@ -107,6 +110,17 @@ class TimeShare:
 
     def _memory(self, phase: str) -> None:
         self._metrics.update(memory_metrics(self.actor, self.engine, phase))
+
+
+def release_cached_memory(actor: TrainEngine) -> None:
+    """Hand the caching allocator's unused blocks back to the device before the server takes its
+    memory back: a trainer whose micro-batches were sized from the memory the server had released
+    (actor.max_tokens_per_mb=auto) kept it cached, and SGLang's resume then ran out of memory
+    (one H100, 2026-12-06)."""
+    import torch
+
+    if torch.cuda.is_available() and actor.device_type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def memory_metrics(actor: TrainEngine, engine: RemoteSGLangEngine | None, phase: str) -> dict[str, float]:
