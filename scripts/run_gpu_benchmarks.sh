@@ -379,8 +379,8 @@ x1_pipeline_ab)
   # capped to half the SMs, or below the trainer among MPS's clients;
   # prox_loglinear: no recompute pass, proximal logprobs interpolated (actor.prox_logp_method=loglinear);
   # prox_first: the first PPO minibatch's proximal logprobs from its training forward (a quarter of the recompute)
-  # expandable: the trainer's allocator maps segments that grow instead of caching fixed blocks, so
-  # freed memory does not stay in fragments (8.6 GiB of them on an H100 beside SGLang, 2026-12-06)
+  # fixed_blocks: the trainer's allocator caching fixed blocks, as before colocated trainers got
+  # expandable segments by default (areal/trainer/main.py; fragments of 5-8.6 GiB beside SGLang)
   # AB_PART=1 or 2 runs the base and half of the default variants (about 16 min each: one session
   # with the kit holds one half): MPS and the trainer's options in part 1, the server's, the
   # episode workers and prox_first in part 2; each part repeats the base, so its ratios compare
@@ -389,7 +389,7 @@ x1_pipeline_ab)
     mps_lowprio launcher.mps=true launcher.mps_server_priority=below_normal;
     logprobs actor.fused_logprobs=true actor.compile_logprobs=true; mb_auto actor.max_tokens_per_mb=auto;
     compile actor.compile=true; prox_loglinear actor.prox_logp_method=loglinear;
-    expandable +launcher.trainer_env.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+    fixed_blocks +launcher.trainer_env.PYTORCH_CUDA_ALLOC_CONF=expandable_segments:False"
   server_ab="graph256 sglang.cuda_graph_max_bs=256; no_radix sglang.disable_radix_cache=true;
     mrr256 sglang.max_running_requests=256; sampling_pytorch sglang.sampling_backend=pytorch;
     mem0.4 sglang.mem_fraction_static=0.4; episode_workers workflow.workers=1;

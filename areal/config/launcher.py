@@ -48,7 +48,8 @@ class LauncherConfig(Section):
         "'sglang:d1|fsdp:d1'): one GPU runs both, the plan needs max(rollout, trainer) devices instead of "
         "their sum. sglang.mem_fraction_static is the servers' share of each device; with "
         "sglang.enable_memory_saver a synchronous run time-shares the device instead (the servers release "
-        "their memory while the trainer trains). Single-node runs only.",
+        "their memory while the trainer trains). The trainer's CUDA allocator then uses expandable segments "
+        "unless PYTORCH_CUDA_ALLOC_CONF is set (launcher.trainer_env or the environment). Single-node runs only.",
     )
     mps: bool = Field(
         False,

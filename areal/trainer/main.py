@@ -55,6 +55,22 @@ def resolve_model_paths(cfg) -> None:
             setattr(obj, key, resolve_model_path(getattr(obj, key)))
 
 
+ALLOC_CONF = "PYTORCH_CUDA_ALLOC_CONF"
+
+
+def colocated_allocator(cfg, environ=os.environ) -> str | None:
+    """A trainer colocated with its servers maps its CUDA memory in segments that grow and shrink
+    (expandable_segments:True, as the built-in server does) unless PYTORCH_CUDA_ALLOC_CONF is set.
+    With fixed cached blocks, freed memory stayed in fragments beside SGLang: 5.2-7.5 GiB of them
+    when the trainer ran out of memory asking for 210-594 MiB (one H100, micro-batches sized from
+    free memory, 2026-12-06); the pipeline ran as fast with segments (0.992x, three steps each).
+    Set before the first CUDA allocation reads it; returns the value set, or None."""
+    if not cfg.launcher.colocate or ALLOC_CONF in environ:
+        return None
+    environ[ALLOC_CONF] = "expandable_segments:True"
+    return environ[ALLOC_CONF]
+
+
 def build_context(cfg: ExperimentConfig) -> TrainContext:
     """Engines, the rollout source, data, evaluation and logging of this rank."""
     from areal.engine.fsdp.engine import FSDPEngine
@@ -266,6 +282,8 @@ def main(argv: list[str] | None = None) -> int:
 
     setup_process_logging(stream=sys.stderr)
     cfg = load_run_config(args.config)
+    if colocated_allocator(cfg):
+        logger.info("colocated: the trainer's CUDA allocator uses expandable segments (%s)", ALLOC_CONF)
     if int(os.environ.get("RANK", "0")) == 0:  # rank 0 runs the rollout client thread
         if not prepare_rollout_client_process(cfg, "trainer rank 0 (the rollout client)"):
             return 1

@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from areal.config.launcher import LauncherConfig
 from areal.config.rollout import GenerationConfig, RolloutConfig, WorkflowConfig
 from areal.rollout.executor import RolloutExecutor
 from areal.utils.gil import shorten_gil_switch_interval
@@ -47,6 +48,7 @@ def test_entry_points_apply_the_config(switch_interval, monkeypatch, module, ms,
 
     mod = importlib.import_module(module)
     sections = {"rollout": RolloutConfig(gil_switch_interval_ms=ms), "gconfig": GenerationConfig()}
+    sections["launcher"] = LauncherConfig()
     cfg = type("Cfg", (), {**sections, "workflow": WorkflowConfig()})()  # what the entry points read
     seen = {}
     monkeypatch.setattr("areal.trainer.main.load_run_config", lambda path: cfg)  # the driver uses it too
