@@ -256,6 +256,9 @@ def test_weight_update_with_requests_in_flight(mode, smollm2, other_dir, prompt,
             update.load_disk(other_dir)
         # the n were running through the pause's load reading (SGLang's snapshot, at most 15 steps old)
         assert update.report["requests_in_flight"] >= n, update.report
+        if mode == "abort":  # aborted and answered before /pause_generation (ServerControl.drain)
+            assert update.report["requests_drained"] == n, update.report
+        print(f"{mode}: pause {update.report['pause_s']:.3f} s (drain {update.report.get('drain_s', 0):.3f} s)")
         outs = [f.result(timeout=300) for f in futures]
         loop.call_soon_threadsafe(loop.stop)
         assert requests.get(f"http://{eng.addrs[0]}/health", timeout=10).status_code == 200
