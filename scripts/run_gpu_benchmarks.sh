@@ -374,6 +374,8 @@ x1_pipeline_ab)
   # pays the cold JIT compiles (about 100 s): its startup_s is not the variant's. Over 10 minutes:
   # start it under setsid and read $out/pipeline_ab_0.5b.log from the next call.
   # graph256: SGLang's own decode-graph cap on an H200 (base covers its 512 running requests);
+  # attn_flashinfer: SGLang's decode attention from flashinfer instead of triton (its first start
+  # compiles the kernels);
   # mrr256: half a step's samples decode at once; episode_workers: the RLVR episodes off the trainer's GIL
   # mps, mps_sm50, mps_lowprio: the server's and the trainer's kernels at once (launcher.mps), the server
   # capped to half the SMs, or below the trainer among MPS's clients;
@@ -393,7 +395,7 @@ x1_pipeline_ab)
   server_ab="graph256 sglang.cuda_graph_max_bs=256; no_radix sglang.disable_radix_cache=true;
     mrr256 sglang.max_running_requests=256; sampling_pytorch sglang.sampling_backend=pytorch;
     mem0.4 sglang.mem_fraction_static=0.4; episode_workers workflow.workers=1;
-    prox_first actor.recompute_first_minibatch=false"
+    prox_first actor.recompute_first_minibatch=false; attn_flashinfer sglang.attention_backend=flashinfer"
   case "${AB_PART:-}" in
     1) default_ab="base; $trainer_ab" ;;
     2) default_ab="base; $server_ab" ;;

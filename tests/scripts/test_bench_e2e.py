@@ -549,6 +549,7 @@ def test_pipeline_ab_stage_variants_are_valid_configs(tmp_path):
         "mps_sm50",
         "prox_first",
         "fixed_blocks",
+        "attn_flashinfer",
     } <= set(args.variants)
     args.device, args.dtype = "cuda", "bfloat16"
     for variant, extra in args.variants.items():
