@@ -75,6 +75,16 @@ class ActorConfig(Section):
         description="With max_tokens_per_mb=auto: the fraction of the free device memory left unused "
         "(allocator fragmentation, memory others take meanwhile). Not read with a fixed budget.",
     )
+    mb_server_margin: float = Field(
+        0.05,
+        ge=0,
+        lt=1,
+        description="With max_tokens_per_mb=auto beside colocated servers that keep their memory (an "
+        "asynchronous run): the share of each device left to the servers beyond sglang.mem_fraction_static "
+        "(their activations, CUDA graphs and sampler). The budget then counts on at most 1 - "
+        "mem_fraction_static - this of the device (areal.config.experiment.trainer_memory_share); SGLang's "
+        "sampler ran out of memory beside a trainer whose budget had taken the rest.",
+    )
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
     compile: bool = Field(
         False,

@@ -102,3 +102,13 @@ def resolve_follow_defaults(cfg: ExperimentConfig) -> ExperimentConfig:
     if s.enable_memory_saver is None:
         s.enable_memory_saver = cfg.launcher.colocate and r.max_head_offpolicyness == 0
     return cfg
+
+
+def trainer_memory_share(cfg: ExperimentConfig) -> float | None:
+    """The share of each device the trainer's auto micro-batch budget may count on: beside colocated
+    servers that keep their memory (not time-shared), 1 - sglang.mem_fraction_static -
+    actor.mb_server_margin; otherwise None (the whole device: alone, or the servers release theirs
+    while the trainer trains)."""
+    if not cfg.launcher.colocate or cfg.sglang.enable_memory_saver:
+        return None
+    return 1.0 - cfg.sglang.mem_fraction_static - cfg.actor.mb_server_margin

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from .data import BUILTIN_DATASETS, GENERATED_DATASETS
 from .errors import ConfigIssue
-from .experiment import ExperimentConfig
+from .experiment import ExperimentConfig, trainer_memory_share
 from .parallel import ParallelStrategy, ParallelStrategyError, parse_parallel
 
 
@@ -544,6 +544,16 @@ def _memory_hand_off(cfg):
             f"lower it to at most {MAX_STATIC_SHARE} (0.3-0.5 suits small models), or time-share "
             "the device: rollout.max_head_offpolicyness=0 with sglang.enable_memory_saver=true",
         )
+    share = trainer_memory_share(cfg)
+    if a.max_tokens_per_mb == "auto" and share is not None and share < MIN_AUTO_SHARE:
+        yield ConfigIssue(
+            "actor.mb_server_margin",
+            a.mb_server_margin,
+            f"with actor.max_tokens_per_mb=auto beside colocated servers the trainer counts on 1 - "
+            f"sglang.mem_fraction_static ({s.mem_fraction_static}) - this = {share:.2f} of each device",
+            f"leave it at least {MIN_AUTO_SHARE}: lower sglang.mem_fraction_static or this margin, or set "
+            "actor.max_tokens_per_mb to a number of tokens",
+        )
 
 
 def _agent_workflow(cfg):
@@ -568,6 +578,7 @@ def _agent_workflow(cfg):
 
 
 MAX_STATIC_SHARE = 0.9
+MIN_AUTO_SHARE = 0.1  # of each device, for the trainer's auto micro-batch budget beside servers
 
 RULES = [
     _backend_strings,

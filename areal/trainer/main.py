@@ -73,13 +73,14 @@ def colocated_allocator(cfg, environ=os.environ) -> str | None:
 
 def build_context(cfg: ExperimentConfig) -> TrainContext:
     """Engines, the rollout source, data, evaluation and logging of this rank."""
+    from areal.config.experiment import trainer_memory_share
     from areal.engine.fsdp.engine import FSDPEngine
 
     from .context import TrainContext, seed_everything
     from .sources import broadcast_from_rank0
 
     names = dict(experiment_name=cfg.experiment_name, trial_name=cfg.trial_name, fileroot=cfg.cluster.fileroot)
-    actor = FSDPEngine(cfg.actor, **names)
+    actor = FSDPEngine(cfg.actor, memory_share=trainer_memory_share(cfg), **names)
     seed_everything(cfg.seed, 0)
     # the data comes before engine initialisation: the LR schedule needs the total step count
     source_parts = _source_parts(cfg)

@@ -69,6 +69,18 @@ def test_usable_memory_leaves_out_the_allocators_split_fragments():
     assert usable_bytes(2 * GiB, 10 * GiB, 9 * GiB, 5 * GiB) == 2 * GiB  # never below the device's own
 
 
+def test_usable_memory_beside_colocated_servers_stops_at_the_trainers_share():
+    # the H100 run whose SGLang sampler ran out of memory: 79 GiB, servers at 0.5; a trainer holding
+    # 30 GiB with 8 GiB of the device free may count on 0.45 x 79 - 30 = 5.55 GiB of it, not 8
+    GiB = 2**30
+    limit = int(79 * GiB * 0.45)
+    assert usable_bytes(8 * GiB, 30 * GiB, 28 * GiB, 0, limit=limit) == limit - 30 * GiB + 2 * GiB
+    # at or past its share only its own whole cached blocks are left; never below nothing
+    assert usable_bytes(8 * GiB, 40 * GiB, 38 * GiB, 1 * GiB, limit=limit) == 1 * GiB
+    # a share larger than what is free changes nothing
+    assert usable_bytes(2 * GiB, 10 * GiB, 9 * GiB, 0, limit=limit) == 3 * GiB
+
+
 def test_measurement_charges_the_pass_to_its_largest_microbatch():
     assert Measurement(tokens=4096, added_bytes=4096 * 300).bytes_per_token == 300
     assert Measurement(tokens=10, added_bytes=0).bytes_per_token == 0.1  # never 0: budget_from_memory refuses it

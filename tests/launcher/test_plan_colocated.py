@@ -101,6 +101,22 @@ def test_memory_split_and_time_sharing_rules():
     validate_config(raw(**{"actor.offload": True, "rollout.max_head_offpolicyness": 0}))
 
 
+def test_the_trainers_auto_budget_counts_on_its_share_beside_resident_servers():
+    from areal.config.experiment import trainer_memory_share
+
+    cfg = validate_config(raw(**{"sglang.mem_fraction_static": 0.5}))  # asynchronous: both resident
+    assert trainer_memory_share(cfg) == pytest.approx(1 - 0.5 - 0.05)  # actor.mb_server_margin's default
+    # time-shared: the servers release their memory while the trainer trains; alone: its own device
+    assert trainer_memory_share(validate_config(raw(**{"rollout.max_head_offpolicyness": 0}))) is None
+    apart = raw(**{"launcher.colocate": False, "cluster.n_gpus_per_node": 2, "actor.weight_update": "disk"})
+    assert trainer_memory_share(validate_config(apart)) is None
+    # too small a share for auto budgets is refused, naming the margin and what to lower
+    bad = problems(**{"sglang.mem_fraction_static": 0.88, "actor.max_tokens_per_mb": "auto"})
+    assert "0.07 of each device" in bad["actor.mb_server_margin"]
+    assert "lower sglang.mem_fraction_static" in bad["actor.mb_server_margin"]
+    validate_config(raw(**{"sglang.mem_fraction_static": 0.88}))  # a fixed budget counts on nothing
+
+
 def test_time_shared_servers_start_with_the_memory_saver():
     cfg = validate_config(raw(**{"rollout.max_head_offpolicyness": 0}))
     (server,) = make_plan(cfg, GPU).by_role("server")

@@ -47,7 +47,9 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 class FSDPEngine(TrainEngine):
-    """See the module docstring. `config` is an ActorConfig (areal.config.actor)."""
+    """See the module docstring. `config` is an ActorConfig (areal.config.actor). `memory_share`:
+    the fraction of the device actor.max_tokens_per_mb=auto may count on (beside colocated servers,
+    areal.config.experiment.trainer_memory_share); None, all of it."""
 
     def __init__(
         self,
@@ -59,6 +61,7 @@ class FSDPEngine(TrainEngine):
         trainable: bool = True,
         device: str | None = None,
         attn_implementation: str | None = None,
+        memory_share: float | None = None,
     ):
         from areal.config.cluster import ClusterConfig
         from areal.config.experiment import ExperimentConfig
@@ -77,7 +80,7 @@ class FSDPEngine(TrainEngine):
         self._owns_process_group = False
         self.offloaded = False  # parameters and optimizer state are in CPU memory (offload())
         # actor.max_tokens_per_mb: fixed, or (auto) measured on CUDA per pass kind (mb_budget.py)
-        memory = CudaMemory() if self._device_type == "cuda" else None
+        memory = CudaMemory(memory_share) if self._device_type == "cuda" else None
         self.mb_budget = TokenBudget(config.max_tokens_per_mb, config.mb_memory_headroom, memory)
 
     @classmethod

@@ -9,8 +9,9 @@ forward-only logprob recompute; "train": forward and backward), because the two 
   divided by the real tokens of its largest micro-batch: bytes per token;
 - every pass gets `budget_from_memory`: the memory free for it (`usable_bytes`: the device's free
   memory plus what the caching allocator holds unused, less the fragments of its blocks split around
-  live tensors) x (1 - actor.mb_memory_headroom) / bytes per token, rounded down to a multiple of
-  1024, never below the longest sequence of the batch.
+  live tensors; beside colocated servers that keep their memory, free memory only up to the
+  trainer's share, areal.config.experiment.trainer_memory_share) x (1 - actor.mb_memory_headroom) /
+  bytes per token, rounded down to a multiple of 1024, never below the longest sequence of the batch.
 
 The fixed memory a pass adds (gradients) is charged to the tokens of the measured micro-batch, so
 the line through zero and the measurement lies above the true cost for any larger budget: a
@@ -48,13 +49,16 @@ def budget_from_memory(
     return max(tokens, int(longest))
 
 
-def usable_bytes(device_free: int, reserved: int, allocated: int, inactive_split: int) -> int:
+def usable_bytes(device_free: int, reserved: int, allocated: int, inactive_split: int, limit: int | None = None) -> int:
     """Memory a pass can take: the device's free memory plus the caching allocator's reserved but
     unallocated memory, less its inactive split blocks (free fragments of segments that also hold
     live tensors). A pass's large tensors (the [tokens, vocab] logits) cannot use those fragments,
     and the allocator cannot hand them back to the device: on one H100 a budget that counted them
-    ran out of memory with 8.6 GiB of them reserved."""
+    ran out of memory with 8.6 GiB of them reserved. `limit`: the most this process may reserve
+    (its share beside colocated servers); free memory past it is theirs."""
     cached_whole = max(reserved - allocated - inactive_split, 0)
+    if limit is not None:
+        device_free = min(device_free, max(limit - reserved, 0))
     return int(device_free + cached_whole)
 
 
@@ -71,16 +75,21 @@ class DeviceMemory(Protocol):
 
 
 class CudaMemory:
-    """The current CUDA device, as the caching allocator sees it (host-side figures: no sync)."""
+    """The current CUDA device, as the caching allocator sees it (host-side figures: no sync).
+    `share`: the fraction of the device this process may count on (None: all of it)."""
+
+    def __init__(self, share: float | None = None):
+        self.share = share
 
     def free_bytes(self) -> int:
-        free, _ = torch.cuda.mem_get_info()
+        free, total = torch.cuda.mem_get_info()
         stats = torch.cuda.memory_stats()
         return usable_bytes(
             free,
             stats.get("reserved_bytes.all.current", 0),
             stats.get("allocated_bytes.all.current", 0),
             stats.get("inactive_split_bytes.all.current", 0),
+            limit=None if self.share is None else int(total * self.share),
         )
 
     def allocated(self) -> int:
