@@ -272,7 +272,7 @@ def parse_args(argv=None):
 VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
-PAUSE_COUNTS = ("requests_aborted", "requests_held", "requests_in_flight", "requests_drained")
+PAUSE_COUNTS = ("requests_aborted", "requests_held", "requests_in_flight", "requests_drained", "drain_aborts")
 
 
 def parse_variants(specs: list[list[str]]) -> dict[str, list[str]]:

@@ -52,6 +52,7 @@ LOADS_TIMEOUT_S = 10.0
 # how long an abort-mode pause waits for this process's aborted requests to come back before it asks
 # the servers to pause anyway (SGLang's own wait then takes over, in steps of a second)
 DRAIN_TIMEOUT_S = 2.0
+DRAIN_RECHECK_S = 0.05  # how often the drain aborts again while requests are unanswered
 
 
 class OpenRequests:
@@ -314,24 +315,30 @@ class ServerControl:
         return report
 
     def drain(self) -> dict[str, float]:
-        """Abort every request on the servers (/abort_request, abort_all) and wait up to
-        DRAIN_TIMEOUT_S for the watched clients' answers; nothing when none is open. The gate is
-        closed already, so the clients hold what comes back aborted until continue."""
+        """Abort every request on the servers (/abort_request, abort_all) until the watched clients
+        have their answers, for up to DRAIN_TIMEOUT_S; nothing when none is open. The abort is
+        sent again every DRAIN_RECHECK_S: a request posted just before the gate closed may reach a
+        server after the first one. The clients hold what comes back aborted until continue."""
         open_now = sum(r.count for r in self._open_requests)
         if open_now == 0:
             return {}
         t0 = time.perf_counter()
-        self.post_all(protocol.ABORT, protocol.abort_all_payload())
         deadline = t0 + min(DRAIN_TIMEOUT_S, self.control_timeout_s)
-        for requests in self._open_requests:
-            if not requests.wait_none(deadline - time.perf_counter()):
+        rounds = 0
+        while True:
+            self.post_all(protocol.ABORT, protocol.abort_all_payload())
+            rounds += 1
+            step_end = min(time.perf_counter() + DRAIN_RECHECK_S, deadline)
+            if all(r.wait_none(step_end - time.perf_counter()) for r in self._open_requests):
+                break
+            if time.perf_counter() >= deadline:
                 logger.info(
                     "pause: %d aborted request(s) still unanswered after %.1f s; the servers' pause waits for them",
-                    requests.count,
+                    sum(r.count for r in self._open_requests),
                     time.perf_counter() - t0,
                 )
                 break
-        return {"requests_drained": float(open_now), "drain_s": time.perf_counter() - t0}
+        return {"requests_drained": float(open_now), "drain_s": time.perf_counter() - t0, "drain_aborts": rounds}
 
     def requests_in_flight(self) -> int | None:
         """Requests running or queued on the servers, summed over them (GET /v1/loads). On SGLang

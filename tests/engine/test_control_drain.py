@@ -1,0 +1,67 @@
+"""An abort-mode pause drains this process's open /generate requests first (ServerControl.drain):
+it aborts through /abort_request, again every DRAIN_RECHECK_S, until every watched request has
+its answer, and only then sends /pause_generation. Against a real built-in server."""
+
+import threading
+
+import requests
+
+from areal.engine.sglang import control as control_module
+from areal.engine.sglang import protocol
+from areal.engine.sglang.control import OpenRequests, ServerControl
+from areal.models.tiny import make_tiny_model_dir
+from tests.serving import server_load, start_server, wait_for
+
+LONG = 30000  # new tokens: the request can only end by an abort here
+
+
+class HookedControl(ServerControl):
+    """The real control; after its first abort it runs `after_first_abort` (the test's hook)."""
+
+    after_first_abort = staticmethod(lambda: None)
+
+    def post_all(self, route, body_of, **kwargs):
+        answers = super().post_all(route, body_of, **kwargs)
+        if route == protocol.ABORT and not getattr(self, "aborted_once", False):
+            self.aborted_once = True
+            type(self).after_first_abort()
+        return answers
+
+
+def test_a_request_that_reaches_the_server_after_the_first_abort_is_aborted_by_a_later_one(tmp_path, monkeypatch):
+    monkeypatch.setattr(control_module, "DRAIN_TIMEOUT_S", 300.0)  # only a hang may end the drain
+    model = make_tiny_model_dir(tmp_path / "long", max_position=LONG + 64)
+    handle = start_server(str(model), env={"OMP_NUM_THREADS": "1"})
+    addr = f"127.0.0.1:{handle.port}"
+    control = HookedControl([addr], pause_mode="abort")
+    late = OpenRequests()
+    control.watch_requests(late)
+    first_abort_sent, answer = threading.Event(), {}
+
+    def post_after_the_first_abort():
+        with late.posted():  # open from here: the pause must drain it
+            first_abort_sent.wait(300)
+            body = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": LONG, "ignore_eos": True}}
+            answer.update(requests.post(f"http://{addr}/generate", json=body, timeout=300).json())
+
+    def release_the_late_request():  # sent now, it must be running before the drain goes on
+        first_abort_sent.set()
+        wait_for(lambda: server_load(f"http://{addr}")["running"] == 1, "the late request running")
+
+    monkeypatch.setattr(HookedControl, "after_first_abort", staticmethod(release_the_late_request))
+    client = threading.Thread(target=post_after_the_first_abort)
+    client.start()
+    try:
+        wait_for(lambda: late.count == 1, "the request open")
+        report = control.pause()
+        client.join(300)
+        assert report["requests_drained"] == 1 and report["drain_aborts"] >= 2
+        assert answer["meta_info"]["finish_reason"]["type"] == "abort"
+        assert len(answer["output_ids"]) < LONG and late.count == 0
+        assert report["requests_aborted"] == 0  # nothing left for /pause_generation to abort
+        control.resume()
+    finally:
+        first_abort_sent.set()
+        client.join(300)
+        control.close()
+        handle.stop()
