@@ -386,7 +386,10 @@ x1_pipeline_ab)
   # AB_PART=1 or 2 runs the base and half of the default variants (about 16 min each: one session
   # with the kit holds one half): MPS and the trainer's options in part 1, the server's, the
   # episode workers and prox_first in part 2; each part repeats the base, so its ratios compare
-  # runs of one machine.
+  # runs of one machine. AB_PART=3 (about 10 min) runs the fastest stack measured so far
+  # (2026-12-06: the fused, compiled head, actor.compile, no checkpointing, auto micro-batches)
+  # alone, with loglinear, under MPS, both, and time-shared sync (fast_sync: its mode column says
+  # async2, its rollout.max_head_offpolicyness is 0), so async against sync comes from one machine.
   trainer_ab="mps launcher.mps=true; mps_sm50 launcher.mps=true launcher.mps_server_sm_percent=50;
     mps_lowprio launcher.mps=true launcher.mps_server_priority=below_normal;
     logprobs actor.fused_logprobs=true actor.compile_logprobs=true; mb_auto actor.max_tokens_per_mb=auto;
@@ -396,9 +399,15 @@ x1_pipeline_ab)
     mrr256 sglang.max_running_requests=256; sampling_pytorch sglang.sampling_backend=pytorch;
     mem0.4 sglang.mem_fraction_static=0.4; episode_workers workflow.workers=1;
     prox_first actor.recompute_first_minibatch=false; attn_flashinfer sglang.attention_backend=flashinfer"
+  fast="actor.fused_logprobs=true actor.compile_logprobs=true actor.compile=true actor.gradient_checkpointing=false
+    actor.max_tokens_per_mb=auto"
+  stack_ab="fast $fast; fast_loglinear $fast actor.prox_logp_method=loglinear; fast_mps $fast launcher.mps=true;
+    fast_mps_loglinear $fast launcher.mps=true actor.prox_logp_method=loglinear;
+    fast_sync $fast rollout.max_head_offpolicyness=0"
   case "${AB_PART:-}" in
     1) default_ab="base; $trainer_ab" ;;
     2) default_ab="base; $server_ab" ;;
+    3) default_ab="$stack_ab" ;;
     *) default_ab="base; $trainer_ab; $server_ab" ;;
   esac
   ab="${AB_VARIANTS:-$default_ab}"
