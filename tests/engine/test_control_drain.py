@@ -16,15 +16,17 @@ LONG = 30000  # new tokens: the request can only end by an abort here
 
 
 class HookedControl(ServerControl):
-    """The real control; after its first abort it runs `after_first_abort` (the test's hook)."""
+    """The real control; `after_first_abort` (the test's hook) runs once, after its first abort."""
 
-    after_first_abort = staticmethod(lambda: None)
+    def __init__(self, *args, after_first_abort, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._hook = after_first_abort
 
     def post_all(self, route, body_of, **kwargs):
         answers = super().post_all(route, body_of, **kwargs)
-        if route == protocol.ABORT and not getattr(self, "aborted_once", False):
-            self.aborted_once = True
-            type(self).after_first_abort()
+        if route == protocol.ABORT and self._hook is not None:
+            hook, self._hook = self._hook, None
+            hook()
         return answers
 
 
@@ -33,10 +35,15 @@ def test_a_request_that_reaches_the_server_after_the_first_abort_is_aborted_by_a
     model = make_tiny_model_dir(tmp_path / "long", max_position=LONG + 64)
     handle = start_server(str(model), env={"OMP_NUM_THREADS": "1"})
     addr = f"127.0.0.1:{handle.port}"
-    control = HookedControl([addr], pause_mode="abort")
+    first_abort_sent, answer = threading.Event(), {}
+
+    def release_the_late_request():  # sent now, it must be running before the drain goes on
+        first_abort_sent.set()
+        wait_for(lambda: server_load(f"http://{addr}")["running"] == 1, "the late request running")
+
+    control = HookedControl([addr], pause_mode="abort", after_first_abort=release_the_late_request)
     late = OpenRequests()
     control.watch_requests(late)
-    first_abort_sent, answer = threading.Event(), {}
 
     def post_after_the_first_abort():
         with late.posted():  # open from here: the pause must drain it
@@ -44,11 +51,6 @@ def test_a_request_that_reaches_the_server_after_the_first_abort_is_aborted_by_a
             body = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": LONG, "ignore_eos": True}}
             answer.update(requests.post(f"http://{addr}/generate", json=body, timeout=300).json())
 
-    def release_the_late_request():  # sent now, it must be running before the drain goes on
-        first_abort_sent.set()
-        wait_for(lambda: server_load(f"http://{addr}")["running"] == 1, "the late request running")
-
-    monkeypatch.setattr(HookedControl, "after_first_abort", staticmethod(release_the_late_request))
     client = threading.Thread(target=post_after_the_first_abort)
     client.start()
     try:
