@@ -15,6 +15,10 @@ its own copy of the workflow; the trainer keeps what decides which sample is tra
     ServerControl pause / continue -> pause() /      its client's gate follows (acknowledged
       resume()                                        before the servers are paused)
 
+Each worker's client counts its open /generate requests in a counter the trainer reads
+(`open_requests`): an abort-mode pause drains them as it drains the trainer's own, so SGLang's
+pause does not find a worker's request handler still holding its model-update lock (a second).
+
 Version stamps come from the servers (per token), as in the trainer; the worker's client also
 knows the trainer's weight version (each run message and every continue carry it) for the prefix
 cache namespace and the servers that report none, and the LoRA adapter requests name.
@@ -47,7 +51,32 @@ logger = logging.getLogger(__name__)
 ACK_TIMEOUT_S = 10.0  # a pause waits this long for each worker's gate to close
 STOP_TIMEOUT_S = 30.0  # close() waits this long for a worker to exit before killing it
 KILLED_TIMEOUT_S = 5.0  # a killed worker (or one whose pipe closed) is waited for this long
+ELSEWHERE_POLL_S = 0.002  # how often a pause's drain reads the workers' open-request counters
 REAP_TIMEOUT_S = 5.0  # collecting an ended worker's exit status (waitpid) takes at most this long
+
+
+class RequestsOpenElsewhere:
+    """The /generate requests the workers' clients have open (each counts in a shared counter,
+    OpenRequests.share): what the trainer's abort-mode pause drains (ServerControl.watch_requests),
+    since they hold SGLang's model-update lock as the trainer's own do. `counters` gives the
+    counters to read now (those of live workers: a dead one's count would stay up)."""
+
+    def __init__(self, counters: Callable[[], list[Any]]) -> None:
+        self._counters = counters
+
+    @property
+    def count(self) -> int:
+        return sum(c.value for c in self._counters())
+
+    def wait_none(self, timeout: float) -> bool:
+        """Read the counters every ELSEWHERE_POLL_S until all are 0, up to `timeout` seconds."""
+        deadline = time.perf_counter() + max(timeout, 0.0)
+        while self.count:
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                return False
+            time.sleep(min(ELSEWHERE_POLL_S, left))
+        return True
 
 
 class EpisodeWorkerError(RuntimeError):
@@ -66,6 +95,7 @@ class WorkerSpec:
     version: int
     lora_name: str | None
     paused: bool
+    open_requests: Any = None  # a multiprocessing.Value("i"): its client's open /generate requests
     open_files: int = 0  # descriptors the worker needs (areal.infra.sockets)
     open_files_keys: str = ""
     title: str = "areal-episodes"  # its kernel name, what `ps` and the launcher's errors show
@@ -76,6 +106,7 @@ class _Worker:
     name: str
     process: Any
     conn: Any
+    open_requests: Any = None  # the Value its client counts its open requests in (the trainer's drain reads it)
     send_lock: threading.Lock = field(default_factory=threading.Lock)
     pending: dict[int, tuple[asyncio.AbstractEventLoop, asyncio.Future]] = field(default_factory=dict)
     acks: dict[int, threading.Event] = field(default_factory=dict)
@@ -175,6 +206,8 @@ class EpisodeWorkers:
         self._start_lock = threading.Lock()
         self._ids = itertools.count()
         self._closed = False
+        # the workers' requests, which an abort-mode pause drains as it drains the trainer's own
+        self.open_requests = RequestsOpenElsewhere(self._live_request_counters)
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
@@ -196,6 +229,7 @@ class EpisodeWorkers:
             control = self.engine.control
             workers = []
             for i in range(self.n):
+                counter = ctx.Value("i", 0)
                 spec = WorkerSpec(
                     name=f"{self.name}-{i}",
                     make_workflow=self.make_workflow,
@@ -205,6 +239,7 @@ class EpisodeWorkers:
                     version=self.engine.get_version(),
                     lora_name=control.lora_name,
                     paused=control.paused,
+                    open_requests=counter,
                     open_files=self.open_files,
                     open_files_keys=self.open_files_keys,
                     title=f"areal-{self.name.removesuffix('-worker')}s",
@@ -213,7 +248,7 @@ class EpisodeWorkers:
                 process = ctx.Process(target=worker_main, args=(theirs, spec), name=spec.name, daemon=True)
                 process.start()
                 theirs.close()
-                worker = _Worker(spec.name, process, ours)
+                worker = _Worker(spec.name, process, ours, counter)
                 threading.Thread(target=self._read, args=(worker,), name=f"{spec.name}-reader", daemon=True).start()
                 workers.append(worker)
             with self._lock:
@@ -222,6 +257,7 @@ class EpisodeWorkers:
             if self.stopped_timeout_s is not None:
                 threading.Thread(target=self._watch_stopped, name=f"{self.name}-watch", daemon=True).start()
             control.add_listener(self)  # from here on every pause and continue reaches the workers
+            control.watch_requests(self.open_requests)
             logger.info(
                 "%d %s process(es) run the episodes: pids %s", self.n, self.name, [w.process.pid for w in workers]
             )
@@ -252,6 +288,7 @@ class EpisodeWorkers:
             self._closed = True
             workers = list(self._workers)
         self.engine.control.remove_listener(self)
+        self.engine.control.unwatch_requests(self.open_requests)
         for w in workers:
             if w.alive:
                 try:
@@ -269,6 +306,10 @@ class EpisodeWorkers:
                 if w.wait_exit(KILLED_TIMEOUT_S) is None:
                     logger.error("%s (pid %d) still runs %.0f s after SIGKILL", w.name, w.process.pid, KILLED_TIMEOUT_S)
             w.conn.close()
+
+    def _live_request_counters(self) -> list[Any]:
+        with self._lock:
+            return [w.open_requests for w in self._workers if w.alive and w.open_requests is not None]
 
     @property
     def pids(self) -> list[int]:
@@ -527,6 +568,8 @@ def _connect(spec: WorkerSpec):
     engine.initialize(served_version=spec.version)
     engine.control.lora_name = spec.lora_name
     engine.control.follow_gate(spec.paused)
+    if spec.open_requests is not None and hasattr(engine, "open_requests"):
+        engine.open_requests.share(spec.open_requests)  # the trainer's abort-mode pause drains them
     return engine
 
 

@@ -140,6 +140,11 @@ class RemoteSGLangEngine(InferenceEngine):
         self.server_capacity: int | None = None  # requests each server holds at most (None: unbounded)
 
     @property
+    def open_requests(self) -> OpenRequests:
+        """This client's /generate requests awaiting their answer, which an abort-mode pause drains."""
+        return self._open
+
+    @property
     def control(self) -> ServerControl:
         """The one object that pauses these servers, updates their weights and continues them."""
         if self._control is None:

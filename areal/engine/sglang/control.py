@@ -67,6 +67,13 @@ class OpenRequests:
     def __init__(self) -> None:
         self._count = 0
         self._cond = threading.Condition()
+        self._shared: Any = None  # a multiprocessing Value another process's drain reads (share())
+
+    def share(self, counter: Any) -> None:
+        """Also count in `counter`, a multiprocessing.Value("i") that the process ordering the
+        pause reads (areal.rollout.episode_workers.RequestsOpenElsewhere): an episode worker's
+        client counts there."""
+        self._shared = counter
 
     @property
     def count(self) -> int:
@@ -77,13 +84,20 @@ class OpenRequests:
         """Count one request from its POST until its answer (or error)."""
         with self._cond:
             self._count += 1
+            self._add_shared(1)
         try:
             yield
         finally:
             with self._cond:
                 self._count -= 1
+                self._add_shared(-1)
                 if self._count == 0:
                     self._cond.notify_all()
+
+    def _add_shared(self, n: int) -> None:
+        if self._shared is not None:
+            with self._shared.get_lock():
+                self._shared.value += n
 
     def wait_none(self, timeout: float) -> bool:
         """Wait until no request is open, up to `timeout` seconds; whether none is."""
@@ -176,7 +190,7 @@ class ServerControl:
         self._lock = threading.Lock()
         self._version = 0
         self._listeners: list[Any] = []  # objects with pause() / resume(): they follow the gate
-        self._open_requests: list[OpenRequests] = []  # clients' requests an abort-mode pause drains
+        self._open_requests: list[Any] = []  # what a pause drains: objects with count and wait_none()
         self._info_route = dict(info_routes or {})  # addr -> the server-info route it serves (legacy)
         self._loads_served = True  # False once a server has refused /v1/loads (older or other servers)
         self._bg = ThreadPoolExecutor(max_workers=4, thread_name_prefix="server-control")
@@ -289,10 +303,15 @@ class ServerControl:
             self._paused.clear()
             self._pause_used = None
 
-    def watch_requests(self, requests: OpenRequests) -> None:
+    def watch_requests(self, requests: Any) -> None:
         """An abort-mode pause aborts these requests and waits for their answers before it asks
-        the servers to pause (see OpenRequests)."""
+        the servers to pause (see OpenRequests; anything with `count` and `wait_none(timeout)`,
+        such as the episode workers' RequestsOpenElsewhere)."""
         self._open_requests.append(requests)
+
+    def unwatch_requests(self, requests: Any) -> None:
+        if requests in self._open_requests:
+            self._open_requests.remove(requests)
 
     def pause(self, mode: str | None = None) -> dict[str, float]:
         """Pause generation on every server (`mode`, default pause_mode); returns what the servers
@@ -319,7 +338,8 @@ class ServerControl:
         have their answers, for up to DRAIN_TIMEOUT_S; nothing when none is open. The abort is
         sent again every DRAIN_RECHECK_S: a request posted just before the gate closed may reach a
         server after the first one. The clients hold what comes back aborted until continue."""
-        open_now = sum(r.count for r in self._open_requests)
+        watched = list(self._open_requests)  # a pool of episode workers may leave meanwhile
+        open_now = sum(r.count for r in watched)
         if open_now == 0:
             return {}
         t0 = time.perf_counter()
@@ -329,12 +349,12 @@ class ServerControl:
             self.post_all(protocol.ABORT, protocol.abort_all_payload())
             rounds += 1
             step_end = min(time.perf_counter() + DRAIN_RECHECK_S, deadline)
-            if all(r.wait_none(step_end - time.perf_counter()) for r in self._open_requests):
+            if all(r.wait_none(step_end - time.perf_counter()) for r in watched):
                 break
             if time.perf_counter() >= deadline:
                 logger.info(
                     "pause: %d aborted request(s) still unanswered after %.1f s; the servers' pause waits for them",
-                    sum(r.count for r in self._open_requests),
+                    sum(r.count for r in watched),
                     time.perf_counter() - t0,
                 )
                 break
