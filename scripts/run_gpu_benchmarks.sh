@@ -411,9 +411,10 @@ x1_pipeline_ab)
     *) default_ab="base; $trainer_ab; $server_ab" ;;
   esac
   ab="${AB_VARIANTS:-$default_ab}"
-  # AB_COMMON: settings every variant gets. Unset on a GPU under 100 GiB (an H100), it is the fused,
-  # compiled logprob head: beside a server at 0.5 the eager head's logits (11.6 GiB at 40,960 tokens)
-  # ran out of memory in every variant but that one (2026-12-06). Set it empty to measure the eager head.
+  # AB_COMMON: settings every variant gets, before its own (which win: Hydra keeps a key's last value).
+  # Unset on a GPU under 100 GiB (an H100), it is the fused, compiled logprob head: beside a server at
+  # 0.5 the eager head's logits (11.6 GiB at 40,960 tokens) ran out of memory in every variant but that
+  # one (2026-12-06). Set it empty to measure the eager head.
   gpu_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
   if [ -z "${AB_COMMON+x}" ] && [ -n "$gpu_mib" ] && [ "$gpu_mib" -lt 100000 ]; then
     AB_COMMON="actor.fused_logprobs=true actor.compile_logprobs=true"
@@ -426,7 +427,7 @@ x1_pipeline_ab)
     [ ${#words[@]} -gt 0 ] || continue
     extra=" ${words[*]:1} "; for w in ${AB_COMMON:-}; do extra=${extra// $w / }; done
     if [ ${#words[@]} -gt 1 ] && [ -z "${extra// /}" ]; then echo "x1_pipeline_ab: ${words[0]} is AB_COMMON, skipped"; continue; fi
-    variants+=(--variant "${words[@]}" ${AB_COMMON:-})
+    variants+=(--variant "${words[0]}" ${AB_COMMON:-} "${words[@]:1}")  # a variant's own settings win
   done
   step pipeline_ab_0.5b "${AB_TIMEOUT:-1560}" $py scripts/bench_e2e.py --device cuda --data "$data" --shape qwen2.5-0.5b \
     --server sglang --override sglang.attention_backend="${SGLANG_ATTENTION:-triton}" --colocate --mem-fraction 0.5 \

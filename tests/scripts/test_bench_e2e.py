@@ -517,7 +517,7 @@ def test_pipeline_ab_on_an_80gb_gpu_gives_every_variant_the_fused_head(tmp_path)
     fused = ["actor.fused_logprobs=true", "actor.compile_logprobs=true"]
     args = mod.parse_args(shlex.split(_pipeline_ab_command(tmp_path / "h100", gpu_mib=81559, AB_PART="1"))[1:])
     assert args.variants["base"] == fused
-    assert args.variants["mps"] == ["launcher.mps=true", *fused]
+    assert args.variants["mps"] == [*fused, "launcher.mps=true"]  # the variant's own come last: they win
     assert "logprobs" not in args.variants and "prox_loglinear" in args.variants
     # AB_COMMON set (here empty) wins over the default
     args = mod.parse_args(shlex.split(_pipeline_ab_command(tmp_path / "eager", gpu_mib=81559, AB_COMMON=""))[1:])
@@ -547,6 +547,33 @@ def test_pipeline_ab_part_3_runs_the_fast_stack_async_and_sync(tmp_path):
     assert cfgs["fast_mps_loglinear"].launcher.mps and cfgs["fast_mps_loglinear"].actor.prox_logp_method == "loglinear"
     sync = cfgs["fast_sync"]
     assert sync.rollout.max_head_offpolicyness == 0 and sync.sglang.enable_memory_saver and sync.actor.compile
+
+
+def test_pipeline_ab_variant_settings_override_ab_common(tmp_path):
+    """AB_COMMON comes before a variant's own settings, so a variant that sets one of its keys gets
+    its own value (Hydra keeps a key's last value)."""
+    import shlex
+
+    from areal.config import validate_config
+    from launcher.compose import compose
+
+    mod = _script()
+    command = _pipeline_ab_command(
+        tmp_path,
+        gpu_mib=81559,
+        AB_COMMON="actor.gradient_checkpointing=false",
+        AB_VARIANTS="common; ckpt actor.gradient_checkpointing=true",
+    )
+    args = mod.parse_args(shlex.split(command)[1:])
+    assert args.variants["ckpt"] == ["actor.gradient_checkpointing=false", "actor.gradient_checkpointing=true"]
+    args.device, args.dtype = "cuda", "bfloat16"
+    ckpt = {
+        v: validate_config(
+            compose(args.config, mod.overrides(args, 2, 0, "/m", "/t", "/d", tmp_path, variant=v))
+        ).actor.gradient_checkpointing
+        for v in args.variants
+    }
+    assert ckpt == {"common": False, "ckpt": True}
 
 
 def test_pipeline_ab_stage_variants_are_valid_configs(tmp_path):
