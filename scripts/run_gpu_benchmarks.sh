@@ -372,7 +372,8 @@ x1_pipeline_ab)
   # Issue 39: one change per measured pair. AB_VARIANTS: "NAME KEY=VALUE ...; NAME ..." (the first is
   # the reference); AB_OFFPOLICYNESS: the modes each variant runs (default async2). The first run
   # pays the cold JIT compiles (about 100 s): its startup_s is not the variant's. Over 10 minutes:
-  # start it under setsid and read $out/pipeline_ab_0.5b.log from the next call.
+  # start it under setsid and read $out/pipeline_ab_0.5b.log from the next call. AB_SHAPE: another
+  # model shape of bench_e2e.py (qwen2.5-1.5b: the issue's MFU goal), written as pipeline_ab_1.5b.*
   # graph256: SGLang's own decode-graph cap on an H200 (base covers its 512 running requests);
   # attn_flashinfer: SGLang's decode attention from flashinfer instead of triton (its first start
   # compiles the kernels);
@@ -429,11 +430,12 @@ x1_pipeline_ab)
     if [ ${#words[@]} -gt 1 ] && [ -z "${extra// /}" ]; then echo "x1_pipeline_ab: ${words[0]} is AB_COMMON, skipped"; continue; fi
     variants+=(--variant "${words[0]}" ${AB_COMMON:-} "${words[@]:1}")  # a variant's own settings win
   done
-  step pipeline_ab_0.5b "${AB_TIMEOUT:-1560}" $py scripts/bench_e2e.py --device cuda --data "$data" --shape qwen2.5-0.5b \
+  shape=${AB_SHAPE:-qwen2.5-0.5b}; tag=${shape#qwen2.5-}
+  step pipeline_ab_$tag "${AB_TIMEOUT:-1560}" $py scripts/bench_e2e.py --device cuda --data "$data" --shape "$shape" \
     --server sglang --override sglang.attention_backend="${SGLANG_ATTENTION:-triton}" --colocate --mem-fraction 0.5 \
     --n-samples 8 --max-new-tokens 192 --max-tokens-per-mb 40960 --steps 3 --warmup 1 \
     --offpolicyness ${AB_OFFPOLICYNESS:-2} --budget "${AB_TIMEOUT:-1560}" --run-timeout 220 \
-    --workdir /tmp/areal-pipeline-ab --out "$out/pipeline_ab_0.5b.json" "${variants[@]}" ${E2E_ARGS:-}
+    --workdir /tmp/areal-pipeline-ab --out "$out/pipeline_ab_$tag.json" "${variants[@]}" ${E2E_ARGS:-}
   ;;
 x1_profile)
   # Issue 39: a torch-profiler trace of pipeline step PROFILE_STEP (default 3) at SHAPE (default

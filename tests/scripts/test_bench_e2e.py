@@ -499,13 +499,14 @@ def _pipeline_ab_command(tmp_path, gpu_mib: int, **env_vars: str) -> str:
     smi.chmod(0o755)
     env = {**os.environ, "PYTHON": "echo", "AREAL_GSM8K_DIR": str(tmp_path), **env_vars}
     env["PATH"] = f"{bin_dir}:{env['PATH']}"
-    for key in ("AB_VARIANTS", "AB_COMMON", "AB_PART"):
+    for key in ("AB_VARIANTS", "AB_COMMON", "AB_PART", "AB_SHAPE"):
         if key not in env_vars:
             env.pop(key, None)
     script = REPO / "scripts" / "run_gpu_benchmarks.sh"
     out = tmp_path / "out"
     subprocess.run(["bash", str(script), "x1_pipeline_ab", str(out)], env=env, check=True, capture_output=True)
-    return (out / "pipeline_ab_0.5b.log").read_text()
+    tag = env.get("AB_SHAPE", "qwen2.5-0.5b").removeprefix("qwen2.5-")
+    return (out / f"pipeline_ab_{tag}.log").read_text()
 
 
 def test_pipeline_ab_on_an_80gb_gpu_gives_every_variant_the_fused_head(tmp_path):
@@ -574,6 +575,20 @@ def test_pipeline_ab_variant_settings_override_ab_common(tmp_path):
         for v in args.variants
     }
     assert ckpt == {"common": False, "ckpt": True}
+
+
+def test_pipeline_ab_runs_another_shape_with_ab_shape(tmp_path):
+    """AB_SHAPE=qwen2.5-1.5b runs the same A/B at the 1.5B shape (the issue's MFU goal), into
+    pipeline_ab_1.5b.json."""
+    import shlex
+
+    mod = _script()
+    command = _pipeline_ab_command(
+        tmp_path, gpu_mib=81559, AB_SHAPE="qwen2.5-1.5b", AB_VARIANTS="fast actor.compile=true"
+    )
+    args = mod.parse_args(shlex.split(command)[1:])
+    assert args.shape == "qwen2.5-1.5b" and args.out.endswith("pipeline_ab_1.5b.json")
+    assert list(args.variants) == ["fast"]
 
 
 def test_pipeline_ab_stage_variants_are_valid_configs(tmp_path):
