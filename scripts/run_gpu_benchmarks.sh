@@ -387,10 +387,12 @@ x1_pipeline_ab)
   # AB_PART=1 or 2 runs the base and half of the default variants (about 16 min each: one session
   # with the kit holds one half): MPS and the trainer's options in part 1, the server's, the
   # episode workers and prox_first in part 2; each part repeats the base, so its ratios compare
-  # runs of one machine. AB_PART=3 (about 10 min) runs the fastest stack measured so far
-  # (2026-12-06: the fused, compiled head, actor.compile, no checkpointing, auto micro-batches)
-  # alone, with loglinear, under MPS, both, and time-shared sync (fast_sync: its mode column says
-  # async2, its rollout.max_head_offpolicyness is 0), so async against sync comes from one machine.
+  # runs of one machine. AB_PART=3 (about 9 min) runs the fastest stack measured so far (2026-12-06:
+  # the fused, compiled head, actor.compile, no checkpointing, auto micro-batches, loglinear, under
+  # MPS, the episodes in a worker process) with each pause mode (abort drains about 510 requests,
+  # 0.4 s a step; in_place and retract keep them), and the trainer's part time-shared (fast_sync: its
+  # mode column says async2, its rollout.max_head_offpolicyness is 0), so async against sync comes
+  # from one machine.
   trainer_ab="mps launcher.mps=true; mps_sm50 launcher.mps=true launcher.mps_server_sm_percent=50;
     mps_lowprio launcher.mps=true launcher.mps_server_priority=below_normal;
     logprobs actor.fused_logprobs=true actor.compile_logprobs=true; mb_auto actor.max_tokens_per_mb=auto;
@@ -401,9 +403,9 @@ x1_pipeline_ab)
     mem0.4 sglang.mem_fraction_static=0.4; episode_workers workflow.workers=1;
     prox_first actor.recompute_first_minibatch=false; attn_flashinfer sglang.attention_backend=flashinfer"
   fast="actor.fused_logprobs=true actor.compile_logprobs=true actor.compile=true actor.gradient_checkpointing=false
-    actor.max_tokens_per_mb=auto"
-  stack_ab="fast $fast; fast_loglinear $fast actor.prox_logp_method=loglinear; fast_mps $fast launcher.mps=true;
-    fast_mps_loglinear $fast launcher.mps=true actor.prox_logp_method=loglinear;
+    actor.max_tokens_per_mb=auto actor.prox_logp_method=loglinear"
+  best="$fast launcher.mps=true workflow.workers=1"
+  stack_ab="best $best; best_in_place $best rollout.pause_mode=in_place; best_retract $best rollout.pause_mode=retract;
     fast_sync $fast rollout.max_head_offpolicyness=0"
   case "${AB_PART:-}" in
     1) default_ab="base; $trainer_ab" ;;

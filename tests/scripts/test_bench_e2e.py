@@ -526,8 +526,8 @@ def test_pipeline_ab_on_an_80gb_gpu_gives_every_variant_the_fused_head(tmp_path)
 
 
 def test_pipeline_ab_part_3_runs_the_fast_stack_async_and_sync(tmp_path):
-    """AB_PART=3: the fastest stack alone, with loglinear, under MPS, both, and time-shared sync;
-    every variant validates, and fast_sync is a synchronous, time-shared run."""
+    """AB_PART=3: the fastest stack (under MPS, episodes in a worker) with each pause mode, and
+    time-shared sync; every variant validates, and fast_sync is a synchronous, time-shared run."""
     import shlex
 
     from areal.config import validate_config
@@ -536,18 +536,20 @@ def test_pipeline_ab_part_3_runs_the_fast_stack_async_and_sync(tmp_path):
     mod = _script()
     argv = shlex.split(_pipeline_ab_command(tmp_path, gpu_mib=81559, AB_PART="3"))
     args = mod.parse_args(argv[1:])
-    assert list(args.variants) == ["fast", "fast_loglinear", "fast_mps", "fast_mps_loglinear", "fast_sync"]
+    assert list(args.variants) == ["best", "best_in_place", "best_retract", "fast_sync"]
     args.device, args.dtype = "cuda", "bfloat16"
     cfgs = {
         v: validate_config(compose(args.config, mod.overrides(args, 2, 0, "/m", "/t", "/d", tmp_path, variant=v)))
         for v in args.variants
     }
-    fast = cfgs["fast"]
-    assert fast.actor.compile and not fast.actor.gradient_checkpointing and fast.actor.max_tokens_per_mb == "auto"
-    assert fast.actor.fused_logprobs and fast.rollout.max_head_offpolicyness == 2
-    assert cfgs["fast_mps_loglinear"].launcher.mps and cfgs["fast_mps_loglinear"].actor.prox_logp_method == "loglinear"
+    best = cfgs["best"]
+    assert best.actor.compile and not best.actor.gradient_checkpointing and best.actor.max_tokens_per_mb == "auto"
+    assert best.actor.fused_logprobs and best.actor.prox_logp_method == "loglinear"
+    assert best.launcher.mps and best.workflow.workers == 1 and best.rollout.max_head_offpolicyness == 2
+    assert [cfgs[v].rollout.pause_mode for v in ("best_in_place", "best_retract")] == ["in_place", "retract"]
     sync = cfgs["fast_sync"]
     assert sync.rollout.max_head_offpolicyness == 0 and sync.sglang.enable_memory_saver and sync.actor.compile
+    assert not sync.launcher.mps and sync.actor.prox_logp_method == "loglinear"
 
 
 def test_pipeline_ab_variant_settings_override_ab_common(tmp_path):
