@@ -30,7 +30,12 @@ def scripted_chat_engine(scripted_chat_model_dir):
 
 
 def pytest_collection_modifyitems(config, items):
-    """gpu-marked tests skip themselves where CUDA is absent (CI, this machine)."""
+    """gpu-marked tests skip themselves where CUDA is absent (CI, this machine); slow ones share a
+    group, so that under `pytest -n 2 --dist loadgroup` (the README's command) one worker runs the
+    end-to-end runs one after another while the other takes the rest beside them."""
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(pytest.mark.xdist_group("end_to_end"))
     try:
         import torch
 

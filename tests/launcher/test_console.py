@@ -10,8 +10,11 @@ from launcher.console import process_console, shows_on_console
 
 
 def record(name: str, level: int, msg: str) -> str:
-    """A line exactly as an areal process prints it (LOG_FORMAT)."""
-    return logging.Formatter(LOG_FORMAT).format(logging.LogRecord(name, level, __file__, 1, msg, None, None))
+    """A line exactly as an areal process prints it (LOG_FORMAT), at a fixed time: the lines name
+    parametrized tests, whose ids every pytest-xdist worker must collect alike."""
+    rec = logging.LogRecord(name, level, __file__, 1, msg, None, None)
+    rec.created, rec.msecs = 1_767_225_600.0, 432.0
+    return logging.Formatter(LOG_FORMAT).format(rec)
 
 
 def test_parse_record_reads_the_processes_format():
