@@ -516,7 +516,7 @@ def worker_main(conn, spec: WorkerSpec) -> None:
     from areal.infra.log_format import setup_process_logging
     from areal.infra.sockets import raise_open_file_limit
     from areal.utils.errors import describe_failure
-    from areal.utils.lifetime import exit_with_parent
+    from areal.utils.lifetime import exit_now, exit_with_parent
     from areal.utils.proc_name import set_process_name
 
     exit_with_parent()
@@ -540,11 +540,7 @@ def worker_main(conn, spec: WorkerSpec) -> None:
     # _serve closed what matters (episodes, proxy, clients, sessions) in order; the interpreter's
     # own teardown (asyncio.run cancelling what libraries left on the loop) once held a worker
     # past close()'s 30 s at 2,048 connections, so the worker ends here
-    for handler in logging.getLogger().handlers:
-        handler.flush()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    exit_now(code)
 
 
 async def _serve(conn, spec: WorkerSpec, lock: threading.Lock) -> None:

@@ -208,4 +208,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()  # serve() answered every request and stopped the scheduler before it returned
+    from areal.utils.lifetime import exit_now
+
+    exit_now(code)

@@ -9,8 +9,10 @@ of the parent's threads started the worker.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
+import sys
 import threading
 
 
@@ -27,3 +29,15 @@ def exit_with_parent() -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
+def exit_now(code: int) -> None:
+    """End the process with `code` once its logs and streams are flushed, skipping the
+    interpreter's teardown. For a process that has already closed what matters in order: tearing
+    down torch's and transformers' modules held a built-in server 1.1-1.3 s after its last request
+    on 2 cores, a wait that every run's stop shares."""
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -152,3 +152,31 @@ def test_start_server_reports_a_server_that_exits_while_starting():
     with pytest.raises(ServerStartupError, match=r"areal.server exited with code 2 before it was healthy") as e:
         start_server("x", extra_args=["--tp-size", "2"], timeout=60)
     assert "--tp-size 2 is not supported" in str(e.value)
+
+
+def test_sigterm_answers_the_request_in_flight_then_exits_0_with_its_log_written(tmp_path):
+    """The server ends without the interpreter's teardown (areal.utils.lifetime.exit_now): what it
+    owes must be done before. A request still decoding gets its aborted answer, and the log holds
+    the shutdown's last line."""
+    import threading
+
+    from areal.models.tiny import make_tiny_model_dir
+    from tests.rollout.long_episode import LONG
+    from tests.serving import server_load, start_server, wait_for
+
+    model = make_tiny_model_dir(tmp_path / "long", max_position=LONG + 64)
+    server = start_server(str(model), extra_args=["--log-level", "info"], env={"OMP_NUM_THREADS": "1"})
+    body = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": LONG, "min_new_tokens": LONG}}
+    answers = []
+    url = server.url + "/generate"
+    post = threading.Thread(target=lambda: answers.append(requests.post(url, json=body, timeout=120)))
+    post.start()
+    try:
+        wait_for(lambda: server_load(server.url)["running"] == 1, "the long request running")
+    finally:
+        code = server.stop()
+        post.join(timeout=120)
+    assert code == 0, server.log()
+    assert answers and answers[0].status_code == 200, server.log()
+    assert answers[0].json()["meta_info"]["finish_reason"]["type"] == "abort"
+    assert server.log().rstrip().endswith("areal.server INFO shutting down"), server.log()[-2000:]
