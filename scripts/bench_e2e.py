@@ -760,6 +760,14 @@ def summarise(
     seconds = total("timing/step_s")
     trainer_s = total("timing/recompute_logprob_s") + total("timing/train_s")  # the trainer's passes
     expected_tokens = args.batch_size * args.n_samples * args.max_new_tokens
+    update_parts = sorted(
+        {
+            k
+            for r in measured
+            for k in r
+            if k.startswith("weight_update/") and (k.endswith("_s") or k.endswith(PAUSE_COUNTS))
+        }
+    )
     out = {
         "max_head_offpolicyness": k,
         "measured_steps": len(measured),
@@ -789,16 +797,10 @@ def summarise(
         # (pause_s on the trainer, server_pause_s the server's own, requests_aborted,
         # requests_in_flight: what the servers ran or queued as the pause began, and drain_s with
         # requests_drained: the client's requests an abort-mode pause aborted and waited for)
-        "weight_update_parts_mean": {
-            key.removeprefix("weight_update/"): mean(key)
-            for key in sorted(
-                {
-                    k
-                    for r in measured
-                    for k in r
-                    if k.startswith("weight_update/") and (k.endswith("_s") or k.endswith(PAUSE_COUNTS))
-                }
-            )
+        "weight_update_parts_mean": {key.removeprefix("weight_update/"): mean(key) for key in update_parts},
+        # and each measured step's, in order: a mean hides whether one pause struck a timeout
+        "weight_update_parts_by_step": {
+            key.removeprefix("weight_update/"): [r.get(key) for r in measured] for key in update_parts
         },
         # the built-in server's work per step: prefills, decode steps, their seconds, the mean
         # decode batch and forward_frac (the share of the step it spent in forward passes)

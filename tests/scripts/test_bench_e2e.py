@@ -103,6 +103,10 @@ def test_cpu_smoke_sync_and_async_two_servers_two_ranks(tmp_path, gsm8k_file):
         assert m["phase_s_mean"]["train"] > 0 and m["weight_update_s_mean"] is not None
         assert m["weight_update_parts_mean"]["pause_s"] >= m["weight_update_parts_mean"]["server_pause_s"] >= 0
         assert m["weight_update_parts_mean"]["requests_in_flight"] >= 0  # both servers' /v1/loads
+        by_step = m["weight_update_parts_by_step"]
+        assert by_step.keys() == m["weight_update_parts_mean"].keys()
+        assert [len(v) for v in by_step.values()] == [m["measured_steps"]] * len(by_step)
+        assert sum(by_step["pause_s"]) / m["measured_steps"] == pytest.approx(m["weight_update_parts_mean"]["pause_s"])
         # two servers' work per step: in sync a step's 4 samples x 4 tokens, at least, went through
         # them within the step; async generation runs ahead, so its window may hold less (CI saw 8)
         if name == "sync":
