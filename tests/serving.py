@@ -20,10 +20,19 @@ pauses a server while its requests are certainly generating.
 from __future__ import annotations
 
 import contextlib
+import tempfile
 import time
 from pathlib import Path
 
-from areal.infra.server_process import start_builtin_server as start_server  # noqa: F401 (tests import it here)
+from areal.infra.server_process import start_builtin_server
+
+# the servers' logs, removed when the test process ends (a run of the suite once left 1,400 in /tmp)
+_LOG_DIR = tempfile.TemporaryDirectory(prefix="areal-test-server-logs-")
+
+
+def start_server(model_path, port=None, extra_args=(), timeout: float = 120.0, env=None):
+    """start_builtin_server, its log in this test process's own folder."""
+    return start_builtin_server(model_path, port, extra_args, timeout, env, log_dir=_LOG_DIR.name)
 
 
 @contextlib.contextmanager

@@ -192,13 +192,15 @@ def start_builtin_server(
     extra_args=(),
     timeout: float = 120.0,
     env: dict[str, str] | None = None,
+    log_dir: str | None = None,
 ) -> ServerProcess:
     """`python -m areal.server --model-path MODEL --port PORT [extra_args]` on 127.0.0.1 (a free
-    port unless given), with `env` on top of this process's environment and its output in a
-    temporary log file. Returns once /health answers; a server that exits first or is not up
-    within `timeout` s is stopped and reported (ServerStartupError, with the end of its log)."""
+    port unless given), with `env` on top of this process's environment and its output in a new
+    log file in `log_dir` (the system's temporary folder unless given), kept after the server
+    stops. Returns once /health answers; a server that exits first or is not up within `timeout` s
+    is stopped and reported (ServerStartupError, with the end of its log)."""
     port = port or free_port()
-    fd, log_path = tempfile.mkstemp(prefix=f"areal-server-{port}-", suffix=".log")
+    fd, log_path = tempfile.mkstemp(prefix=f"areal-server-{port}-", suffix=".log", dir=log_dir)
     os.close(fd)
     command = [sys.executable, "-m", "areal.server", "--model-path", str(model_path), "--port", str(port)]
     server = start_server_process(
