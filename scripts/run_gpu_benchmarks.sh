@@ -407,10 +407,18 @@ x1_pipeline_ab)
   best="$fast launcher.mps=true workflow.workers=1"
   stack_ab="best $best; best_in_place $best rollout.pause_mode=in_place; best_retract $best rollout.pause_mode=retract;
     fast_sync $fast rollout.max_head_offpolicyness=0"
+  # AB_PART=4 (about 10 minutes; with AB_SHAPE=qwen2.5-1.5b): that stack beside the server left its
+  # trainer 3,072-token micro-batches at the 1.5B shape on an H100 (2026-12-06: 0.70x time-shared
+  # sync): gradient checkpointing back on, the server's share cut to 0.25 (its KV cache needs a
+  # fraction of 0.5 for 512 sequences), both, and time-shared sync for the ratio
+  wide_ab="best_ckpt $best actor.gradient_checkpointing=true; best_mem0.25 $best sglang.mem_fraction_static=0.25;
+    best_ckpt_mem0.25 $best actor.gradient_checkpointing=true sglang.mem_fraction_static=0.25;
+    fast_sync $fast rollout.max_head_offpolicyness=0"
   case "${AB_PART:-}" in
     1) default_ab="base; $trainer_ab" ;;
     2) default_ab="base; $server_ab" ;;
     3) default_ab="$stack_ab" ;;
+    4) default_ab="$wide_ab" ;;
     *) default_ab="base; $trainer_ab; $server_ab" ;;
   esac
   ab="${AB_VARIANTS:-$default_ab}"

@@ -556,6 +556,31 @@ def test_pipeline_ab_part_3_runs_the_fast_stack_async_and_sync(tmp_path):
     assert not sync.launcher.mps and sync.actor.prox_logp_method == "loglinear"
 
 
+def test_pipeline_ab_part_4_gives_the_trainer_room_beside_the_server(tmp_path):
+    """AB_PART=4: the fast stack under MPS with gradient checkpointing, a smaller server share, or
+    both, then time-shared sync; at the 1.5B shape its file is pipeline_ab_1.5b."""
+    import shlex
+
+    from areal.config import validate_config
+    from launcher.compose import compose
+
+    mod = _script()
+    argv = shlex.split(_pipeline_ab_command(tmp_path, gpu_mib=81559, AB_PART="4", AB_SHAPE="qwen2.5-1.5b"))
+    args = mod.parse_args(argv[1:])
+    assert args.shape == "qwen2.5-1.5b"
+    assert list(args.variants) == ["best_ckpt", "best_mem0.25", "best_ckpt_mem0.25", "fast_sync"]
+    args.device, args.dtype = "cuda", "bfloat16"
+    cfgs = {
+        v: validate_config(compose(args.config, mod.overrides(args, 2, 0, "/m", "/t", "/d", tmp_path, variant=v)))
+        for v in args.variants
+    }
+    both = cfgs["best_ckpt_mem0.25"]
+    assert both.actor.gradient_checkpointing and both.sglang.mem_fraction_static == 0.25
+    assert both.launcher.mps and both.workflow.workers == 1 and both.actor.max_tokens_per_mb == "auto"
+    assert cfgs["best_ckpt"].sglang.mem_fraction_static == 0.5 and not cfgs["best_mem0.25"].actor.gradient_checkpointing
+    assert cfgs["fast_sync"].rollout.max_head_offpolicyness == 0
+
+
 def test_pipeline_ab_variant_settings_override_ab_common(tmp_path):
     """AB_COMMON comes before a variant's own settings, so a variant that sets one of its keys gets
     its own value (Hydra keeps a key's last value)."""
