@@ -529,23 +529,29 @@ def test_pipeline_ab_on_an_80gb_gpu_gives_every_variant_the_fused_head(tmp_path)
     assert args.variants["base"] == [] and args.variants["logprobs"] == fused
 
 
-def test_pipeline_ab_part_3_runs_the_fast_stack_async_and_sync(tmp_path):
-    """AB_PART=3: the fastest stack (under MPS, episodes in a worker) with each pause mode, and
-    time-shared sync; every variant validates, and fast_sync is a synchronous, time-shared run."""
+def _pipeline_ab_configs(tmp_path, **env_vars: str):
+    """x1_pipeline_ab's parsed bench_e2e arguments (on an 80 GB GPU) and each variant's validated
+    config, as the stage would launch it (async2)."""
     import shlex
 
     from areal.config import validate_config
     from launcher.compose import compose
 
     mod = _script()
-    argv = shlex.split(_pipeline_ab_command(tmp_path, gpu_mib=81559, AB_PART="3"))
-    args = mod.parse_args(argv[1:])
-    assert list(args.variants) == ["best", "best_in_place", "best_retract", "fast_sync"]
+    args = mod.parse_args(shlex.split(_pipeline_ab_command(tmp_path, gpu_mib=81559, **env_vars))[1:])
     args.device, args.dtype = "cuda", "bfloat16"
     cfgs = {
         v: validate_config(compose(args.config, mod.overrides(args, 2, 0, "/m", "/t", "/d", tmp_path, variant=v)))
         for v in args.variants
     }
+    return args, cfgs
+
+
+def test_pipeline_ab_part_3_runs_the_fast_stack_async_and_sync(tmp_path):
+    """AB_PART=3: the fastest stack (under MPS, episodes in a worker) with each pause mode, and
+    time-shared sync; every variant validates, and fast_sync is a synchronous, time-shared run."""
+    args, cfgs = _pipeline_ab_configs(tmp_path, AB_PART="3")
+    assert list(args.variants) == ["best", "best_in_place", "best_retract", "fast_sync"]
     best = cfgs["best"]
     assert best.actor.compile and not best.actor.gradient_checkpointing and best.actor.max_tokens_per_mb == "auto"
     assert best.actor.fused_logprobs and best.actor.prox_logp_method == "loglinear"
@@ -559,21 +565,9 @@ def test_pipeline_ab_part_3_runs_the_fast_stack_async_and_sync(tmp_path):
 def test_pipeline_ab_part_4_gives_the_trainer_room_beside_the_server(tmp_path):
     """AB_PART=4: the fast stack under MPS with gradient checkpointing, a smaller server share, or
     both, then time-shared sync; at the 1.5B shape its file is pipeline_ab_1.5b."""
-    import shlex
-
-    from areal.config import validate_config
-    from launcher.compose import compose
-
-    mod = _script()
-    argv = shlex.split(_pipeline_ab_command(tmp_path, gpu_mib=81559, AB_PART="4", AB_SHAPE="qwen2.5-1.5b"))
-    args = mod.parse_args(argv[1:])
+    args, cfgs = _pipeline_ab_configs(tmp_path, AB_PART="4", AB_SHAPE="qwen2.5-1.5b")
     assert args.shape == "qwen2.5-1.5b"
     assert list(args.variants) == ["best_ckpt", "best_mem0.25", "best_ckpt_mem0.25", "fast_sync"]
-    args.device, args.dtype = "cuda", "bfloat16"
-    cfgs = {
-        v: validate_config(compose(args.config, mod.overrides(args, 2, 0, "/m", "/t", "/d", tmp_path, variant=v)))
-        for v in args.variants
-    }
     both = cfgs["best_ckpt_mem0.25"]
     assert both.actor.gradient_checkpointing and both.sglang.mem_fraction_static == 0.25
     assert both.launcher.mps and both.workflow.workers == 1 and both.actor.max_tokens_per_mb == "auto"
@@ -584,28 +578,13 @@ def test_pipeline_ab_part_4_gives_the_trainer_room_beside_the_server(tmp_path):
 def test_pipeline_ab_variant_settings_override_ab_common(tmp_path):
     """AB_COMMON comes before a variant's own settings, so a variant that sets one of its keys gets
     its own value (Hydra keeps a key's last value)."""
-    import shlex
-
-    from areal.config import validate_config
-    from launcher.compose import compose
-
-    mod = _script()
-    command = _pipeline_ab_command(
+    args, cfgs = _pipeline_ab_configs(
         tmp_path,
-        gpu_mib=81559,
         AB_COMMON="actor.gradient_checkpointing=false",
         AB_VARIANTS="common; ckpt actor.gradient_checkpointing=true",
     )
-    args = mod.parse_args(shlex.split(command)[1:])
     assert args.variants["ckpt"] == ["actor.gradient_checkpointing=false", "actor.gradient_checkpointing=true"]
-    args.device, args.dtype = "cuda", "bfloat16"
-    ckpt = {
-        v: validate_config(
-            compose(args.config, mod.overrides(args, 2, 0, "/m", "/t", "/d", tmp_path, variant=v))
-        ).actor.gradient_checkpointing
-        for v in args.variants
-    }
-    assert ckpt == {"common": False, "ckpt": True}
+    assert {v: cfg.actor.gradient_checkpointing for v, cfg in cfgs.items()} == {"common": False, "ckpt": True}
 
 
 def test_pipeline_ab_runs_another_shape_with_ab_shape(tmp_path):
