@@ -407,7 +407,7 @@ x1_pipeline_ab)
   best="$fast launcher.mps=true workflow.workers=1"
   stack_ab="best $best; best_in_place $best rollout.pause_mode=in_place; best_retract $best rollout.pause_mode=retract;
     fast_sync $fast rollout.max_head_offpolicyness=0"
-  # AB_PART=4 (about 10 minutes; with AB_SHAPE=qwen2.5-1.5b): that stack beside the server left its
+  # AB_PART=4 (about 15 minutes; with AB_SHAPE=qwen2.5-1.5b): that stack beside the server left its
   # trainer 3,072-token micro-batches at the 1.5B shape on an H100 (2026-12-06: 0.70x time-shared
   # sync): gradient checkpointing back on, the server's share cut to 0.25 (its KV cache needs a
   # fraction of 0.5 for 512 sequences), both, and time-shared sync for the ratio
@@ -436,15 +436,22 @@ x1_pipeline_ab)
   for spec in "${specs[@]}"; do
     read -ra words <<<"$spec"
     [ ${#words[@]} -gt 0 ] || continue
-    extra=" ${words[*]:1} "; for w in ${AB_COMMON:-}; do extra=${extra// $w / }; done
+    own=" ${words[*]:1} "; extra=$own; common=()
+    for w in ${AB_COMMON:-}; do
+      extra=${extra// $w / }
+      [[ $own == *" $w "* ]] || common+=("$w")  # a setting the variant repeats is written once
+    done
     if [ ${#words[@]} -gt 1 ] && [ -z "${extra// /}" ]; then echo "x1_pipeline_ab: ${words[0]} is AB_COMMON, skipped"; continue; fi
-    variants+=(--variant "${words[0]}" ${AB_COMMON:-} "${words[@]:1}")  # a variant's own settings win
+    variants+=(--variant "${words[0]}" "${common[@]}" "${words[@]:1}")  # a variant's own settings win
   done
   shape=${AB_SHAPE:-qwen2.5-0.5b}; tag=${shape#qwen2.5-}
+  # a run's limit (AB_RUN_TIMEOUT): at 1.5B the first variant's cold torch.compile outlasted 220 s
+  # (launch 90 s, then no step done in 130 s; one H100, 2026-12-06)
+  run_timeout=${AB_RUN_TIMEOUT:-220}; [ "$shape" = qwen2.5-0.5b ] || run_timeout=${AB_RUN_TIMEOUT:-320}
   step pipeline_ab_$tag "${AB_TIMEOUT:-1560}" $py scripts/bench_e2e.py --device cuda --data "$data" --shape "$shape" \
     --server sglang --override sglang.attention_backend="${SGLANG_ATTENTION:-triton}" --colocate --mem-fraction 0.5 \
     --n-samples 8 --max-new-tokens 192 --max-tokens-per-mb 40960 --steps 3 --warmup 1 \
-    --offpolicyness ${AB_OFFPOLICYNESS:-2} --budget "${AB_TIMEOUT:-1560}" --run-timeout 220 \
+    --offpolicyness ${AB_OFFPOLICYNESS:-2} --budget "${AB_TIMEOUT:-1560}" --run-timeout "$run_timeout" \
     --workdir /tmp/areal-pipeline-ab --out "$out/pipeline_ab_$tag.json" "${variants[@]}" ${E2E_ARGS:-}
   ;;
 x1_profile)

@@ -573,6 +573,10 @@ def test_pipeline_ab_part_4_gives_the_trainer_room_beside_the_server(tmp_path):
     assert both.launcher.mps and both.workflow.workers == 1 and both.actor.max_tokens_per_mb == "auto"
     assert cfgs["best_ckpt"].sglang.mem_fraction_static == 0.5 and not cfgs["best_mem0.25"].actor.gradient_checkpointing
     assert cfgs["fast_sync"].rollout.max_head_offpolicyness == 0
+    # AB_COMMON's fused head is written once where the variant sets it too; the first variant's
+    # cold compile at 1.5B needs more than the 0.5B shape's 220 s
+    assert all(o.count("actor.fused_logprobs=true") == 1 for o in args.variants.values())
+    assert args.run_timeout == 320
 
 
 def test_pipeline_ab_variant_settings_override_ab_common(tmp_path):
