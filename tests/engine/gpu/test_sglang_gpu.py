@@ -126,6 +126,15 @@ def greedy_agreement(model, prompt, output, positions: range) -> float:
     return sum(picks[i] == output[i] for i in positions) / max(1, len(positions))
 
 
+def logprob_gap(model, prompt, output, logprobs, positions: range) -> float:
+    """Mean |difference| between the server's logprobs of output[i], i in positions, and `model`'s
+    on the whole text: near bf16 noise where `model`'s weights produced those tokens."""
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + output], device="cuda")).logits[0].float()
+    mine = logits[len(prompt) - 1 : -1].log_softmax(-1)[torch.arange(len(output)), torch.tensor(output)]
+    return sum(abs(mine[i].item() - logprobs[i]) for i in positions) / max(1, len(positions))
+
+
 def test_logprobs_equal_the_trainers_within_bf16(engine, smollm2, prompt):
     from areal.engine.fsdp.engine import FSDPEngine
 
@@ -270,9 +279,13 @@ def test_weight_update_with_requests_in_flight(mode, smollm2, other_dir, prompt,
             after = greedy_agreement(new, prompt, o.output_tokens, tail)
             after_old = greedy_agreement(old, prompt, o.output_tokens, tail)
             old_tokens = sum(v == 0 for v in o.output_versions)
+            # which weights scored the tail: in_place's greedy agreement cannot tell (its tail runs on
+            # the old weights' KV cache), the logprobs' distance to each model's says more
+            gap_new, gap_old = (logprob_gap(m, prompt, o.output_tokens, o.output_logprobs, tail) for m in (new, old))
             print(
                 f"{mode}: first 16 tokens the old model's greedy picks {before:.3f}, last 64 the new's {after:.3f} "
-                f"(the old's {after_old:.3f}); {old_tokens} of {tokens} tokens at version 0"
+                f"(the old's {after_old:.3f}); {old_tokens} of {tokens} tokens at version 0; last 64 logprobs "
+                f"from the new model's {gap_new:.3f}, the old's {gap_old:.3f} (mean |diff|)"
             )
             assert before >= 0.9  # generated before the update, by the base weights
             if mode == "abort":  # the client resubmitted the rest: each part carries its own version
