@@ -12,6 +12,11 @@ from .base import DType, Section
 # CUDA, and the fixed budget where there is no device memory to measure (CPU)
 AUTO_PROBE_TOKENS = 4096
 AUTO_CPU_TOKENS = 16384
+# A measured budget that cuts a pass into this many micro-batches or more is reported once per pass
+# kind: at the 1.5B shape beside a server holding half an H100, auto gave 3,072-token train
+# micro-batches (17 a PPO minibatch) and training took 11.7 s, against 6.3 s with checkpointing and a
+# quarter for the server (two H100s, 2026-12-06, docs/benchmarks.md section 10).
+CRAMPED_MICROBATCHES = 8
 
 
 def token_budget(value) -> int | str:
@@ -66,7 +71,8 @@ class ActorConfig(Section):
         f"on CUDA the first pass of each kind (logprob recompute, training) runs at {AUTO_PROBE_TOKENS} tokens "
         "and its peak memory per token is measured; later passes get the free memory x (1 - "
         "mb_memory_headroom) over that, a multiple of 1024, never below the longest sequence. On CPU 'auto' "
-        f"is a fixed {AUTO_CPU_TOKENS}. Logged as train/mb_token_budget.",
+        f"is a fixed {AUTO_CPU_TOKENS}. Logged as train/mb_token_budget; a budget that cuts a pass into "
+        f"{CRAMPED_MICROBATCHES} micro-batches or more is reported once, with what frees memory.",
     )
     mb_memory_headroom: float = Field(
         0.1,

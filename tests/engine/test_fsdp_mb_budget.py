@@ -154,6 +154,39 @@ def test_a_pass_is_measured_again_only_with_a_larger_microbatch():
     assert memory.resets == 2
 
 
+def test_a_budget_that_cuts_a_pass_into_many_microbatches_is_reported_once(caplog):
+    """Beside a server, auto may leave the trainer a few thousand tokens a micro-batch: the first
+    such pass of each kind says so, with what frees memory (checkpointing only where it is off)."""
+    memory = FakeMemory(free=2**30, added=1024 * 300 * 1024)  # 300 KiB a token: 1 GiB holds 3,072
+    budget = TokenBudget("auto", 0.1, memory, checkpointing=False)
+    budget.plan("train", [500, 500])
+    with budget.measure("train", [1024]):
+        pass
+    with caplog.at_level("WARNING", logger="areal.fsdp"):
+        assert budget.plan("train", [500] * 40)[0] == 3 * 1024  # 20,000 tokens: 7 micro-batches
+        assert not caplog.records
+        assert budget.plan("train", [500] * 100)[0] == 3 * 1024  # 50,000 tokens: 17
+        assert budget.plan("train", [500] * 200)[0] == 3 * 1024  # reported once
+    (record,) = caplog.records
+    text = record.getMessage()
+    assert "actor.max_tokens_per_mb=auto: train passes get 3072-token micro-batches" in text
+    assert "17 for this pass's 50000 tokens" in text and "300 KiB a token" in text
+    assert "actor.gradient_checkpointing=true" in text and "sglang.mem_fraction_static" in text
+    assert budget.cramped == {"train": 17}
+    # with checkpointing on, and for the forward pass, only the memory is suggested
+    budget = TokenBudget("auto", 0.1, memory, checkpointing=True)
+    for kind in ("train", "forward"):
+        budget.plan(kind, [500, 500])
+        with budget.measure(kind, [1024]):
+            pass
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="areal.fsdp"):
+        budget.plan("train", [500] * 100)
+        budget.plan("forward", [500] * 100)
+    assert [r.getMessage().split(" passes")[0][-7:] for r in caplog.records] == [": train", "forward"]
+    assert not any("gradient_checkpointing" in r.getMessage() for r in caplog.records)
+
+
 def test_out_of_memory_names_the_setting_and_what_to_set_instead():
     memory = FakeMemory(free=10 * 2**30, added=2048 * 100 * 1024)
     budget = TokenBudget("auto", 0.1, memory)

@@ -81,7 +81,9 @@ class FSDPEngine(TrainEngine):
         self.offloaded = False  # parameters and optimizer state are in CPU memory (offload())
         # actor.max_tokens_per_mb: fixed, or (auto) measured on CUDA per pass kind (mb_budget.py)
         memory = CudaMemory(memory_share) if self._device_type == "cuda" else None
-        self.mb_budget = TokenBudget(config.max_tokens_per_mb, config.mb_memory_headroom, memory)
+        self.mb_budget = TokenBudget(
+            config.max_tokens_per_mb, config.mb_memory_headroom, memory, checkpointing=config.gradient_checkpointing
+        )
 
     @classmethod
     def from_pretrained(cls, model: str, **kwargs) -> "FSDPEngine":

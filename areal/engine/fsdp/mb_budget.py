@@ -21,20 +21,25 @@ after a few steps nothing is measured any more; each measurement resets the devi
 statistics (torch.cuda.reset_peak_memory_stats). Free memory is read at the start of every pass,
 so a budget follows what others (a colocated server) take. A CUDA out-of-memory error in a pass
 becomes `AutoBudgetOutOfMemory`, which names the setting and what to set instead; nothing is
-retried. Without device memory to measure (CPU), "auto" is the fixed AUTO_CPU_TOKENS.
+retried. A measured budget that cuts a pass into CRAMPED_MICROBATCHES or more is logged once per
+pass kind, with what frees memory. Without device memory to measure (CPU), "auto" is the fixed
+AUTO_CPU_TOKENS.
 """
 
 from __future__ import annotations
 
+import logging
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
-from areal.config.actor import AUTO_CPU_TOKENS, AUTO_PROBE_TOKENS
+from areal.config.actor import AUTO_CPU_TOKENS, AUTO_PROBE_TOKENS, CRAMPED_MICROBATCHES
 
 GRANULE = 1024  # budgets are multiples of this many tokens
+
+logger = logging.getLogger("areal.fsdp")
 
 
 def budget_from_memory(
@@ -119,12 +124,18 @@ class AutoBudgetOutOfMemory(torch.OutOfMemoryError):
 class TokenBudget:
     """The token budget of each pass kind for one engine: `plan` before packing a pass, `measure`
     around running it. `setting` is actor.max_tokens_per_mb; `memory` None means nothing to
-    measure (CPU), where "auto" is AUTO_CPU_TOKENS."""
+    measure (CPU), where "auto" is AUTO_CPU_TOKENS. `checkpointing`: whether the model recomputes
+    its activations in the backward pass (actor.gradient_checkpointing); a cramped train budget's
+    report suggests it where it is off."""
 
-    def __init__(self, setting: int | str, headroom: float, memory: DeviceMemory | None = None):
+    def __init__(
+        self, setting: int | str, headroom: float, memory: DeviceMemory | None = None, checkpointing: bool = True
+    ):
         self.setting, self.headroom, self.memory = setting, headroom, memory
+        self.checkpointing = checkpointing
         self.estimates: dict[str, Measurement] = {}
         self.used: dict[str, int] = {}  # the budget of the latest pass of each kind
+        self.cramped: dict[str, int] = {}  # pass kind -> the micro-batch count it was reported at
 
     @property
     def measured(self) -> bool:
@@ -141,9 +152,33 @@ class TokenBudget:
             min_count = 2 if len(lengths) >= 2 else 1
         else:
             bpt = self.estimates[kind].bytes_per_token
-            budget = budget_from_memory(self.memory.free_bytes(), bpt, self.headroom, longest)
+            free = self.memory.free_bytes()
+            budget = budget_from_memory(free, bpt, self.headroom, longest)
+            self._report_cramped(kind, budget, sum(lengths), free, bpt)
         self.used[kind] = budget
         return budget, min_count
+
+    def _report_cramped(self, kind: str, budget: int, total: int, free: int, bytes_per_token: float) -> None:
+        """Warn once per pass kind when the measured budget cuts a pass into CRAMPED_MICROBATCHES
+        or more micro-batches: many small ones run far slower than a few large ones."""
+        count = -(-total // budget)
+        if count < CRAMPED_MICROBATCHES or kind in self.cramped:
+            return
+        self.cramped[kind] = count
+        ways = ["leave the trainer more memory (beside colocated servers: a smaller sglang.mem_fraction_static)"]
+        if kind == "train" and not self.checkpointing:
+            ways.insert(0, "set actor.gradient_checkpointing=true (a token then costs a fraction of its activations)")
+        logger.warning(
+            "actor.max_tokens_per_mb=auto: %s passes get %d-token micro-batches (%.1f GiB free for them, "
+            "%.0f KiB a token), %d for this pass's %d tokens; fewer, larger ones run faster: %s",
+            kind,
+            budget,
+            free / 2**30,
+            bytes_per_token / 1024,
+            count,
+            total,
+            ", or ".join(ways),
+        )
 
     @contextmanager
     def measure(self, kind: str, mb_tokens: list[int]):
