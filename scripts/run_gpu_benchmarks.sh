@@ -387,10 +387,11 @@ x1_pipeline_ab)
   # AB_PART=1 or 2 runs the base and half of the default variants (about 16 min each: one session
   # with the kit holds one half): MPS and the trainer's options in part 1, the server's, the
   # episode workers and prox_first in part 2; each part repeats the base, so its ratios compare
-  # runs of one machine. AB_PART=3 (about 9 min) runs the fastest stack measured so far (2026-12-06:
+  # runs of one machine. AB_PART=3 (about 11 min) runs the fastest stack measured so far (2026-12-06:
   # the fused, compiled head, actor.compile, no checkpointing, auto micro-batches, loglinear, under
   # MPS, the episodes in a worker process) with each pause mode (abort drains about 510 requests,
-  # 0.4 s a step; in_place and retract keep them), and the trainer's part time-shared (fast_sync: its
+  # 0.4 s a step; in_place and retract keep them), abort paused as the last minibatch starts training
+  # (best_ahead1: the drain overlaps it), and the trainer's part time-shared (fast_sync: its
   # mode column says async2, its rollout.max_head_offpolicyness is 0), so async against sync comes
   # from one machine.
   trainer_ab="mps launcher.mps=true; mps_sm50 launcher.mps=true launcher.mps_server_sm_percent=50;
@@ -405,8 +406,8 @@ x1_pipeline_ab)
   fast="actor.fused_logprobs=true actor.compile_logprobs=true actor.compile=true actor.gradient_checkpointing=false
     actor.max_tokens_per_mb=auto actor.prox_logp_method=loglinear"
   best="$fast launcher.mps=true workflow.workers=1"
-  stack_ab="best $best; best_in_place $best rollout.pause_mode=in_place; best_retract $best rollout.pause_mode=retract;
-    fast_sync $fast rollout.max_head_offpolicyness=0"
+  stack_ab="best $best; best_ahead1 $best rollout.pause_ahead_minibatches=1; best_in_place $best rollout.pause_mode=in_place;
+    best_retract $best rollout.pause_mode=retract; fast_sync $fast rollout.max_head_offpolicyness=0"
   # AB_PART=4 (about 15 minutes; with AB_SHAPE=qwen2.5-1.5b): that stack beside the server left its
   # trainer 3,072-token micro-batches at the 1.5B shape on an H100 (2026-12-06: 0.70x time-shared
   # sync): gradient checkpointing back on, the server's share cut to 0.25 (its KV cache needs a

@@ -112,6 +112,10 @@ class InferenceControl(Protocol):
     def resume(self) -> None:
         """Continue generation on every server."""
 
+    def pause_ahead(self) -> None:
+        """Start the pause of the coming weight update now, in the background; weight_update waits
+        for it instead of pausing (nothing when paused already)."""
+
     def add_listener(self, listener: GateListener) -> None:
         """`listener` pauses and resumes with every pause and continue."""
 

@@ -55,6 +55,10 @@ class RolloutSource(abc.ABC):
         """Send the actor's weights as `version` wherever rollouts are generated (if anywhere);
         returns the update's figures. The caller owns the version."""
 
+    def pause_ahead(self) -> None:
+        """The step's last rollout.pause_ahead_minibatches minibatches start training: a source whose
+        servers take new weights may start their pause now, for push_weights. Nothing by default."""
+
     def count_trained_batches(self, batches: int) -> None:
         """A recovered run resumes with `batches` batches trained on (its checkpoint's weight
         version): a source that bounds staleness counts them. Nothing to do by default."""

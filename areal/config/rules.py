@@ -133,6 +133,18 @@ def _batch_divisible(cfg):
         )
 
 
+def _pause_ahead(cfg):
+    ahead, n = cfg.rollout.pause_ahead_minibatches, cfg.actor.ppo_n_minibatches
+    if ahead > n:
+        yield ConfigIssue(
+            "rollout.pause_ahead_minibatches",
+            ahead,
+            f"a step trains {n} PPO minibatches (actor.ppo_n_minibatches), so the servers cannot pause "
+            f"{ahead} minibatches before its end",
+            f"set rollout.pause_ahead_minibatches to at most {n} ({n}: pause as training starts), or 0",
+        )
+
+
 def _node_counts(cfg):
     la, cl = cfg.launcher, cfg.cluster
     if la.trainer_n_nodes == 0 and la.rollout_n_nodes == 0:
@@ -587,6 +599,7 @@ RULES = [
     _prox_logp_method,
     _group_norm_needs_samples,
     _batch_divisible,
+    _pause_ahead,
     _node_counts,
     _devices_fit,
     _sglang_tp_matches,

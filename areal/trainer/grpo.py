@@ -96,10 +96,13 @@ def grpo_step(ctx: TrainContext, step: int, traced: bool = False) -> dict[str, A
             local["ref_logprobs"] = ctx.ref.forward(local, temperature=ctx.temperature)
     algo_metrics = {**ctx.source.batch_metrics(), **(_mismatch(recomputed, a) if recomputed is not None else {})}
     with phases("train"):
-        train_stats = [
-            actor.train_batch(mb, ppo_loss_fn(a), loss_weight_fn(a), temperature=ctx.temperature)
-            for mb in proximal_minibatches(local, recomputed, a, version=ctx.version)
-        ]
+        minibatches = proximal_minibatches(local, recomputed, a, version=ctx.version)
+        ahead_at = pause_ahead_index(len(minibatches), cfg.rollout.pause_ahead_minibatches)
+        train_stats = []
+        for k, mb in enumerate(minibatches):
+            if k == ahead_at:
+                ctx.source.pause_ahead()
+            train_stats.append(actor.train_batch(mb, ppo_loss_fn(a), loss_weight_fn(a), temperature=ctx.temperature))
     with phases("weight_update"):
         update = ctx.source.push_weights(ctx.version + 1)
         ctx.version += 1  # the version bump, once the servers hold it
@@ -112,6 +115,12 @@ def grpo_step(ctx: TrainContext, step: int, traced: bool = False) -> dict[str, A
     if traced:
         out["profiler/traced"] = 1.0  # its timings include the profiler's cost
     return out
+
+
+def pause_ahead_index(n_minibatches: int, ahead: int) -> int | None:
+    """The minibatch before whose training the servers start pausing (rollout.pause_ahead_minibatches:
+    the last `ahead` of them train while they pause); None: they pause at the weight update."""
+    return max(n_minibatches - ahead, 0) if ahead > 0 else None
 
 
 def _mismatch(local: dict[str, Any], actor_cfg) -> dict[str, float]:

@@ -113,6 +113,11 @@ class LiveRollouts(RolloutSource):
         self.time_share.to_trainer()
         return batch
 
+    def pause_ahead(self) -> None:
+        """Rank 0: the servers start pausing for the coming weight update (ServerControl.pause_ahead)."""
+        if self.engine is not None:
+            self.engine.control.pause_ahead()
+
     def batch_metrics(self) -> dict[str, float]:
         """Dynamic sampling's figures for the last batch (rank 0; {} elsewhere or when it is off)."""
         if self.engine is None or not self.cfg.rollout.dynamic_sampling:

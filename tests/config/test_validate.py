@@ -58,6 +58,13 @@ RULES = [
         with_(actor__ppo_n_minibatches=4),
     ),
     (
+        "pause ahead",
+        with_(actor__ppo_n_minibatches=2, rollout__pause_ahead_minibatches=3),
+        "rollout.pause_ahead_minibatches",
+        "cannot pause 3 minibatches",
+        with_(actor__ppo_n_minibatches=2, rollout__pause_ahead_minibatches=2),
+    ),
+    (
         "n_samples group",
         with_(gconfig__n_samples=1),
         "gconfig.n_samples",

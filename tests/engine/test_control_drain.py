@@ -6,6 +6,7 @@ import threading
 
 import requests
 
+from areal.api.weights import WeightUpdateMeta
 from areal.engine.sglang import control as control_module
 from areal.engine.sglang import protocol
 from areal.engine.sglang.control import OpenRequests, ServerControl
@@ -64,6 +65,49 @@ def test_a_request_that_reaches_the_server_after_the_first_abort_is_aborted_by_a
         control.resume()
     finally:
         first_abort_sent.set()
+        client.join(300)
+        control.close()
+        handle.stop()
+
+
+def test_a_pause_started_ahead_drains_while_the_caller_works_and_the_update_waits_for_it(tmp_path):
+    """rollout.pause_ahead_minibatches: pause_ahead starts the pause in the background (here it
+    aborts a request that can only end by an abort, while this thread goes on); the weight update
+    then waits for that pause instead of pausing, reports it, and continues the server."""
+    model = make_tiny_model_dir(tmp_path / "long", max_position=LONG + 64)
+    handle = start_server(str(model), env={"OMP_NUM_THREADS": "1"})
+    addr = f"127.0.0.1:{handle.port}"
+    control = ServerControl([addr], pause_mode="abort")
+    open_requests, answer = OpenRequests(), {}
+    control.watch_requests(open_requests)
+
+    def post_a_long_request():
+        with open_requests.posted():
+            body = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": LONG, "ignore_eos": True}}
+            answer.update(requests.post(f"http://{addr}/generate", json=body, timeout=300).json())
+
+    client = threading.Thread(target=post_a_long_request)
+    client.start()
+    try:
+        wait_for(lambda: server_load(f"http://{addr}")["running"] == 1, "the long request running")
+        control.pause_ahead()
+        control.pause_ahead()  # one is under way: nothing more
+        client.join(300)  # answered by the pause's drain, which this thread did not wait for
+        assert answer["meta_info"]["finish_reason"]["type"] == "abort" and control.paused
+        with control.weight_update(WeightUpdateMeta("disk")) as update:
+            pass  # no load: the pause and the continue around it are what is tested
+        report = update.report
+        assert report["requests_drained"] == 1 and report["drain_aborts"] >= 1
+        assert 0 <= report["pause_s"] and report["pause_ahead_s"] >= report["drain_s"] > 0
+        assert not control.paused
+        body = {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 4}}
+        after = requests.post(f"http://{addr}/generate", json=body, timeout=60).json()
+        assert after["meta_info"]["finish_reason"]["type"] == "length"  # generating again
+        control.pause_ahead()  # the next update's pause, ahead again: a fresh one
+        with control.weight_update(WeightUpdateMeta("disk")) as update:
+            pass
+        assert "pause_ahead_s" in update.report and "requests_drained" not in update.report  # nothing open
+    finally:
         client.join(300)
         control.close()
         handle.stop()

@@ -551,7 +551,8 @@ def test_pipeline_ab_part_3_runs_the_fast_stack_async_and_sync(tmp_path):
     """AB_PART=3: the fastest stack (under MPS, episodes in a worker) with each pause mode, and
     time-shared sync; every variant validates, and fast_sync is a synchronous, time-shared run."""
     args, cfgs = _pipeline_ab_configs(tmp_path, AB_PART="3")
-    assert list(args.variants) == ["best", "best_in_place", "best_retract", "fast_sync"]
+    assert list(args.variants) == ["best", "best_ahead1", "best_in_place", "best_retract", "fast_sync"]
+    assert [cfgs[v].rollout.pause_ahead_minibatches for v in ("best", "best_ahead1")] == [0, 1]
     best = cfgs["best"]
     assert best.actor.compile and not best.actor.gradient_checkpointing and best.actor.max_tokens_per_mb == "auto"
     assert best.actor.fused_logprobs and best.actor.prox_logp_method == "loglinear"

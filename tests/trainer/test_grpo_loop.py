@@ -133,6 +133,7 @@ def test_trainer_only_run_against_external_server(tmp_path, server, arith_model)
             "total_train_steps=6",
             "recover.mode=auto",
             "recover.freq_steps=2",
+            "rollout.pause_ahead_minibatches=1",  # the servers pause as the last minibatch trains
         ],
         name="resume",
     )
@@ -140,6 +141,9 @@ def test_trainer_only_run_against_external_server(tmp_path, server, arith_model)
     resumed = [r["step"] for r in metrics(cfg2) if r["step"] > 0]
     assert resumed == [1, 2, 3, 4, 5, 6]  # 5 and 6 appended by the resumed run, nothing retrained
     assert metrics(cfg2)[-1]["weight_version"] == 6
+    # the resumed steps' pauses began during training; each update waited for what was left of it
+    assert all(r["weight_update/pause_ahead_s"] >= 0 for r in metrics(cfg2)[-2:])
+    assert not any("weight_update/pause_ahead_s" in r for r in steps)
 
     # a fresh run in that folder appends to its metrics.jsonl, and says so as it starts
     n_rows = len(metrics(cfg2))
@@ -157,6 +161,14 @@ def test_trainer_only_run_against_external_server(tmp_path, server, arith_model)
     fresh = run_module("areal.trainer.main", path3)
     assert f"metrics.jsonl already holds {n_rows} row(s) of an earlier run (steps 0-6)" in fresh.stderr, fresh.stderr
     assert [r["step"] for r in metrics(cfg2)][n_rows:] == [1]
+
+
+def test_the_pause_ahead_starts_before_the_last_minibatches():
+    from areal.trainer.grpo import pause_ahead_index
+
+    assert pause_ahead_index(4, 0) is None  # at the weight update
+    assert [pause_ahead_index(4, k) for k in (1, 2, 4)] == [3, 2, 0]
+    assert pause_ahead_index(1, 1) == 0
 
 
 def test_corrupt_replay_is_rejected_with_the_path(tmp_path, arith_model):

@@ -194,6 +194,7 @@ class ServerControl:
         self._info_route = dict(info_routes or {})  # addr -> the server-info route it serves (legacy)
         self._loads_served = True  # False once a server has refused /v1/loads (older or other servers)
         self._bg = ThreadPoolExecutor(max_workers=4, thread_name_prefix="server-control")
+        self._ahead: Future | None = None  # a pause started ahead of its weight update (pause_ahead)
 
     @property
     def addrs(self) -> list[str]:
@@ -360,6 +361,35 @@ class ServerControl:
                 break
         return {"requests_drained": float(open_now), "drain_s": time.perf_counter() - t0, "drain_aborts": rounds}
 
+    def pause_ahead(self) -> None:
+        """Start the pause for the coming weight update now, in the background (rollout.
+        pause_ahead_minibatches): the trainer's last minibatches then train while the servers pause
+        (in abort mode, while the requests in flight are aborted and answered). weight_update waits for
+        it instead of pausing. Nothing when the servers are paused already (a time-shared step)."""
+        if self.paused or self._ahead is not None:
+            return
+        self._ahead = self._bg.submit(self._timed_pause)
+
+    def _timed_pause(self) -> dict[str, float]:
+        t0 = time.perf_counter()
+        report = self.pause()
+        report["pause_ahead_s"] = time.perf_counter() - t0
+        return report
+
+    def _await_pause_ahead(self) -> dict[str, float]:
+        """The report of the pause pause_ahead started, once it is done (its own calls have deadlines;
+        this bounds the wait for all of them together)."""
+        ahead, self._ahead = self._ahead, None
+        limit = LOADS_TIMEOUT_S + DRAIN_TIMEOUT_S + 2 * self.control_timeout_s
+        try:
+            return ahead.result(timeout=limit)
+        except TimeoutError as e:
+            raise RuntimeError(
+                f"the pause started ahead of the weight update (rollout.pause_ahead_minibatches) did not "
+                f"finish within {limit:g} s on {', '.join(self.addrs)}; raise {CONTROL_TIMEOUT_KEY} "
+                f"(now {self.control_timeout_s:g}) or set rollout.pause_ahead_minibatches=0"
+            ) from e
+
     def requests_in_flight(self) -> int | None:
         """Requests running or queued on the servers, summed over them (GET /v1/loads). On SGLang
         it is the schedulers' latest load snapshot (up to 15 decode steps old); it tells whether a
@@ -411,14 +441,16 @@ class ServerControl:
     # ---- weight updates -----------------------------------------------------------------------
     @contextlib.contextmanager
     def weight_update(self, meta: WeightUpdateMeta) -> Iterator[WeightUpdate]:
-        """Pause (unless paused already), yield the WeightUpdate the weights are pushed into; after
-        the loads, flush where the pause in effect allows it and record meta.version (None: keep the
-        current one); always continue at the end, also when the caller paused earlier.
-        `update.report` then holds the seconds of each stage (pause_s, flush_s, resume_s) and what
-        the servers said the pause cost."""
+        """Pause (unless paused already; a pause that pause_ahead started is waited for), yield the
+        WeightUpdate the weights are pushed into; after the loads, flush where the pause in effect
+        allows it and record meta.version (None: keep the current one); always continue at the end,
+        also when the caller paused earlier. `update.report` then holds the seconds of each stage
+        (pause_s, flush_s, resume_s) and what the servers said the pause cost."""
         update = WeightUpdate(self, meta)
         t0 = time.perf_counter()
-        if not self.paused:
+        if self._ahead is not None:  # started during training (pause_ahead): wait for what is left of it
+            update.report.update(self._await_pause_ahead())
+        elif not self.paused:
             update.report.update(self.pause())
         update.report["pause_s"] = time.perf_counter() - t0
         ok = False
