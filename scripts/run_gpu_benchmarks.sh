@@ -416,10 +416,12 @@ x1_pipeline_ab)
     best_ckpt_mem0.25 $best actor.gradient_checkpointing=true sglang.mem_fraction_static=0.25;
     fast_sync $fast rollout.max_head_offpolicyness=0"
   # AB_PART=5 (about 11 minutes): the server's claim on the GPU under MPS, with that stack: its SMs
-  # capped at 50% or 30% of the device, or its kernels below the trainer's, against time-shared sync
-  # (at the 0.5B shape training took 3.16 s beside decoding, 2.21 s alone: 2026-12-06)
-  share_ab="best $best; best_sm50 $best launcher.mps_server_sm_percent=50; best_sm30 $best launcher.mps_server_sm_percent=30;
-    best_lowprio $best launcher.mps_server_priority=below_normal; fast_sync $fast rollout.max_head_offpolicyness=0"
+  # capped at half the device, its kernels below the trainer's, or no generation during the last 2
+  # of 4 minibatches (best_ahead2), against time-shared sync (at the 0.5B shape training took 3.16 s
+  # beside decoding, 2.21 s alone: 2026-12-06)
+  share_ab="best $best; best_sm50 $best launcher.mps_server_sm_percent=50;
+    best_lowprio $best launcher.mps_server_priority=below_normal; best_ahead2 $best rollout.pause_ahead_minibatches=2;
+    fast_sync $fast rollout.max_head_offpolicyness=0"
   case "${AB_PART:-}" in
     1) default_ab="base; $trainer_ab" ;;
     2) default_ab="base; $server_ab" ;;

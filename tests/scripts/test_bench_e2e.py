@@ -581,12 +581,13 @@ def test_pipeline_ab_part_4_gives_the_trainer_room_beside_the_server(tmp_path):
 
 
 def test_pipeline_ab_part_5_caps_the_servers_claim_under_mps(tmp_path):
-    """AB_PART=5: the fast stack under MPS with the server's SMs capped or its priority lowered,
-    and time-shared sync; every variant validates."""
+    """AB_PART=5: the fast stack under MPS with the server's SMs capped, its priority lowered, or
+    paused for the last half of training, and time-shared sync; every variant validates."""
     args, cfgs = _pipeline_ab_configs(tmp_path, AB_PART="5")
-    assert list(args.variants) == ["best", "best_sm50", "best_sm30", "best_lowprio", "fast_sync"]
-    assert [cfgs[v].launcher.mps_server_sm_percent for v in ("best", "best_sm50", "best_sm30")] == [None, 50, 30]
+    assert list(args.variants) == ["best", "best_sm50", "best_lowprio", "best_ahead2", "fast_sync"]
+    assert [cfgs[v].launcher.mps_server_sm_percent for v in ("best", "best_sm50")] == [None, 50]
     assert cfgs["best_lowprio"].launcher.mps_server_priority == "below_normal"
+    assert cfgs["best_ahead2"].rollout.pause_ahead_minibatches == 2 == cfgs["best_ahead2"].actor.ppo_n_minibatches // 2
     assert all(cfgs[v].launcher.mps and cfgs[v].workflow.workers == 1 for v in list(cfgs)[:4])
     assert cfgs["fast_sync"].rollout.max_head_offpolicyness == 0 and not cfgs["fast_sync"].launcher.mps
 
