@@ -236,16 +236,19 @@ def test_the_prefix_cache_never_serves_old_weights_to_new_requests(engine, smoll
     assert after.output_tokens == fresh.output_tokens
 
 
-@pytest.mark.parametrize("mode", ["abort", "retract", "in_place"])
+@pytest.mark.parametrize("mode", ["abort", "abort_ahead", "retract", "in_place"])
 def test_weight_update_with_requests_in_flight(mode, smollm2, other_dir, prompt, tmp_path_factory):
     """SGLang stays up through an update while requests run, in every mode; they all complete,
     and after the update the tokens are the new weights' greedy picks (abort and retract re-prefill
-    the whole sequence under the new weights)."""
+    the whole sequence under the new weights). abort_ahead: the abort-mode pause starts in the
+    background first (rollout.pause_ahead_minibatches) and the update waits for it."""
     import requests
 
     from areal.api.inference import ModelRequest
     from areal.api.weights import WeightUpdateMeta
 
+    ahead = mode == "abort_ahead"
+    mode = mode.removesuffix("_ahead")
     eng = start_engine(smollm2, tmp_path_factory, mode)
     try:
         n, tokens = 8, 1024
@@ -261,13 +264,24 @@ def test_weight_update_with_requests_in_flight(mode, smollm2, other_dir, prompt,
         # a streamed request sent after them says when they are 64 tokens in; then the update lands
         seen = stream_until(eng.addrs[0], prompt, tokens, min_tokens=64)
         assert seen >= 64 and not any(f.done() for f in futures), "the requests finished before the update"
+        if ahead:
+            from tests.serving import wait_for
+
+            eng.control.pause_ahead()
+            wait_for(lambda: eng.control.paused, "the pause started ahead (its gate closed)", 60)
         with eng.control.weight_update(WeightUpdateMeta("disk", version=1)) as update:
             update.load_disk(other_dir)
+        if ahead:
+            assert update.report["pause_ahead_s"] >= update.report["drain_s"], update.report
         # the n were running through the pause's load reading (SGLang's snapshot, at most 15 steps old)
         assert update.report["requests_in_flight"] >= n, update.report
         if mode == "abort":  # aborted and answered before /pause_generation (ServerControl.drain)
             assert update.report["requests_drained"] == n, update.report
-        print(f"{mode}: pause {update.report['pause_s']:.3f} s (drain {update.report.get('drain_s', 0):.3f} s)")
+        r = update.report
+        print(
+            f"{mode}{' ahead' if ahead else ''}: pause {r['pause_s']:.3f} s (drain {r.get('drain_s', 0):.3f} s, "
+            f"started ahead {r.get('pause_ahead_s', 0):.3f} s)"
+        )
         outs = [f.result(timeout=300) for f in futures]
         loop.call_soon_threadsafe(loop.stop)
         assert requests.get(f"http://{eng.addrs[0]}/health", timeout=10).status_code == 200
