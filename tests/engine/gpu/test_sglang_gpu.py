@@ -118,21 +118,25 @@ def hf_model(path):
     return AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).cuda().eval()
 
 
-def greedy_agreement(model, prompt, output, positions: range) -> float:
-    """Share of output[i], i in positions, that is `model`'s greedy pick on the sequence before it."""
+def score(model, prompt, output) -> tuple[list[int], list[float]]:
+    """`model`'s greedy pick before each output token, and its logprob of that token, on the whole
+    text (prompt + output) in one forward."""
+    device = next(model.parameters()).device
     with torch.no_grad():
-        logits = model(torch.tensor([prompt + output], device="cuda")).logits[0]
-    picks = logits[len(prompt) - 1 : -1].argmax(-1).tolist()
+        logits = model(torch.tensor([prompt + output], device=device)).logits[0, len(prompt) - 1 : -1].float()
+    logprobs = logits.log_softmax(-1)[torch.arange(len(output)), torch.tensor(output)]
+    return logits.argmax(-1).tolist(), logprobs.tolist()
+
+
+def agreement(picks, output, positions: range) -> float:
+    """Share of output[i], i in positions, that is the greedy pick (score's picks)."""
     return sum(picks[i] == output[i] for i in positions) / max(1, len(positions))
 
 
-def logprob_gap(model, prompt, output, logprobs, positions: range) -> float:
-    """Mean |difference| between the server's logprobs of output[i], i in positions, and `model`'s
-    on the whole text: near bf16 noise where `model`'s weights produced those tokens."""
-    with torch.no_grad():
-        logits = model(torch.tensor([prompt + output], device="cuda")).logits[0].float()
-    mine = logits[len(prompt) - 1 : -1].log_softmax(-1)[torch.arange(len(output)), torch.tensor(output)]
-    return sum(abs(mine[i].item() - logprobs[i]) for i in positions) / max(1, len(positions))
+def logprob_gap(mine, served, positions: range) -> float:
+    """Mean |difference| between a model's logprobs (score's) and the server's over positions:
+    near bf16 noise where that model's weights produced the tokens."""
+    return sum(abs(mine[i] - served[i]) for i in positions) / max(1, len(positions))
 
 
 def test_logprobs_equal_the_trainers_within_bf16(engine, smollm2, prompt):
@@ -289,13 +293,14 @@ def test_weight_update_with_requests_in_flight(mode, smollm2, other_dir, prompt,
         new, old = hf_model(other_dir), hf_model(smollm2)
         head, tail = range(0, 16), range(tokens - 64, tokens)
         for o in outs:
-            before = greedy_agreement(old, prompt, o.output_tokens, head)
-            after = greedy_agreement(new, prompt, o.output_tokens, tail)
-            after_old = greedy_agreement(old, prompt, o.output_tokens, tail)
+            (old_picks, old_lp), (new_picks, new_lp) = (score(m, prompt, o.output_tokens) for m in (old, new))
+            before = agreement(old_picks, o.output_tokens, head)
+            after = agreement(new_picks, o.output_tokens, tail)
+            after_old = agreement(old_picks, o.output_tokens, tail)
             old_tokens = sum(v == 0 for v in o.output_versions)
             # which weights scored the tail: in_place's greedy agreement cannot tell (its tail runs on
             # the old weights' KV cache), the logprobs' distance to each model's says more
-            gap_new, gap_old = (logprob_gap(m, prompt, o.output_tokens, o.output_logprobs, tail) for m in (new, old))
+            gap_new, gap_old = (logprob_gap(lp, o.output_logprobs, tail) for lp in (new_lp, old_lp))
             print(
                 f"{mode}: first 16 tokens the old model's greedy picks {before:.3f}, last 64 the new's {after:.3f} "
                 f"(the old's {after_old:.3f}); {old_tokens} of {tokens} tokens at version 0; last 64 logprobs "
