@@ -426,12 +426,18 @@ x1_pipeline_ab)
   share_ab="best $best; best_sm50 $best launcher.mps_server_sm_percent=50;
     best_lowprio $best launcher.mps_server_priority=below_normal; best_ahead2 $best rollout.pause_ahead_minibatches=2;
     fast_sync $fast rollout.max_head_offpolicyness=0"
+  # AB_PART=6 (about 13 minutes): the drain hidden (best_ahead1) or not paid (best_in_place), and the
+  # server's SMs capped or its kernels below the trainer's, against time-shared sync, in one call
+  hide_ab="best $best; best_ahead1 $best rollout.pause_ahead_minibatches=1; fast_sync $fast rollout.max_head_offpolicyness=0;
+    best_sm50 $best launcher.mps_server_sm_percent=50; best_lowprio $best launcher.mps_server_priority=below_normal;
+    best_in_place $best rollout.pause_mode=in_place"
   case "${AB_PART:-}" in
     1) default_ab="base; $trainer_ab" ;;
     2) default_ab="base; $server_ab" ;;
     3) default_ab="$stack_ab" ;;
     4) default_ab="$wide_ab" ;;
     5) default_ab="$share_ab" ;;
+    6) default_ab="$hide_ab" ;;
     *) default_ab="base; $trainer_ab; $server_ab" ;;
   esac
   ab="${AB_VARIANTS:-$default_ab}"
