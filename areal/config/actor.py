@@ -110,6 +110,13 @@ class ActorConfig(Section):
         "kernels over the 152k vocabulary outweighed the matmuls in a profiled 0.5B step). The first "
         "micro-batches pay the compilation; needs a C++ compiler on CPU.",
     )
+    logprobs_on_every_token: bool = Field(
+        False,
+        description="Compute token logprobs on every token, prompts included. By default the trainer "
+        "computes them (in the loss, the recompute pass and the reference model) only on tokens with "
+        "loss_mask 1 where a batch has one: the lm_head and the vocabulary-wide kernels run on the rows "
+        "that predict those tokens (transformers' logits_to_keep), and the others get 0, as padding does.",
+    )
     # LoRA (peft)
     use_lora: bool = Field(False, description="Train LoRA adapters (peft) instead of all weights.")
     lora_rank: int = Field(16, ge=1, description="LoRA rank r.")

@@ -32,9 +32,45 @@ def test_packed_logprobs_equal_unpacked(tiny_model_dir, attn):
     )
     with torch.no_grad():
         expected = padded_logprobs(plain, batch)
-    assert (packed - expected).abs().max() < 1e-5
-    assert (packed[batch["attention_mask"] == 0] == 0).all()
-    assert (entropy[:, 1:][batch["attention_mask"][:, 1:] == 1] > 0).all()
+    assert (packed - expected).abs().max() < 1e-5  # on the loss tokens; 0 on prompts and padding
+    assert (packed[batch["loss_mask"] == 1] != 0).all() and (packed[batch["loss_mask"] == 0] == 0).all()
+    assert (entropy[batch["loss_mask"] == 1] > 0).all()
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["logits", "fused-head"])
+def test_logprobs_on_loss_tokens_only_train_as_on_every_token(tiny_model_dir, fused):
+    """By default the lm_head runs only on the rows that predict loss tokens (logits_to_keep): the
+    loss, the gradient and the update equal those of actor.logprobs_on_every_token=true, which
+    gives every real token its logprob (prompts included), and a batch without a loss_mask gets
+    every token's either way."""
+    from transformers import AutoModelForCausalLM
+
+    batch = make_batch(5)
+    no_mask = {k: v for k, v in batch.items() if k != "loss_mask"}
+    runs = {}
+    for every in (False, True):
+        engine = _engine(tiny_model_dir, fused_logprobs=fused, logprobs_on_every_token=every)
+        try:
+            assert engine.loss_rows_only == (not every)
+            mbs = engine._microbatches(batch, "train")
+            assert all((mb.head_rows is None) == every for mb in mbs)
+            before, unmasked = engine.forward(batch), engine.forward(no_mask)
+            stats = engine.train_batch(batch, nll_loss, token_weight)
+            runs[every] = (before, unmasked, stats, engine.forward(batch))
+        finally:
+            engine.destroy()
+    plain = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    with torch.no_grad():
+        expected = padded_logprobs(plain, batch), padded_logprobs(plain, batch, every_token=True)
+    (lp_loss, unmasked_loss, st_loss, after_loss), (lp_all, unmasked_all, st_all, after_all) = runs[False], runs[True]
+    assert (lp_loss - expected[0]).abs().max() < 1e-5 and (lp_all - expected[1]).abs().max() < 1e-5
+    assert (unmasked_loss - expected[1]).abs().max() < 1e-5 and (unmasked_all - expected[1]).abs().max() < 1e-5
+    assert st_loss["loss"] == pytest.approx(st_all["loss"], rel=1e-6)
+    assert st_loss["grad_norm"] == pytest.approx(st_all["grad_norm"], rel=1e-5)
+    assert st_loss["n_microbatches"] >= 2
+    mask = batch["loss_mask"].bool()
+    assert (after_loss[mask] - after_all[mask]).abs().max() < 1e-5  # the same update
+    assert (after_all[mask] - lp_all[mask]).abs().max() > 1e-3  # ...which moved the model
 
 
 def test_temperature_scales_logits(tiny_model_dir):

@@ -65,12 +65,15 @@ def one_torch_thread():
         torch.set_num_threads(threads)
 
 
-def padded_logprobs(model, batch):
-    """Per-token logprobs of a plain HF model on the right-padded batch (no packing)."""
+def padded_logprobs(model, batch, *, every_token: bool = False):
+    """Per-token logprobs of a plain HF model on the right-padded batch (no packing), as the engine
+    gives them: on the loss tokens where the batch has a loss_mask (0 elsewhere), or, with
+    every_token (actor.logprobs_on_every_token), on every real token."""
     out = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
     lp = torch.log_softmax(out[:, :-1].float(), -1).gather(-1, batch["input_ids"][:, 1:, None])[..., 0]
     lp = torch.cat([torch.zeros_like(lp[:, :1]), lp], 1)
-    return lp * batch["attention_mask"]
+    keep = batch["attention_mask"] if every_token or "loss_mask" not in batch else batch["loss_mask"]
+    return lp * keep
 
 
 def reference_step(model_dir: str, batch, *, lr: float, clip: float = 1.0):

@@ -40,6 +40,22 @@ def test_pack_and_unpack_round_trip():
     assert packing.pack(ids, lengths, []).is_dummy
 
 
+def test_head_rows_are_the_predecessors_of_loss_tokens():
+    """pack(..., loss_mask) keeps the rows t whose next token t + 1 carries loss: never the row
+    before a sequence's first token (another sequence's last), at least one row, none for one token."""
+    ids = torch.arange(1, 13).view(2, 6)
+    lengths = [6, 4]
+    loss_mask = torch.tensor([[0, 0, 1, 1, 0, 1], [1, 0, 1, 1, 0, 0]])  # a loss flag on a first token, too
+    mb = packing.pack(ids, lengths, [0, 1], loss_mask=loss_mask)
+    assert mb.head_rows.tolist() == [1, 2, 4, 7, 8]  # row 5 (seq 0's last) would predict seq 1's first
+    lp, _ = packing.scatter_to_tokens(torch.tensor([-1.0, -2, -3, -4, -5]), None, mb.head_rows, mb.n_tokens)
+    assert lp.tolist() == [0, 0, -1, -2, 0, -3, 0, 0, -4, -5]
+    prompts_only = packing.pack(ids, lengths, [1], loss_mask=torch.zeros_like(loss_mask))
+    assert prompts_only.head_rows.tolist() == [0]  # a graph for backward all the same
+    assert packing.pack(ids, [1, 4], [0], loss_mask=loss_mask).head_rows is None
+    assert packing.pack(ids, lengths, [0, 1]).head_rows is None  # no loss_mask: every token
+
+
 def test_left_padding_rejected():
     with pytest.raises(ValueError, match="right-padded"):
         packing.sequence_lengths(torch.tensor([[0, 1, 1]]))

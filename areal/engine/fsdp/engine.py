@@ -193,6 +193,8 @@ class FSDPEngine(TrainEngine):
         self.hf_config = model.config
         self.generation_config = getattr(model, "generation_config", None)
         self.tied_lm_head = bool(getattr(model.config, "tie_word_embeddings", False))
+        # logits on the loss tokens' predecessors only, where the model can keep a subset of rows
+        self.loss_rows_only = not cfg.logprobs_on_every_token and _keeps_logit_rows(model)
         self.logprob_head = None
         if cfg.fused_logprobs:
             from .logprob_head import LogprobHead
@@ -260,12 +262,17 @@ class FSDPEngine(TrainEngine):
         if int(count) > len(bins):
             bins = packing.allocate(lengths, budget, min_count=int(count))
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        return [packing.pack(batch["input_ids"], lengths, b, pad) for b in bins]
+        loss_mask = batch.get("loss_mask") if self.loss_rows_only else None
+        loss_mask = None if loss_mask is None else loss_mask.cpu()  # one copy a pass, not one a micro-batch
+        return [packing.pack(batch["input_ids"], lengths, b, pad, loss_mask) for b in bins]
 
     def _token_logprobs(self, mb: packing.PackedMicroBatch, temperature: float, with_entropy: bool = True):
         """(logprobs [T], entropy [T] or None, the model's output) of one packed row, as
-        packing.token_logprobs gives them; with actor.fused_logprobs, from the hidden states."""
+        packing.token_logprobs gives them; with actor.fused_logprobs, from the hidden states.
+        Where mb.head_rows is set, only the tokens those rows predict get figures (0 elsewhere)."""
         ids = mb.input_ids[0].to(self.device)
+        if mb.head_rows is not None:
+            return self._kept_rows_logprobs(mb, ids, temperature, with_entropy)
         if self.logprob_head is None:
             logits = self._run_model(mb)
             lp, ent = packing.token_logprobs(
@@ -282,9 +289,28 @@ class FSDPEngine(TrainEngine):
         lp, ent = packing.align_to_tokens(out[:, 0], out[:, 1] if with_entropy else None, mb.seqlens)
         return lp, ent, out
 
-    def _run_model(self, mb: packing.PackedMicroBatch) -> torch.Tensor:
+    def _kept_rows_logprobs(self, mb: packing.PackedMicroBatch, ids: torch.Tensor, temperature: float, with_entropy):
+        """_token_logprobs with the lm_head run on mb.head_rows only (logits_to_keep)."""
+        rows = mb.head_rows.to(self.device, non_blocking=True)
+        targets = ids[rows + 1]
+        if self.logprob_head is None:
+            from .logprobs import token_logprobs_and_entropy
+
+            out = self._run_model(mb, logits_to_keep=rows)  # [n, V]
+            lp, ent = token_logprobs_and_entropy(
+                out, targets, temperature=temperature, with_entropy=with_entropy, compiled=self.config.compile_logprobs
+            )
+        else:
+            with self.logprob_head.predicting(targets, temperature, with_entropy):
+                out = self._run_model(mb, logits_to_keep=rows)  # [n, 2]: logprob, entropy
+            lp, ent = out[:, 0], out[:, 1] if with_entropy else None
+        lp, ent = packing.scatter_to_tokens(lp, ent, rows, ids.shape[0])
+        return lp, ent, out
+
+    def _run_model(self, mb: packing.PackedMicroBatch, **model_kwargs) -> torch.Tensor:
         """The model's output for one packed row: [T, V] logits, or [T - 1, 2] while the LogprobHead
-        predicts (_token_logprobs). Attention never crosses sequence boundaries."""
+        predicts (_token_logprobs), or of the kept rows only (logits_to_keep in model_kwargs).
+        Attention never crosses sequence boundaries."""
         ids = mb.input_ids.to(self.device)
         pos = mb.position_ids.to(self.device)
         seqlens = mb.seqlens or [1]
@@ -296,7 +322,7 @@ class FSDPEngine(TrainEngine):
         else:  # varlen: areal_packed_sdpa and flash-attention read the sequence boundaries
             cu = torch.tensor([0, *seqlens], device=self.device).cumsum(0).to(torch.int32)
             kwargs.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=max(seqlens), max_length_k=max(seqlens))
-        out = self.model(input_ids=ids, position_ids=pos, use_cache=False, **kwargs)
+        out = self.model(input_ids=ids, position_ids=pos, use_cache=False, **kwargs, **model_kwargs)
         return out.logits[0]
 
     @staticmethod
@@ -320,7 +346,8 @@ class FSDPEngine(TrainEngine):
         """Per-token logprobs [B, L] (fp32, on the batch's device); with_entropy adds entropy [B, L].
 
         logprobs[i, j] = log p(input_ids[i, j] | input_ids[i, :j]) at the given sampling
-        temperature; 0 at j = 0 and on padding.
+        temperature; 0 at j = 0 and on padding, and, where the batch has a loss_mask, on the tokens
+        outside it (their logits are never computed) unless actor.logprobs_on_every_token.
         """
         self._require_initialized()
         self.model.eval()
@@ -717,6 +744,14 @@ class FSDPEngine(TrainEngine):
 
 def _per_sequence(value: Any, n: int) -> bool:
     return isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] == n
+
+
+def _keeps_logit_rows(model) -> bool:
+    """Whether the model's forward takes logits_to_keep (transformers' causal LMs: an int keeps the
+    last rows, a tensor the rows it names)."""
+    import inspect
+
+    return "logits_to_keep" in inspect.signature(model.forward).parameters
 
 
 def _enable_checkpointing(model) -> None:

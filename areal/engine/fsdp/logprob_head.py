@@ -11,7 +11,7 @@ per micro-batch (the recomputation).
 `LogprobHead` takes the place of the model's lm_head module, holding the same weight parameter
 (tied embeddings stay tied), so FSDP and TP see the usual module tree and gather the weight in
 the model's forward as before. Set the targets with `head.predicting(...)`; the model's output
-`logits` is then [1, T - 1, 2]: the logprob of each next token and the entropy (a statistic,
+`logits` is then [1, n, 2] for n targets: the logprob of each and the entropy (a statistic,
 no gradient). Outside `predicting` it is the ordinary linear layer.
 """
 
@@ -102,8 +102,9 @@ class LogprobHead(nn.Module):
 
     @contextlib.contextmanager
     def predicting(self, targets: torch.Tensor, temperature: float = 1.0, with_entropy: bool = True):
-        """Within: the model's output is [1, T - 1, 2], row t the logprob of targets[t] (the token at
-        t + 1 of the packed row) and the entropy at t."""
+        """Within: the model's output is [1, n, 2] for n targets, row t the logprob of targets[t] and
+        the entropy there. Of a whole packed row (n = T - 1), targets[t] is the token at t + 1; with
+        logits_to_keep the model hands over the kept rows only, one per target."""
         self._targets, self._temperature, self._with_entropy = targets, float(temperature), with_entropy
         try:
             yield
@@ -113,7 +114,9 @@ class LogprobHead(nn.Module):
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         if self._targets is None:
             return nn.functional.linear(hidden, self.weight)
-        rows = hidden[0, :-1]
+        # row t predicts targets[t]: the packed row's last token predicts nothing (all rows given),
+        # or the model kept only the predicting rows (logits_to_keep: as many rows as targets)
+        rows = hidden[0, : self._targets.shape[0]]
         lp, ent = linear_token_logprobs(
             rows,
             self.weight,

@@ -25,6 +25,9 @@ class PackedMicroBatch:
     seqlens: list[int]  # real tokens of each of those rows
     input_ids: torch.Tensor  # [1, T]
     position_ids: torch.Tensor  # [1, T], restarting at 0 per sequence
+    # [n] positions t of the row whose next token (t + 1) carries loss: the only rows whose logits
+    # are needed (predicting_rows); None when every token's logprob is wanted
+    head_rows: torch.Tensor | None = None
 
     @property
     def n_tokens(self) -> int:
@@ -81,15 +84,43 @@ def allocate(lengths: list[int], max_tokens: int, min_count: int = 1) -> list[li
     return [sorted(b) for b in bins]
 
 
-def pack(input_ids: torch.Tensor, lengths: list[int], indices: list[int], pad_id: int = 0) -> PackedMicroBatch:
-    """Concatenate the real tokens of rows `indices` into one row (a dummy token when empty)."""
+def pack(
+    input_ids: torch.Tensor,
+    lengths: list[int],
+    indices: list[int],
+    pad_id: int = 0,
+    loss_mask: torch.Tensor | None = None,
+) -> PackedMicroBatch:
+    """Concatenate the real tokens of rows `indices` into one row (a dummy token when empty).
+
+    loss_mask ([B, L], on the CPU): keep the logits of the tokens it marks only (head_rows)."""
     if not indices:
         ids = torch.full((1, 1), pad_id, dtype=input_ids.dtype, device=input_ids.device)
         return PackedMicroBatch([], [], ids, torch.zeros_like(ids))
     seqlens = [lengths[i] for i in indices]
     ids = torch.cat([input_ids[i, : lengths[i]] for i in indices])[None]
     pos = torch.cat([torch.arange(n, device=input_ids.device) for n in seqlens])[None]
-    return PackedMicroBatch(list(indices), seqlens, ids, pos)
+    rows = None
+    if loss_mask is not None:
+        rows = predicting_rows(torch.cat([loss_mask[i, : lengths[i]] for i in indices]), seqlens)
+    return PackedMicroBatch(list(indices), seqlens, ids, pos, rows)
+
+
+def predicting_rows(loss_mask: torch.Tensor, seqlens: list[int]) -> torch.Tensor | None:
+    """The positions t of a packed row whose logits predict a loss token (loss_mask[t + 1] set,
+    t + 1 not a sequence's first token, which nothing predicts): [n] int64, at least one position,
+    so that every micro-batch keeps a graph for backward.
+
+    Prompts and tool outputs carry no loss: in a GRPO batch of 235-token prompts and 192 generated
+    tokens the lm_head and the vocabulary-wide kernels then run on 45% of the rows (TRL's
+    logits_to_keep does the same for a padded batch). Computed on the CPU: nonzero() on a GPU would
+    stall the host until the device caught up."""
+    if sum(seqlens) < 2:
+        return None  # one token: nothing to predict, the full path handles it
+    target = loss_mask.bool().clone()
+    target &= ~_starts(seqlens, target.device)
+    rows = torch.nonzero(target[1:]).squeeze(1)
+    return rows if rows.numel() else torch.zeros(1, dtype=torch.long)
 
 
 def unpack(values: torch.Tensor, mb: PackedMicroBatch, width: int) -> torch.Tensor:
@@ -137,6 +168,15 @@ def token_logprobs(
         logits[:-1], input_ids[1:], temperature=temperature, with_entropy=with_entropy, compiled=compiled
     )
     return align_to_tokens(lp, e, seqlens)
+
+
+def scatter_to_tokens(lp: torch.Tensor, ent: torch.Tensor | None, rows: torch.Tensor, n_tokens: int):
+    """Next-token figures of the predicting rows ([n]: row rows[i] is about token rows[i] + 1) ->
+    per-token [n_tokens], 0 at every token no kept row predicts (differentiable in lp)."""
+    at = rows + 1
+    lp = lp.new_zeros(n_tokens).index_put((at,), lp)
+    ent = None if ent is None else ent.new_zeros(n_tokens).index_put((at,), ent)
+    return lp, ent
 
 
 def align_to_tokens(lp: torch.Tensor, ent: torch.Tensor | None, seqlens: list[int]):
