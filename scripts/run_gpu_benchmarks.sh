@@ -426,11 +426,12 @@ x1_pipeline_ab)
   share_ab="best $best; best_sm50 $best launcher.mps_server_sm_percent=50;
     best_lowprio $best launcher.mps_server_priority=below_normal; best_ahead2 $best rollout.pause_ahead_minibatches=2;
     fast_sync $fast rollout.max_head_offpolicyness=0"
-  # AB_PART=6 (about 13 minutes): the drain hidden (best_ahead1) or not paid (best_in_place), and the
-  # server's SMs capped or its kernels below the trainer's, against time-shared sync, in one call
-  hide_ab="best $best; best_ahead1 $best rollout.pause_ahead_minibatches=1; fast_sync $fast rollout.max_head_offpolicyness=0;
-    best_sm50 $best launcher.mps_server_sm_percent=50; best_lowprio $best launcher.mps_server_priority=below_normal;
-    best_in_place $best rollout.pause_mode=in_place"
+  # AB_PART=6 (about 11 minutes): the lm_head on every token as before (best_every_token: the
+  # default runs it on the rows that predict loss tokens only), the drain hidden (best_ahead1), the
+  # server's SMs capped, against time-shared sync, in one call
+  hide_ab="best $best; best_every_token $best actor.logprobs_on_every_token=true;
+    best_ahead1 $best rollout.pause_ahead_minibatches=1; fast_sync $fast rollout.max_head_offpolicyness=0;
+    best_sm50 $best launcher.mps_server_sm_percent=50"
   case "${AB_PART:-}" in
     1) default_ab="base; $trainer_ab" ;;
     2) default_ab="base; $server_ab" ;;

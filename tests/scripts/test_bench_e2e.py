@@ -592,16 +592,15 @@ def test_pipeline_ab_part_5_caps_the_servers_claim_under_mps(tmp_path):
     assert cfgs["fast_sync"].rollout.max_head_offpolicyness == 0 and not cfgs["fast_sync"].launcher.mps
 
 
-def test_pipeline_ab_part_6_hides_the_drain_and_caps_the_server(tmp_path):
-    """AB_PART=6: the fast stack under MPS paused a minibatch ahead, in place, with the server's SMs
-    capped or its priority lowered, and time-shared sync; every variant validates."""
+def test_pipeline_ab_part_6_measures_the_head_rows_the_drain_and_the_server_cap(tmp_path):
+    """AB_PART=6: the fast stack under MPS with the lm_head on every token, paused a minibatch
+    ahead, with the server's SMs capped, and time-shared sync; every variant validates."""
     args, cfgs = _pipeline_ab_configs(tmp_path, AB_PART="6")
-    names = ["best", "best_ahead1", "fast_sync", "best_sm50", "best_lowprio", "best_in_place"]
+    names = ["best", "best_every_token", "best_ahead1", "fast_sync", "best_sm50"]
     assert list(args.variants) == names
+    assert [cfgs[v].actor.logprobs_on_every_token for v in ("best", "best_every_token")] == [False, True]
     assert [cfgs[v].rollout.pause_ahead_minibatches for v in ("best", "best_ahead1")] == [0, 1]
-    assert [cfgs[v].rollout.pause_mode for v in ("best", "best_in_place")] == ["auto", "in_place"]
     assert cfgs["best_sm50"].launcher.mps_server_sm_percent == 50
-    assert cfgs["best_lowprio"].launcher.mps_server_priority == "below_normal"
     assert all(cfgs[v].launcher.mps and cfgs[v].workflow.workers == 1 for v in names if v != "fast_sync")
     assert cfgs["fast_sync"].rollout.max_head_offpolicyness == 0 and not cfgs["fast_sync"].launcher.mps
 
