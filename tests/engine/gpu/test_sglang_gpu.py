@@ -148,7 +148,10 @@ def test_logprobs_equal_the_trainers_within_bf16(engine, smollm2, prompt):
         gaps = []
         for out in outs:
             ids = torch.tensor([prompt + out.output_tokens])
-            lp = trainer.forward({"input_ids": ids, "attention_mask": torch.ones_like(ids)})[0, len(prompt) :]
+            loss_mask = torch.zeros_like(ids)
+            loss_mask[0, len(prompt) :] = 1  # the lm_head runs on the rows that predict the output only
+            batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "loss_mask": loss_mask}
+            lp = trainer.forward(batch)[0, len(prompt) :]
             gaps.append((lp.float().cpu() - torch.tensor(out.output_logprobs)).abs())
     finally:
         trainer.destroy()
