@@ -430,7 +430,7 @@ x1_pipeline_ab)
   # default runs it on the rows that predict loss tokens only), the drain hidden (best_ahead1), the
   # server's SMs capped, against time-shared sync, in one call
   hide_ab="best $best; best_every_token $best actor.logprobs_on_every_token=true;
-    best_ahead1 $best rollout.pause_ahead_minibatches=1; fast_sync $fast rollout.max_head_offpolicyness=0;
+    fast_sync $fast rollout.max_head_offpolicyness=0; best_ahead1 $best rollout.pause_ahead_minibatches=1;
     best_sm50 $best launcher.mps_server_sm_percent=50"
   case "${AB_PART:-}" in
     1) default_ab="base; $trainer_ab" ;;

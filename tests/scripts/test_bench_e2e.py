@@ -596,7 +596,7 @@ def test_pipeline_ab_part_6_measures_the_head_rows_the_drain_and_the_server_cap(
     """AB_PART=6: the fast stack under MPS with the lm_head on every token, paused a minibatch
     ahead, with the server's SMs capped, and time-shared sync; every variant validates."""
     args, cfgs = _pipeline_ab_configs(tmp_path, AB_PART="6")
-    names = ["best", "best_every_token", "best_ahead1", "fast_sync", "best_sm50"]
+    names = ["best", "best_every_token", "fast_sync", "best_ahead1", "best_sm50"]
     assert list(args.variants) == names
     assert [cfgs[v].actor.logprobs_on_every_token for v in ("best", "best_every_token")] == [False, True]
     assert [cfgs[v].rollout.pause_ahead_minibatches for v in ("best", "best_ahead1")] == [0, 1]
