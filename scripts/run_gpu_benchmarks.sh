@@ -352,8 +352,9 @@ x1_sglang)
   # SGLANG_TESTS_K: a pytest -k expression, for a session that changed one path (all 12 tests take
   # about 12 minutes of a 30-minute budget); MPS_TESTS=0 leaves the MPS tests out.
   step sglang_gpu_tests "${SGLANG_TESTS_TIMEOUT:-900}" env AREAL_TEST_SGLANG_ATTENTION="${SGLANG_ATTENTION:-triton}" \
-    $py -m pytest -q -m gpu tests/engine/gpu/test_sglang_gpu.py tests/launcher/gpu -s -p no:cacheprovider \
-    --ignore=tests/launcher/gpu/test_mps_gpu.py ${SGLANG_TESTS_K:+-k "$SGLANG_TESTS_K"}
+    $py -m pytest -q -m gpu tests/engine/gpu/test_sglang_gpu.py tests/engine/gpu/test_shared_prompts_gpu.py \
+    tests/launcher/gpu -s -p no:cacheprovider --ignore=tests/launcher/gpu/test_mps_gpu.py \
+    ${SGLANG_TESTS_K:+-k "$SGLANG_TESTS_K"}
   # launcher.mps: the real daemon, then the one-GPU recipe under it (skipped where the control program is missing)
   if [ "${MPS_TESTS:-1}" = 0 ]; then echo "MPS_TESTS=0: the MPS tests left out"; else
     step mps_gpu_tests "${MPS_TESTS_TIMEOUT:-420}" env AREAL_TEST_SGLANG_ATTENTION="${SGLANG_ATTENTION:-triton}" \

@@ -145,6 +145,17 @@ def _pause_ahead(cfg):
         )
 
 
+def _shared_prompts(cfg):
+    if cfg.actor.share_prompts and cfg.actor.logprobs_on_every_token:
+        yield ConfigIssue(
+            "actor.share_prompts",
+            True,
+            "a shared prompt's tokens get no logprobs of their own, and actor.logprobs_on_every_token=true "
+            "asks for every token's",
+            "set actor.logprobs_on_every_token=false, or actor.share_prompts=false",
+        )
+
+
 def _node_counts(cfg):
     la, cl = cfg.launcher, cfg.cluster
     if la.trainer_n_nodes == 0 and la.rollout_n_nodes == 0:
@@ -600,6 +611,7 @@ RULES = [
     _group_norm_needs_samples,
     _batch_divisible,
     _pause_ahead,
+    _shared_prompts,
     _node_counts,
     _devices_fit,
     _sglang_tp_matches,

@@ -65,6 +65,13 @@ RULES = [
         with_(actor__ppo_n_minibatches=2, rollout__pause_ahead_minibatches=2),
     ),
     (
+        "shared prompts",
+        with_(actor__share_prompts=True, actor__logprobs_on_every_token=True),
+        "actor.share_prompts",
+        "every token",
+        with_(actor__share_prompts=True),
+    ),
+    (
         "n_samples group",
         with_(gconfig__n_samples=1),
         "gconfig.n_samples",

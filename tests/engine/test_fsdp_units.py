@@ -48,7 +48,7 @@ def test_head_rows_are_the_predecessors_of_loss_tokens():
     loss_mask = torch.tensor([[0, 0, 1, 1, 0, 1], [1, 0, 1, 1, 0, 0]])  # a loss flag on a first token, too
     mb = packing.pack(ids, lengths, [0, 1], loss_mask=loss_mask)
     assert mb.head_rows.tolist() == [1, 2, 4, 7, 8]  # row 5 (seq 0's last) would predict seq 1's first
-    lp, _ = packing.scatter_to_tokens(torch.tensor([-1.0, -2, -3, -4, -5]), None, mb.head_rows, mb.n_tokens)
+    lp, _ = packing.scatter_to_tokens(torch.tensor([-1.0, -2, -3, -4, -5]), None, mb.head_rows + 1, mb.n_tokens)
     assert lp.tolist() == [0, 0, -1, -2, 0, -3, 0, 0, -4, -5]
     prompts_only = packing.pack(ids, lengths, [1], loss_mask=torch.zeros_like(loss_mask))
     assert prompts_only.head_rows.tolist() == [0]  # a graph for backward all the same

@@ -46,6 +46,9 @@ def packed_sdpa_attention(
             "sequence boundaries); call the model through FSDPEngine"
         )
     p = dropout if module.training else 0.0
+    kv_index = kwargs.get("areal_kv_index")
+    if kv_index is not None:  # shared prompts (shared_prompts.py): each segment's keys gathered
+        return _segments_attention(query, key, value, kv_index, kwargs, p, scaling), None
     if p == 0.0 and _varlen_usable(query):
         try:
             return _varlen(query, key, value, cu, kwargs.get("max_length_q"), scaling), None
@@ -59,6 +62,29 @@ def packed_sdpa_attention(
         for q, k, v in zip(query.split(lengths, 2), key.split(lengths, 2), value.split(lengths, 2))
     ]
     return torch.cat(outs, 2).transpose(1, 2).contiguous(), None
+
+
+def _segments_attention(query, key, value, kv_index: torch.Tensor, kwargs: dict, p: float, scaling):
+    """Attention of query segments (cu_seq_lens_q) over gathered key segments (kv_index,
+    cu_seq_lens_k), each segment's queries aligned with the end of its keys (a tail after its
+    shared prompt sees the whole prompt). [1, H, T, D] -> [1, T, H, D]."""
+    key, value = key.index_select(2, kv_index), value.index_select(2, kv_index)
+    cu_q, cu_k = kwargs["cu_seq_lens_q"], kwargs["cu_seq_lens_k"]
+    if p == 0.0 and _varlen_usable(query):
+        try:
+            max_q, max_k = kwargs.get("max_length_q"), kwargs.get("max_length_k")
+            return _varlen(query, key, value, cu_q, max_q, scaling, cu_k, max_k)
+        except (RuntimeError, TypeError, ValueError) as exc:
+            _disable_varlen(exc)
+    q_lens, k_lens = (cu_q[1:] - cu_q[:-1]).tolist(), (cu_k[1:] - cu_k[:-1]).tolist()
+    outs = []
+    for q, k, v in zip(query.split(q_lens, 2), key.split(k_lens, 2), value.split(k_lens, 2)):
+        lq, lk = q.shape[2], k.shape[2]
+        # query i sees keys up to lk - lq + i: causal, aligned with the end of the key range
+        mask = torch.ones(lq, lk, dtype=torch.bool, device=q.device).tril(lk - lq)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, scale=scaling, enable_gqa=True)
+        outs.append(out)
+    return torch.cat(outs, 2).transpose(1, 2).contiguous()
 
 
 def _sdpa_by_length(query, key, value, starts: list[int], lengths: list[int], p: float, scaling):
@@ -115,8 +141,10 @@ def _disable_varlen(exc: Exception) -> None:
     logger.warning("variable-length flash attention failed (%s); using causal SDPA per sequence", exc)
 
 
-def _varlen(query, key, value, cu, max_len, scaling):
-    """[1, H, T, D] q/k/v -> [1, T, H, D] through one varlen flash-attention call (causal)."""
+def _varlen(query, key, value, cu, max_len, scaling, cu_k=None, max_len_k=None):
+    """[1, H, T, D] q/k/v -> [1, T, H, D] through one varlen flash-attention call (causal; where
+    cu_k gives other key segments, each query segment aligned with the end of its keys, as flash
+    attention aligns a causal mask when the lengths differ)."""
     fn = _varlen_fn()
     params = _params_of(fn)
     q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # [T, H, D]
@@ -132,7 +160,12 @@ def _varlen(query, key, value, cu, max_len, scaling):
         raise TypeError("torch.nn.attention.varlen.varlen_attn has no causal option")
     cu = cu.to(torch.int32)
     max_len = int(max_len) if max_len is not None else int((cu[1:] - cu[:-1]).max())
-    out = fn(q, k, v, cu, cu, max_len, max_len, scale=scaling, **extra)
+    if cu_k is None:
+        cu_k, max_len_k = cu, max_len
+    else:
+        cu_k = cu_k.to(torch.int32)
+        max_len_k = int(max_len_k) if max_len_k is not None else int((cu_k[1:] - cu_k[:-1]).max())
+    out = fn(q, k, v, cu, cu_k, max_len, max_len_k, scale=scaling, **extra)
     return out.unsqueeze(0)
 
 

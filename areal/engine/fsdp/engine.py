@@ -15,6 +15,7 @@ and gradients are reduced in actor.grad_reduce_dtype (FSDP2 MixedPrecisionPolicy
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
 import os
@@ -28,7 +29,7 @@ import torch
 from areal.api.train import Batch, LossFn, TrainEngine
 from areal.api.weights import WeightSink, WeightUpdateMeta
 
-from . import packing, state, weight_sync
+from . import packing, shared_prompts, state, weight_sync
 from .mb_budget import CudaMemory, TokenBudget
 from .optim import build_optimizer, build_scheduler, clip_grad_norm
 from .parallelize import (
@@ -184,6 +185,11 @@ class FSDPEngine(TrainEngine):
 
             register(compiled=cfg.compile)
         self.attn_implementation = attn
+        if cfg.share_prompts and attn != "areal_packed_sdpa":
+            raise ValueError(
+                f"actor.share_prompts=true needs the engine's packed attention (areal_packed_sdpa), not "
+                f"attn_implementation={attn!r}: set actor.share_prompts=false or leave the attention at its default"
+            )
         try:
             model = AutoModelForCausalLM.from_pretrained(cfg.path, dtype=torch.float32, attn_implementation=attn)
         except Exception as exc:  # OSError, JSON, safetensors' own SafetensorError, ...
@@ -252,19 +258,30 @@ class FSDPEngine(TrainEngine):
     def _microbatches(self, batch: Batch, kind: str = "forward") -> list[packing.PackedMicroBatch]:
         """Packed micro-batches within the token budget of a `kind` pass ("forward" or "train":
         mb_budget.py); every rank gets the same count (FSDP collectives need it)."""
-        import torch.distributed as dist
 
         lengths = packing.sequence_lengths(batch["attention_mask"])
         budget, min_count = self.mb_budget.plan(kind, lengths)
-        bins = packing.allocate(lengths, budget, min_count=min_count)
-        count = torch.tensor(len(bins), device=self.device)
-        dist.all_reduce(count, op=dist.ReduceOp.MAX)
-        if int(count) > len(bins):
-            bins = packing.allocate(lengths, budget, min_count=int(count))
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         loss_mask = batch.get("loss_mask") if self.loss_rows_only else None
         loss_mask = None if loss_mask is None else loss_mask.cpu()  # one copy a pass, not one a micro-batch
+        if self.config.share_prompts and loss_mask is not None:
+            ids = batch["input_ids"].cpu()
+            plan = functools.partial(shared_prompts.allocate, ids, lengths, loss_mask, budget)
+            bins = self._same_count_on_every_rank(plan, min_count)
+            return [shared_prompts.pack(ids, lengths, loss_mask, groups, pad) for groups in bins]
+        plan = functools.partial(packing.allocate, lengths, budget)
+        bins = self._same_count_on_every_rank(plan, min_count)
         return [packing.pack(batch["input_ids"], lengths, b, pad, loss_mask) for b in bins]
+
+    def _same_count_on_every_rank(self, plan: Callable[..., list], min_count: int) -> list:
+        """plan(min_count=...)'s bins, again with more where another rank has more (FSDP's collectives
+        need the same number of passes on every rank)."""
+        import torch.distributed as dist
+
+        bins = plan(min_count=min_count)
+        count = torch.tensor(len(bins), device=self.device)
+        dist.all_reduce(count, op=dist.ReduceOp.MAX)
+        return plan(min_count=int(count)) if int(count) > len(bins) else bins
 
     def _token_logprobs(self, mb: packing.PackedMicroBatch, temperature: float, with_entropy: bool = True):
         """(logprobs [T], entropy [T] or None, the model's output) of one packed row, as
@@ -292,7 +309,8 @@ class FSDPEngine(TrainEngine):
     def _kept_rows_logprobs(self, mb: packing.PackedMicroBatch, ids: torch.Tensor, temperature: float, with_entropy):
         """_token_logprobs with the lm_head run on mb.head_rows only (logits_to_keep)."""
         rows = mb.head_rows.to(self.device, non_blocking=True)
-        targets = ids[rows + 1]
+        at = rows + 1 if mb.head_targets is None else mb.head_targets.to(self.device, non_blocking=True)
+        targets = ids[at]
         if self.logprob_head is None:
             from .logprobs import token_logprobs_and_entropy
 
@@ -304,7 +322,7 @@ class FSDPEngine(TrainEngine):
             with self.logprob_head.predicting(targets, temperature, with_entropy):
                 out = self._run_model(mb, logits_to_keep=rows)  # [n, 2]: logprob, entropy
             lp, ent = out[:, 0], out[:, 1] if with_entropy else None
-        lp, ent = packing.scatter_to_tokens(lp, ent, rows, ids.shape[0])
+        lp, ent = packing.scatter_to_tokens(lp, ent, at, ids.shape[0])
         return lp, ent, out
 
     def _run_model(self, mb: packing.PackedMicroBatch, **model_kwargs) -> torch.Tensor:
@@ -319,6 +337,15 @@ class FSDPEngine(TrainEngine):
             kwargs["attention_mask"] = packing.block_causal_mask(seqlens, device=self.device)
         elif self.attn_implementation == "eager":
             kwargs["attention_mask"] = packing.block_causal_mask(seqlens, device=self.device, dtype=self.param_dtype)
+        elif mb.shared is not None:  # shared prompts: areal_packed_sdpa gathers each segment's keys
+            sh = mb.shared
+            kwargs.update(
+                cu_seq_lens_q=sh.cu_q.to(self.device),
+                cu_seq_lens_k=sh.cu_k.to(self.device),
+                max_length_q=sh.max_q,
+                max_length_k=sh.max_k,
+                areal_kv_index=sh.kv_index.to(self.device),
+            )
         else:  # varlen: areal_packed_sdpa and flash-attention read the sequence boundaries
             cu = torch.tensor([0, *seqlens], device=self.device).cumsum(0).to(torch.int32)
             kwargs.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=max(seqlens), max_length_k=max(seqlens))

@@ -28,10 +28,16 @@ class PackedMicroBatch:
     # [n] positions t of the row whose next token (t + 1) carries loss: the only rows whose logits
     # are needed (predicting_rows); None when every token's logprob is wanted
     head_rows: torch.Tensor | None = None
+    # with shared prompts (shared_prompts.py): the positions of the tokens head_rows predict (else
+    # head_rows + 1), each sequence's tokens in the row (for unpack), and the attention's segments
+    head_targets: torch.Tensor | None = None
+    token_index: torch.Tensor | None = None
+    shared: object | None = None  # shared_prompts.SharedAttention
 
     @property
     def n_tokens(self) -> int:
-        return int(sum(self.seqlens))
+        """Tokens the row computes: with shared prompts fewer than the sequences hold."""
+        return int(self.input_ids.shape[1]) if self.token_index is not None else int(sum(self.seqlens))
 
     @property
     def is_dummy(self) -> bool:
@@ -125,6 +131,8 @@ def predicting_rows(loss_mask: torch.Tensor, seqlens: list[int]) -> torch.Tensor
 
 def unpack(values: torch.Tensor, mb: PackedMicroBatch, width: int) -> torch.Tensor:
     """[T] packed per-token values -> [len(indices), width] right-padded with zeros."""
+    if mb.token_index is not None:  # shared prompts: each sequence's tokens, its prompt's repeated
+        values = values[mb.token_index.to(values.device)]
     out = values.new_zeros(len(mb.indices), width)
     for row, chunk in enumerate(torch.split(values, mb.seqlens)):
         out[row, : chunk.numel()] = chunk
@@ -170,12 +178,11 @@ def token_logprobs(
     return align_to_tokens(lp, e, seqlens)
 
 
-def scatter_to_tokens(lp: torch.Tensor, ent: torch.Tensor | None, rows: torch.Tensor, n_tokens: int):
-    """Next-token figures of the predicting rows ([n]: row rows[i] is about token rows[i] + 1) ->
-    per-token [n_tokens], 0 at every token no kept row predicts (differentiable in lp)."""
-    at = rows + 1
-    lp = lp.new_zeros(n_tokens).index_put((at,), lp)
-    ent = None if ent is None else ent.new_zeros(n_tokens).index_put((at,), ent)
+def scatter_to_tokens(lp: torch.Tensor, ent: torch.Tensor | None, targets: torch.Tensor, n_tokens: int):
+    """Figures of the kept rows ([n]: row i is about the token at position targets[i]) -> per-token
+    [n_tokens], 0 at every token no kept row predicts (differentiable in lp)."""
+    lp = lp.new_zeros(n_tokens).index_put((targets,), lp)
+    ent = None if ent is None else ent.new_zeros(n_tokens).index_put((targets,), ent)
     return lp, ent
 
 
