@@ -427,12 +427,13 @@ x1_pipeline_ab)
   share_ab="best $best; best_sm50 $best launcher.mps_server_sm_percent=50;
     best_lowprio $best launcher.mps_server_priority=below_normal; best_ahead2 $best rollout.pause_ahead_minibatches=2;
     fast_sync $fast rollout.max_head_offpolicyness=0"
-  # AB_PART=6 (about 11 minutes): the lm_head on every token as before (best_every_token: the
-  # default runs it on the rows that predict loss tokens only), the drain hidden (best_ahead1), the
-  # server's SMs capped, against time-shared sync, in one call
+  # AB_PART=6 (about 13 minutes): the lm_head on every token as before (best_every_token: the
+  # default runs it on the rows that predict loss tokens only), each prompt computed once for its
+  # 8 answers (best_shared, and in time-shared sync), the drain hidden (best_ahead1), in one call
   hide_ab="best $best; best_every_token $best actor.logprobs_on_every_token=true;
-    fast_sync $fast rollout.max_head_offpolicyness=0; best_ahead1 $best rollout.pause_ahead_minibatches=1;
-    best_sm50 $best launcher.mps_server_sm_percent=50"
+    best_shared $best actor.share_prompts=true; fast_sync $fast rollout.max_head_offpolicyness=0;
+    fast_sync_shared $fast rollout.max_head_offpolicyness=0 actor.share_prompts=true;
+    best_ahead1 $best rollout.pause_ahead_minibatches=1"
   case "${AB_PART:-}" in
     1) default_ab="base; $trainer_ab" ;;
     2) default_ab="base; $server_ab" ;;

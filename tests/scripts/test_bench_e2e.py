@@ -592,17 +592,18 @@ def test_pipeline_ab_part_5_caps_the_servers_claim_under_mps(tmp_path):
     assert cfgs["fast_sync"].rollout.max_head_offpolicyness == 0 and not cfgs["fast_sync"].launcher.mps
 
 
-def test_pipeline_ab_part_6_measures_the_head_rows_the_drain_and_the_server_cap(tmp_path):
-    """AB_PART=6: the fast stack under MPS with the lm_head on every token, paused a minibatch
-    ahead, with the server's SMs capped, and time-shared sync; every variant validates."""
+def test_pipeline_ab_part_6_measures_the_head_rows_shared_prompts_and_the_drain(tmp_path):
+    """AB_PART=6: the fast stack under MPS with the lm_head on every token, with shared prompts
+    (also time-shared), paused a minibatch ahead, and time-shared sync; every variant validates."""
     args, cfgs = _pipeline_ab_configs(tmp_path, AB_PART="6")
-    names = ["best", "best_every_token", "fast_sync", "best_ahead1", "best_sm50"]
+    names = ["best", "best_every_token", "best_shared", "fast_sync", "fast_sync_shared", "best_ahead1"]
     assert list(args.variants) == names
     assert [cfgs[v].actor.logprobs_on_every_token for v in ("best", "best_every_token")] == [False, True]
+    assert [v for v in names if cfgs[v].actor.share_prompts] == ["best_shared", "fast_sync_shared"]
     assert [cfgs[v].rollout.pause_ahead_minibatches for v in ("best", "best_ahead1")] == [0, 1]
-    assert cfgs["best_sm50"].launcher.mps_server_sm_percent == 50
-    assert all(cfgs[v].launcher.mps and cfgs[v].workflow.workers == 1 for v in names if v != "fast_sync")
-    assert cfgs["fast_sync"].rollout.max_head_offpolicyness == 0 and not cfgs["fast_sync"].launcher.mps
+    sync = ("fast_sync", "fast_sync_shared")
+    assert all(cfgs[v].launcher.mps and cfgs[v].workflow.workers == 1 for v in names if v not in sync)
+    assert all(cfgs[v].rollout.max_head_offpolicyness == 0 and not cfgs[v].launcher.mps for v in sync)
 
 
 def test_pipeline_ab_variant_settings_override_ab_common(tmp_path):
