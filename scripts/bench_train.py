@@ -38,7 +38,15 @@ import time
 from pathlib import Path
 
 import torch
-from model_shapes import PEAK_TFLOPS_H200, SHAPES, build_model_dir, flops_per_token, make_batch, matmul_params
+from model_shapes import (
+    PEAK_TFLOPS_H200,
+    SHAPES,
+    build_model_dir,
+    flops_per_token,
+    make_batch,
+    make_grpo_batch,
+    matmul_params,
+)
 
 
 def nll(logprobs, entropy, mb):
@@ -69,6 +77,8 @@ ENGINE_VARIANTS = {
     "engine_fused": ("fused_logprobs", {"fused_logprobs": True}),
     "engine_compiled_logprobs": ("compile_logprobs", {"compile_logprobs": True}),
     "engine_fused_compiled_logprobs": ("fused_compiled_logprobs", {"fused_logprobs": True, "compile_logprobs": True}),
+    "engine_every_token": ("every_token", {"logprobs_on_every_token": True}),
+    "engine_shared_prompts": ("shared_prompts", {"share_prompts": True}),
 }
 
 
@@ -195,6 +205,24 @@ def summarise(run: dict, real_tokens: int, padded_tokens: int, cfg, avg_len: flo
     return out
 
 
+def _actor_settings(parser, pairs: list[str]) -> dict:
+    """--actor KEY=VALUE settings as engine keyword arguments (true/false and numbers parsed)."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            parser.error(f"--actor {pair!r}: expected KEY=VALUE, e.g. fused_logprobs=true")
+        low = value.lower()
+        if low in ("true", "false"):
+            out[key] = low == "true"
+        else:
+            try:
+                out[key] = int(value)
+            except ValueError:
+                out[key] = value
+    return out
+
+
 def main(argv=None) -> None:
     import torch.distributed as dist
     from transformers import AutoConfig
@@ -244,6 +272,32 @@ def main(argv=None) -> None:
         action="store_true",
         help="also run the engine with both actor.fused_logprobs and actor.compile_logprobs",
     )
+    p.add_argument(
+        "--every-token",
+        action="store_true",
+        help="also run the engine with actor.logprobs_on_every_token (the lm_head on prompt rows too): "
+        "engine_every_token (matters with --grpo, whose loss is on the answers only)",
+    )
+    p.add_argument(
+        "--shared-prompts",
+        action="store_true",
+        help="also run the engine with actor.share_prompts (each prompt computed once): engine_shared_prompts",
+    )
+    p.add_argument(
+        "--grpo",
+        nargs=4,
+        type=int,
+        metavar=("PROMPTS", "ANSWERS", "PROMPT_LEN", "ANSWER_LEN"),
+        help="a GRPO-shaped batch instead of --seqs/--min-len/--max-len: ANSWERS rows per prompt, the loss "
+        "on the answers (e.g. 64 8 235 192: the pipeline A/B's 0.5B step)",
+    )
+    p.add_argument(
+        "--actor",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an actor setting for every engine run (e.g. fused_logprobs=true); repeatable",
+    )
     p.add_argument("--profile", metavar="TXT", help="also profile one engine step; write the kernel table here")
     p.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "areal-bench-train"))
     p.add_argument("--out", required=True)
@@ -277,7 +331,13 @@ def main(argv=None) -> None:
     dist.barrier()
     model_dir, tok_dir = build_model_dir(args.shape, root)
     cfg = AutoConfig.from_pretrained(model_dir)
-    batch = make_batch(args.seqs, args.min_len, args.max_len, cfg.vocab_size)
+    if args.grpo:
+        prompts, answers, prompt_len, answer_len = args.grpo
+        args.seqs, args.min_len, args.max_len = prompts * answers, prompt_len + answer_len // 2, prompt_len + answer_len
+        batch = make_grpo_batch(prompts, answers, prompt_len, answer_len, cfg.vocab_size)
+    else:
+        batch = make_batch(args.seqs, args.min_len, args.max_len, cfg.vocab_size)
+    common = _actor_settings(p, args.actor)
     real = int(batch["attention_mask"].sum())
     padded = batch["input_ids"].numel()
     avg_len = real / args.seqs
@@ -299,13 +359,19 @@ def main(argv=None) -> None:
         "gpu": torch.cuda.get_device_name() if args.device == "cuda" else None,
     }
     result["engine"] = summarise(
-        bench_engine(args, model_dir, tok_dir, batch, profile=args.profile), real, padded, cfg, avg_len, args, world
+        bench_engine(args, model_dir, tok_dir, batch, profile=args.profile, **common),
+        real,
+        padded,
+        cfg,
+        avg_len,
+        args,
+        world,
     )
     _release(args.device)
     for name, (flag, options) in ENGINE_VARIANTS.items():
         if getattr(args, flag):
             profile = args.profile and args.profile.replace(".txt", "") + name.removeprefix("engine") + ".txt"
-            run = bench_engine(args, model_dir, tok_dir, batch, profile=profile, **options)
+            run = bench_engine(args, model_dir, tok_dir, batch, profile=profile, **{**common, **options})
             result[name] = summarise(run, real, padded, cfg, avg_len, args, world)
             _release(args.device)
     if not args.skip_bare:

@@ -80,6 +80,22 @@ def build_model_dir(shape: str, root: Path, dtype: str = "bfloat16") -> tuple[st
     return str(model_dir), str(tok_dir)
 
 
+def make_grpo_batch(prompts: int, answers: int, prompt_len: int, answer_len: int, vocab: int, seed: int = 0) -> dict:
+    """A GRPO-shaped batch: `answers` rows per prompt (adjacent), each a prompt of `prompt_len`
+    random tokens shared by its group and an answer of up to `answer_len` (uniform from half of
+    it); the loss on the answers only, as a rollout's loss_mask."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    n, width = prompts * answers, prompt_len + answer_len
+    ids = torch.randint(3, vocab, (n, width), generator=g)
+    ids[:, :prompt_len] = torch.randint(3, vocab, (prompts, prompt_len), generator=g).repeat_interleave(answers, 0)
+    lengths = prompt_len + torch.randint(answer_len // 2, answer_len + 1, (n,), generator=g)
+    pos = torch.arange(width)[None]
+    attn = (pos < lengths[:, None]).long()
+    return {"input_ids": ids * attn, "attention_mask": attn, "loss_mask": attn * (pos >= prompt_len).long()}
+
+
 def make_batch(n: int, min_len: int, max_len: int, vocab: int, seed: int = 0) -> dict:
     """`n` right-padded rows of random token ids, lengths uniform in [min_len, max_len]."""
     import torch
