@@ -66,6 +66,16 @@ def test_a_packed_group_holds_its_prompt_once_and_maps_back_to_each_row():
     assert list(zip(mb.head_rows.tolist(), mb.head_targets.tolist())) == [(int(a), int(b)) for a, b in want]
 
 
+def test_rows_of_no_shared_prompt_pack_as_before():
+    batch = grpo_batch(4, prompts=1, answers=3)
+    lengths = packing.sequence_lengths(batch["attention_mask"])
+    mb = shared_prompts.pack(batch["input_ids"], lengths, batch["loss_mask"], [[3], [0]])
+    plain = packing.pack(batch["input_ids"], lengths, [3, 0], loss_mask=batch["loss_mask"])
+    assert mb.shared is None and mb.token_index is None and torch.equal(mb.input_ids, plain.input_ids)
+    assert torch.equal(mb.head_rows, plain.head_rows)
+    assert shared_prompts.pack(batch["input_ids"], lengths, batch["loss_mask"], []).is_dummy
+
+
 def test_big_groups_split_to_the_budget_and_every_row_is_packed_once():
     batch = grpo_batch(2, prompts=2, answers=6)
     lengths = packing.sequence_lengths(batch["attention_mask"])

@@ -93,9 +93,11 @@ def pack(
     input_ids: torch.Tensor, lengths: list[int], loss_mask: torch.Tensor, groups: list[list[int]], pad_id: int = 0
 ) -> packing.PackedMicroBatch:
     """One packed row of prompt groups (a dummy token when there are none): each group's prompt
-    once, then each row's tail; rows of one-row groups packed whole."""
-    if not groups:
-        return packing.pack(input_ids, lengths, [], pad_id)
+    once, then each row's tail; rows of one-row groups packed whole (a row of no shared prompt at
+    all is packing.pack's)."""
+    if all(len(g) == 1 for g in groups):  # nothing shared (multi-turn rows, a dummy): the plain row
+        rows = [g[0] for g in groups]
+        return packing.pack(input_ids, lengths, rows, pad_id, loss_mask if rows else None)
     ids, pos, q_lens, kv_parts, token_parts = [], [], [], [], []
     rows, targets, indices = [], [], []
     at = 0  # packed position of the next token

@@ -27,11 +27,18 @@ def test_shared_prompts_match_unshared_on_cuda_qwen05b_shape(qwen_05b):
 
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
+    model_dir, tok_dir = qwen_05b
     batch = grpo_batch(0, prompts=8, answers=8, max_prompt=240, max_answer=190)
     runs = {}
     for share in (True, False):
         engine = FSDPEngine.from_pretrained(
-            qwen_05b, dtype="bfloat16", share_prompts=share, fused_logprobs=True, max_tokens_per_mb=8192
+            model_dir,
+            tokenizer_path=tok_dir,
+            dtype="bfloat16",
+            learning_rate=1e-5,
+            share_prompts=share,
+            fused_logprobs=True,
+            max_tokens_per_mb=8192,
         )
         try:
             before = engine.forward(batch)
