@@ -816,6 +816,9 @@ def summarise(
         "tokens_per_step": mean("rollout/tokens"),
         "train_tokens_per_s": total("rollout/tokens") / total("timing/train_s") if total("timing/train_s") else None,
         "trainer_tokens_per_s": total("rollout/tokens") / trainer_s if total("timing/train_s") else None,
+        # the tokens rank 0's train passes computed (train/n_tokens, over the step's minibatches):
+        # fewer than rollout/tokens with actor.share_prompts, each prompt once for its answers
+        "train_computed_tokens_per_step": mean("train/n_tokens"),
         # colocated runs: the hand-off of a time-shared step (release, resume, the trainer's
         # offload) and each process's device memory at the hand-off points (max over steps)
         "handoff_mean": {
