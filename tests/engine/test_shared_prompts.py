@@ -40,7 +40,8 @@ def grpo_batch(seed: int, prompts: int = 3, answers: int = 4, max_prompt: int = 
 def test_groups_are_the_rows_of_one_prompt():
     batch = grpo_batch(0)
     lengths = packing.sequence_lengths(batch["attention_mask"])
-    groups = shared_prompts.prompt_groups(batch["input_ids"], lengths, batch["loss_mask"])
+    prompts = shared_prompts.prompt_lengths(batch["loss_mask"], lengths)
+    groups = shared_prompts.prompt_groups(batch["input_ids"], lengths, prompts)
     assert groups == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12]]
 
 
@@ -48,7 +49,7 @@ def test_a_packed_group_holds_its_prompt_once_and_maps_back_to_each_row():
     batch = grpo_batch(1, prompts=1, answers=3)
     ids, mask = batch["input_ids"], batch["loss_mask"]
     lengths = packing.sequence_lengths(batch["attention_mask"])
-    p = shared_prompts.prompt_length(mask[0], lengths[0])
+    p = shared_prompts.prompt_lengths(mask, lengths)[0]
     mb = shared_prompts.pack(ids, lengths, mask, [[0, 1, 2], [3]])
     tails = [n - p for n in lengths[:3]]
     assert mb.n_tokens == p + sum(tails) + lengths[3] < sum(lengths)
