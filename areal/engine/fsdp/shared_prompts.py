@@ -1,7 +1,7 @@
 """actor.share_prompts: a prompt that several sequences of a micro-batch start with is computed once.
 
 GRPO samples n answers per prompt, and the trainer forwarded and back-propagated each prompt n
-times: at the 0.5B benchmark shape (235-token prompts, 192 generated tokens, n = 8) 52% of the
+times: at the 0.5B benchmark shape (235-token prompts, 192 generated tokens, n = 8) 48% of the
 trained tokens were prompt copies. Here the sequences of one micro-batch that begin with the same
 prompt (their tokens before the first loss token) are packed as that prompt once, followed by each
 sequence's remainder (its "tail"). The attention keeps the math of the unshared rows:
