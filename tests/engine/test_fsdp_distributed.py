@@ -62,7 +62,7 @@ def test_tp_shards_attention_and_mlp(mesh_results):
     assert r["q_proj_local_rows"] * 2 == r["q_proj_rows"]
 
 
-@pytest.mark.parametrize("name", ["fsdp_d2", "hsdp_d2r2", "tp_t2", "fused_d2", "fused_tp_t2"])
+@pytest.mark.parametrize("name", ["fsdp_d2", "hsdp_d2r2", "tp_t2", "fused_d2", "fused_tp_t2", "shared_d2"])
 def test_one_sharded_step_equals_single_process_step(mesh_results, name):
     r = mesh_results[name]
     assert r["loss"] == pytest.approx(r["ref_loss"], rel=1e-5)
@@ -227,6 +227,12 @@ def scenario_mesh(args) -> dict:
         e = _engine(args.model, fused_logprobs=True, **kw)
         results[name] = _step_vs_reference(e, args.model, batch)
         e.destroy()
+    # actor.share_prompts over 2 ranks: each rank's rows are one prompt's 4 answers
+    from tests.engine.test_shared_prompts import grpo_batch
+
+    e = _engine(args.model, dp_size=2, share_prompts=True)
+    results["shared_d2"] = _step_vs_reference(e, args.model, grpo_batch(1, prompts=2, answers=4, lone_row=False))
+    e.destroy()
     return results
 
 

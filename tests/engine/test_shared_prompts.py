@@ -15,9 +15,11 @@ def _one_thread():
         yield
 
 
-def grpo_batch(seed: int, prompts: int = 3, answers: int = 4, max_prompt: int = 7, max_answer: int = 6):
+def grpo_batch(
+    seed: int, prompts: int = 3, answers: int = 4, max_prompt: int = 7, max_answer: int = 6, lone_row: bool = True
+):
     """A right-padded GRPO-like batch: `answers` sequences per prompt, each group's rows adjacent,
-    prompts and answers of varied lengths, loss on the answers; one extra row alone."""
+    prompts and answers of varied lengths, loss on the answers; one extra row alone (lone_row)."""
     g = torch.Generator().manual_seed(seed)
     rows = []
     for _ in range(prompts):
@@ -25,7 +27,8 @@ def grpo_batch(seed: int, prompts: int = 3, answers: int = 4, max_prompt: int = 
         for _ in range(answers):
             answer = torch.randint(3, 40, (int(torch.randint(1, max_answer + 1, (1,), generator=g)),), generator=g)
             rows.append((prompt, answer))
-    rows.append((torch.randint(3, 40, (4,), generator=g), torch.randint(3, 40, (3,), generator=g)))
+    if lone_row:
+        rows.append((torch.randint(3, 40, (4,), generator=g), torch.randint(3, 40, (3,), generator=g)))
     width = max(len(p) + len(a) for p, a in rows)
     ids = torch.zeros(len(rows), width, dtype=torch.long)
     attn, loss = torch.zeros_like(ids), torch.zeros_like(ids)
