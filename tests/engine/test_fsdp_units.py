@@ -68,15 +68,23 @@ def test_block_causal_mask():
     assert f[0, 0] == 0 and f[2, 0] == torch.finfo(torch.float32).min
 
 
+def _row_logprobs(logits, ids, seqlens, temperature=1.0):
+    """Per-token figures of a packed row as the engine computes them over every row."""
+    from areal.engine.fsdp.logprobs import token_logprobs_and_entropy
+
+    lp, ent = token_logprobs_and_entropy(logits[:-1], ids[1:], temperature=temperature)
+    return packing.align_to_tokens(lp, ent, seqlens)
+
+
 def test_token_logprobs_by_hand():
     # two packed sequences [a, b] and [c, d]; vocab 2; logits chosen so log-softmax is simple
     logits = torch.tensor([[0.0, 0.0], [math.log(3), 0.0], [5.0, 5.0], [0.0, math.log(3)]])
     ids = torch.tensor([0, 1, 1, 0])
-    lp, ent = packing.token_logprobs(logits, ids, [2, 2])
+    lp, ent = _row_logprobs(logits, ids, [2, 2])
     # position 1 predicted by uniform logits[0]: log .5; position 3 by logits[2] (uniform): log .5
     assert torch.allclose(lp, torch.tensor([0.0, math.log(0.5), 0.0, math.log(0.5)]))
     assert torch.allclose(ent, torch.tensor([0.0, math.log(2), 0.0, math.log(2)]))
-    lp2, _ = packing.token_logprobs(logits, ids, [4], temperature=2.0)
+    lp2, _ = _row_logprobs(logits, ids, [4], temperature=2.0)
     # position 2 (token 1) predicted by logits[1] / 2 = [log 3 / 2, 0] -> p(1) = 1 / (1 + sqrt 3)
     assert lp2[2].item() == pytest.approx(math.log(1 / (1 + math.sqrt(3))))
 

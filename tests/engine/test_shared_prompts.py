@@ -53,7 +53,7 @@ def test_a_packed_group_holds_its_prompt_once_and_maps_back_to_each_row():
     ids, mask = batch["input_ids"], batch["loss_mask"]
     lengths = packing.sequence_lengths(batch["attention_mask"])
     p = shared_prompts.prompt_lengths(mask, lengths)[0]
-    mb = shared_prompts.pack(ids, lengths, mask, [[0, 1, 2], [3]])
+    mb = shared_prompts.pack(ids, lengths, shared_prompts.prompt_lengths(mask, lengths), mask, [[0, 1, 2], [3]])
     tails = [n - p for n in lengths[:3]]
     assert mb.n_tokens == p + sum(tails) + lengths[3] < sum(lengths)
     assert mb.indices == [0, 1, 2, 3] and mb.seqlens == lengths
@@ -73,22 +73,24 @@ def test_a_packed_group_holds_its_prompt_once_and_maps_back_to_each_row():
 def test_rows_of_no_shared_prompt_pack_as_before():
     batch = grpo_batch(4, prompts=1, answers=3)
     lengths = packing.sequence_lengths(batch["attention_mask"])
-    mb = shared_prompts.pack(batch["input_ids"], lengths, batch["loss_mask"], [[3], [0]])
+    prompts = shared_prompts.prompt_lengths(batch["loss_mask"], lengths)
+    mb = shared_prompts.pack(batch["input_ids"], lengths, prompts, batch["loss_mask"], [[3], [0]])
     plain = packing.pack(batch["input_ids"], lengths, [3, 0], loss_mask=batch["loss_mask"])
     assert mb.shared is None and mb.token_index is None and torch.equal(mb.input_ids, plain.input_ids)
     assert torch.equal(mb.head_rows, plain.head_rows)
-    assert shared_prompts.pack(batch["input_ids"], lengths, batch["loss_mask"], []).is_dummy
+    assert shared_prompts.pack(batch["input_ids"], lengths, prompts, batch["loss_mask"], []).is_dummy
 
 
 def test_big_groups_split_to_the_budget_and_every_row_is_packed_once():
     batch = grpo_batch(2, prompts=2, answers=6)
     lengths = packing.sequence_lengths(batch["attention_mask"])
-    bins = shared_prompts.allocate(batch["input_ids"], lengths, batch["loss_mask"], budget=24, min_count=3)
+    prompts = shared_prompts.prompt_lengths(batch["loss_mask"], lengths)
+    bins = shared_prompts.allocate(batch["input_ids"], lengths, prompts, budget=24, min_count=3)
     assert len(bins) >= 3
     rows = sorted(i for b in bins for g in b for i in g)
     assert rows == list(range(len(lengths)))
     for b in bins:
-        mb = shared_prompts.pack(batch["input_ids"], lengths, batch["loss_mask"], b)
+        mb = shared_prompts.pack(batch["input_ids"], lengths, prompts, batch["loss_mask"], b)
         assert mb.n_tokens <= 24 or len(b) == 1 and len(b[0]) == 1
 
 

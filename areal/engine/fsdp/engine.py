@@ -258,7 +258,6 @@ class FSDPEngine(TrainEngine):
     def _microbatches(self, batch: Batch, kind: str = "forward") -> list[packing.PackedMicroBatch]:
         """Packed micro-batches within the token budget of a `kind` pass ("forward" or "train":
         mb_budget.py); every rank gets the same count (FSDP collectives need it)."""
-
         lengths = packing.sequence_lengths(batch["attention_mask"])
         budget, min_count = self.mb_budget.plan(kind, lengths)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
@@ -266,9 +265,10 @@ class FSDPEngine(TrainEngine):
         loss_mask = None if loss_mask is None else loss_mask.cpu()  # one copy a pass, not one a micro-batch
         if self.config.share_prompts and loss_mask is not None:
             ids = batch["input_ids"].cpu()
-            plan = functools.partial(shared_prompts.allocate, ids, lengths, loss_mask, budget)
+            prompts = shared_prompts.prompt_lengths(loss_mask, lengths)
+            plan = functools.partial(shared_prompts.allocate, ids, lengths, prompts, budget)
             bins = self._same_count_on_every_rank(plan, min_count)
-            return [shared_prompts.pack(ids, lengths, loss_mask, groups, pad) for groups in bins]
+            return [shared_prompts.pack(ids, lengths, prompts, loss_mask, groups, pad) for groups in bins]
         plan = functools.partial(packing.allocate, lengths, budget)
         bins = self._same_count_on_every_rank(plan, min_count)
         return [packing.pack(batch["input_ids"], lengths, b, pad, loss_mask) for b in bins]
@@ -284,46 +284,35 @@ class FSDPEngine(TrainEngine):
         return plan(min_count=int(count)) if int(count) > len(bins) else bins
 
     def _token_logprobs(self, mb: packing.PackedMicroBatch, temperature: float, with_entropy: bool = True):
-        """(logprobs [T], entropy [T] or None, the model's output) of one packed row, as
-        packing.token_logprobs gives them; with actor.fused_logprobs, from the hidden states.
-        Where mb.head_rows is set, only the tokens those rows predict get figures (0 elsewhere)."""
+        """(logprobs [T], entropy [T] or None, the model's output) of one packed row: position t
+        gets log p(token t | the tokens before it), 0 at each sequence's first token; with
+        actor.fused_logprobs, from the hidden states. Where mb.head_rows is set, the lm_head runs on
+        those rows only (logits_to_keep) and the tokens they predict get figures (0 elsewhere)."""
+        from .logprobs import token_logprobs_and_entropy
+
         ids = mb.input_ids[0].to(self.device)
-        if mb.head_rows is not None:
-            return self._kept_rows_logprobs(mb, ids, temperature, with_entropy)
+        if mb.head_rows is None:  # every row: row t predicts token t + 1
+            at, keep, targets = None, {}, ids[1:]
+        else:
+            rows = mb.head_rows.to(self.device, non_blocking=True)
+            at = rows + 1 if mb.head_targets is None else mb.head_targets.to(self.device, non_blocking=True)
+            keep, targets = {"logits_to_keep": rows}, ids[at]
         if self.logprob_head is None:
-            logits = self._run_model(mb)
-            lp, ent = packing.token_logprobs(
-                logits,
-                ids,
-                mb.seqlens,
+            out = self._run_model(mb, **keep)  # [T, V] logits, or [n, V] of the kept rows
+            lp, ent = token_logprobs_and_entropy(
+                out if keep else out[:-1],
+                targets,
                 temperature=temperature,
                 with_entropy=with_entropy,
                 compiled=self.config.compile_logprobs,
             )
-            return lp, ent, logits
-        with self.logprob_head.predicting(ids[1:], temperature, with_entropy):
-            out = self._run_model(mb)  # [T - 1, 2]: logprob, entropy
-        lp, ent = packing.align_to_tokens(out[:, 0], out[:, 1] if with_entropy else None, mb.seqlens)
-        return lp, ent, out
-
-    def _kept_rows_logprobs(self, mb: packing.PackedMicroBatch, ids: torch.Tensor, temperature: float, with_entropy):
-        """_token_logprobs with the lm_head run on mb.head_rows only (logits_to_keep)."""
-        rows = mb.head_rows.to(self.device, non_blocking=True)
-        at = rows + 1 if mb.head_targets is None else mb.head_targets.to(self.device, non_blocking=True)
-        targets = ids[at]
-        if self.logprob_head is None:
-            from .logprobs import token_logprobs_and_entropy
-
-            out = self._run_model(mb, logits_to_keep=rows)  # [n, V]
-            lp, ent = token_logprobs_and_entropy(
-                out, targets, temperature=temperature, with_entropy=with_entropy, compiled=self.config.compile_logprobs
-            )
         else:
             with self.logprob_head.predicting(targets, temperature, with_entropy):
-                out = self._run_model(mb, logits_to_keep=rows)  # [n, 2]: logprob, entropy
+                out = self._run_model(mb, **keep)  # [len(targets), 2]: logprob, entropy
             lp, ent = out[:, 0], out[:, 1] if with_entropy else None
-        lp, ent = packing.scatter_to_tokens(lp, ent, at, ids.shape[0])
-        return lp, ent, out
+        if at is None:
+            return (*packing.align_to_tokens(lp, ent, mb.seqlens), out)
+        return (*packing.scatter_to_tokens(lp, ent, at, ids.shape[0]), out)
 
     def _run_model(self, mb: packing.PackedMicroBatch, **model_kwargs) -> torch.Tensor:
         """The model's output for one packed row: [T, V] logits, or [T - 1, 2] while the LogprobHead

@@ -154,30 +154,6 @@ def block_causal_mask(seqlens: list[int], *, device, dtype: torch.dtype | None =
     return mask[None, None]
 
 
-def token_logprobs(
-    logits: torch.Tensor,
-    input_ids: torch.Tensor,
-    seqlens: list[int],
-    *,
-    temperature: float = 1.0,
-    with_entropy: bool = True,
-    compiled: bool = False,
-):
-    """Per-token log p(token_t | tokens_<t) of a packed row, and the entropy of that distribution.
-
-    logits [T, V], input_ids [T]. Position t is predicted by logits[t - 1]; the first token of
-    every packed sequence has no prediction and gets 0 (as position 0 of a padded row does).
-    Entropy is computed without gradient: it is a statistic for the loss function. Computed in
-    row chunks, or by compiled kernels (see logprobs.py): no fp32 [T, V] copy of the logits is kept.
-    """
-    from .logprobs import token_logprobs_and_entropy
-
-    lp, e = token_logprobs_and_entropy(
-        logits[:-1], input_ids[1:], temperature=temperature, with_entropy=with_entropy, compiled=compiled
-    )
-    return align_to_tokens(lp, e, seqlens)
-
-
 def scatter_to_tokens(lp: torch.Tensor, ent: torch.Tensor | None, targets: torch.Tensor, n_tokens: int):
     """Figures of the kept rows ([n]: row i is about the token at position targets[i]) -> per-token
     [n_tokens], 0 at every token no kept row predicts (differentiable in lp)."""
