@@ -206,20 +206,15 @@ def summarise(run: dict, real_tokens: int, padded_tokens: int, cfg, avg_len: flo
 
 
 def _actor_settings(parser, pairs: list[str]) -> dict:
-    """--actor KEY=VALUE settings as engine keyword arguments (true/false and numbers parsed)."""
+    """--actor KEY=VALUE settings as engine keyword arguments, each value read as YAML (true, 8192)."""
+    import yaml
+
     out = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
             parser.error(f"--actor {pair!r}: expected KEY=VALUE, e.g. fused_logprobs=true")
-        low = value.lower()
-        if low in ("true", "false"):
-            out[key] = low == "true"
-        else:
-            try:
-                out[key] = int(value)
-            except ValueError:
-                out[key] = value
+        out[key] = yaml.safe_load(value)
     return out
 
 
