@@ -851,7 +851,9 @@ def summarise(
     # the measured seconds from arrival times of metrics rows (0.2 s resolution): a cross-check
     out["measured_wall_s"] = t1 - t0 if t0 is not None else None
     roles = roles or gpu_roles(args.servers, args.trainer_backend[0], args.colocate)
-    out["train_mfu"] = train_mfu(args, out, n_trainers=sum(role.startswith("trainer-") for role in roles))
+    n_trainers = sum(role.startswith("trainer-") for role in roles)
+    out["train_mfu"] = train_mfu(args, out, n_trainers=n_trainers)
+    out["train_mfu_computed"] = train_mfu_computed(out, n_trainers)
     if sampler is not None:
         out["gpu"] = {role: sampler.summary(i, t0, t1) for role, i in roles.items()}
         out["gpu"]["source"] = sampler.source
@@ -871,6 +873,16 @@ def train_mfu(args, mode: dict, n_trainers: int) -> float | None:
         return None
     per_token = flops_per_token(SimpleNamespace(**SHAPES[args.shape]), tokens / samples)
     return per_token * rate / n_trainers / (args.peak_tflops * 1e12)
+
+
+def train_mfu_computed(mode: dict, n_trainers: int) -> float | None:
+    """train_mfu over the tokens the trainers computed (rank 0's count, times the trainers): below
+    train_mfu with actor.share_prompts, which computes each prompt once for its answers."""
+    mfu, tokens = mode.get("train_mfu"), mode.get("tokens_per_step")
+    computed = mode.get("train_computed_tokens_per_step")
+    if not (mfu and computed and tokens):
+        return None
+    return mfu * min(1.0, computed * n_trainers / tokens)
 
 
 def zip_steps(steps: list[dict], arrivals: list[float]):

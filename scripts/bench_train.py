@@ -120,6 +120,9 @@ def bench_engine(
         "step_s": times,
         "n_microbatches": stats.get("n_microbatches"),
         "loss": stats.get("loss"),
+        # the tokens the last step's passes computed (rank 0's, times the data-parallel ranks): fewer
+        # than the batch holds with shared prompts
+        "computed_tokens": stats["n_tokens"] * engine.dp_size if stats.get("n_tokens") else None,
         "build_and_run_s": time.perf_counter() - t0,
     }
     engine.destroy()
@@ -200,6 +203,9 @@ def summarise(run: dict, real_tokens: int, padded_tokens: int, cfg, avg_len: flo
     )
     if args.device == "cuda":
         out["mfu"] = flops / (args.peak_tflops * 1e12)
+        # MFU of the work done: with shared prompts "mfu" counts prompt copies never computed
+        if run.get("computed_tokens"):
+            out["mfu_computed"] = out["mfu"] * run["computed_tokens"] / real_tokens
         out["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
         torch.cuda.reset_peak_memory_stats()
     return out
@@ -389,6 +395,7 @@ def main(argv=None) -> None:
                     f"{r['tokens_per_s']:.0f} tok/s ({r['tokens_per_s_per_device']:.0f} per device), "
                     f"step {r['median_step_s']:.3f} s"
                     + (f", MFU {r['mfu']:.3f}, peak {r['peak_memory_gib']:.1f} GiB" if "mfu" in r else "")
+                    + (f", MFU of computed tokens {r['mfu_computed']:.3f}" if "mfu_computed" in r else "")
                 )
     dist.destroy_process_group()
 

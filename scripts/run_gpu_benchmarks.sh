@@ -443,7 +443,7 @@ x1_pipeline_ab)
     6) default_ab="$hide_ab" ;;
     *) default_ab="base; $trainer_ab; $server_ab" ;;
   esac
-  ab="${AB_VARIANTS:-$default_ab}"
+  ab="${AB_VARIANTS:-$default_ab}"  # AB_NAMES="a b": of those, only the variants named (a short session)
   # AB_COMMON: settings every variant gets, before its own (which win: Hydra keeps a key's last value).
   # Unset on a GPU under 100 GiB (an H100), it is the fused, compiled logprob head: beside a server at
   # 0.5 the eager head's logits (11.6 GiB at 40,960 tokens) ran out of memory in every variant but that
@@ -458,6 +458,7 @@ x1_pipeline_ab)
   for spec in "${specs[@]}"; do
     read -ra words <<<"$spec"
     [ ${#words[@]} -gt 0 ] || continue
+    [ -z "${AB_NAMES:-}" ] || [[ " $AB_NAMES " == *" ${words[0]} "* ]] || continue  # AB_NAMES: only these variants
     own=" ${words[*]:1} "; extra=$own; common=()
     for w in ${AB_COMMON:-}; do
       extra=${extra// $w / }

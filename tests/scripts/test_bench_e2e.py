@@ -185,6 +185,19 @@ def test_train_mfu_counts_all_tokens_as_bench_train_does():
     assert mod.train_mfu(args, mode, 1) is None
 
 
+def test_train_mfu_computed_counts_only_the_tokens_computed():
+    """With shared prompts the trainers compute fewer tokens than the batch holds: 512 answers of 192
+    tokens and 64 prompts of 236 tokens once, about 52% of the batch's 219k."""
+    mod = _script()
+    tokens, computed = 512 * (236 + 192), 512 * 192 + 64 * 236
+    mode = {"train_mfu": 0.4, "tokens_per_step": tokens, "train_computed_tokens_per_step": computed}
+    assert mod.train_mfu_computed(mode, n_trainers=1) == pytest.approx(0.4 * computed / tokens)
+    # rank 0's count, times the trainers (each computes its share)
+    half = {**mode, "train_computed_tokens_per_step": computed / 2}
+    assert mod.train_mfu_computed(half, n_trainers=2) == pytest.approx(0.4 * computed / tokens)
+    assert mod.train_mfu_computed({**mode, "train_computed_tokens_per_step": None}, 1) is None
+
+
 def test_variants_are_named_once_and_hold_overrides():
     mod = _script()
     args = mod.parse_args(["--out", "x", "--variant", "a", "--variant", "b.2", "x.y=1", "z=[1,2]"])
@@ -511,7 +524,7 @@ def _pipeline_ab_command(tmp_path, gpu_mib: int, **env_vars: str) -> str:
     smi.chmod(0o755)
     env = {**os.environ, "PYTHON": "echo", "AREAL_GSM8K_DIR": str(tmp_path), **env_vars}
     env["PATH"] = f"{bin_dir}:{env['PATH']}"
-    for key in ("AB_VARIANTS", "AB_COMMON", "AB_PART", "AB_SHAPE"):
+    for key in ("AB_VARIANTS", "AB_COMMON", "AB_PART", "AB_SHAPE", "AB_NAMES"):
         if key not in env_vars:
             env.pop(key, None)
     script = REPO / "scripts" / "run_gpu_benchmarks.sh"
@@ -612,6 +625,9 @@ def test_pipeline_ab_part_6_measures_the_head_rows_shared_prompts_and_the_drain(
     sync = ("fast_sync", "fast_sync_shared")
     assert all(cfgs[v].launcher.mps and cfgs[v].workflow.workers == 1 for v in names if v not in sync)
     assert all(cfgs[v].rollout.max_head_offpolicyness == 0 and not cfgs[v].launcher.mps for v in sync)
+    # AB_NAMES keeps the variants it names, in the part's order
+    args, _ = _pipeline_ab_configs(tmp_path / "names", AB_PART="6", AB_NAMES="fast_sync best_shared best")
+    assert list(args.variants) == ["best", "best_shared", "fast_sync"]
 
 
 def test_pipeline_ab_variant_settings_override_ab_common(tmp_path):

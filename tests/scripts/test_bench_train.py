@@ -115,3 +115,6 @@ def test_grpo_batch_runs_every_token_and_shared_prompt_variants(tmp_path):
     # one loss over the same batch, however the logits and prompts are computed
     losses = [result[name]["loss"] for name in runs]
     assert max(losses) - min(losses) < 1e-4 * abs(losses[0])
+    # each prompt once for its 4 answers: 2 x 12 prompt tokens computed instead of 8 x 12
+    assert result["engine"]["computed_tokens"] == result["engine"]["real_tokens"]
+    assert result["engine_shared_prompts"]["computed_tokens"] == result["engine"]["real_tokens"] - 6 * 12
