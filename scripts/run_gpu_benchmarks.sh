@@ -427,12 +427,13 @@ x1_pipeline_ab)
   share_ab="best $best; best_sm50 $best launcher.mps_server_sm_percent=50;
     best_lowprio $best launcher.mps_server_priority=below_normal; best_ahead2 $best rollout.pause_ahead_minibatches=2;
     fast_sync $fast rollout.max_head_offpolicyness=0"
-  # AB_PART=6 (about 13 minutes): the lm_head on every token as before (best_every_token: the
-  # default runs it on the rows that predict loss tokens only), each prompt computed once for its
-  # 8 answers (best_shared, and in time-shared sync), the drain hidden (best_ahead1), in one call
-  hide_ab="best $best; best_every_token $best actor.logprobs_on_every_token=true;
-    best_shared $best actor.share_prompts=true; fast_sync $fast rollout.max_head_offpolicyness=0;
-    fast_sync_shared $fast rollout.max_head_offpolicyness=0 actor.share_prompts=true;
+  # AB_PART=6 (about 10 minutes on an H200): each prompt computed once for its answers (actor.share_prompts
+  # auto, the default) against every sequence whole (best_unshared, also time-shared), the lm_head on
+  # every token (best_every_token: sharing needs loss rows only, so it is off there too), the drain
+  # hidden (best_ahead1), in one call; AB_NAMES picks a subset
+  hide_ab="best $best; best_unshared $best actor.share_prompts=false;
+    best_every_token $best actor.logprobs_on_every_token=true; fast_sync $fast rollout.max_head_offpolicyness=0;
+    fast_sync_unshared $fast rollout.max_head_offpolicyness=0 actor.share_prompts=false;
     best_ahead1 $best rollout.pause_ahead_minibatches=1"
   case "${AB_PART:-}" in
     1) default_ab="base; $trainer_ab" ;;

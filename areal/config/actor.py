@@ -117,13 +117,14 @@ class ActorConfig(Section):
         "loss_mask 1 where a batch has one: the lm_head and the vocabulary-wide kernels run on the rows "
         "that predict those tokens (transformers' logits_to_keep), and the others get 0, as padding does.",
     )
-    share_prompts: bool = Field(
-        False,
+    share_prompts: bool | Literal["auto"] = Field(
+        "auto",
         description="Compute a prompt once per micro-batch for all the sequences that start with it (GRPO's "
         "n answers to one prompt), each answer attending to the prompt's keys and values: at 235-token "
         "prompts, 192 generated tokens and 8 answers a prompt the trainer computes 48% fewer tokens. The math "
-        "is that of the unshared sequences. Needs logprobs on the loss tokens only "
-        "(actor.logprobs_on_every_token=false) and the engine's packed attention.",
+        "is that of the unshared sequences. 'auto' (default): on wherever it applies, i.e. with the engine's "
+        "packed attention (its default) and logprobs on loss tokens only (actor.logprobs_on_every_token="
+        "false); true: required (refused where it cannot apply); false: each sequence computed whole.",
     )
     # LoRA (peft)
     use_lora: bool = Field(False, description="Train LoRA adapters (peft) instead of all weights.")

@@ -146,13 +146,13 @@ def _pause_ahead(cfg):
 
 
 def _shared_prompts(cfg):
-    if cfg.actor.share_prompts and cfg.actor.logprobs_on_every_token:
+    if cfg.actor.share_prompts is True and cfg.actor.logprobs_on_every_token:
         yield ConfigIssue(
             "actor.share_prompts",
             True,
             "a shared prompt's tokens get no logprobs of their own, and actor.logprobs_on_every_token=true "
             "asks for every token's",
-            "set actor.logprobs_on_every_token=false, or actor.share_prompts=false",
+            "set actor.logprobs_on_every_token=false, or actor.share_prompts to auto or false",
         )
 
 

@@ -69,7 +69,7 @@ RULES = [
         with_(actor__share_prompts=True, actor__logprobs_on_every_token=True),
         "actor.share_prompts",
         "every token",
-        with_(actor__share_prompts=True),
+        with_(actor__share_prompts="auto", actor__logprobs_on_every_token=True),
     ),
     (
         "n_samples group",
@@ -323,3 +323,9 @@ def test_max_tokens_per_mb_refuses_anything_else_in_one_issue(value):
 def test_mb_memory_headroom_is_a_fraction_below_one(value):
     found = issues(with_(actor__max_tokens_per_mb="auto", actor__mb_memory_headroom=value))
     assert [i.key for i in found] == ["actor.mb_memory_headroom"] and found[0].value == value
+
+
+@pytest.mark.parametrize("value, kept", [("auto", "auto"), (True, True), ("false", False)])
+def test_share_prompts_takes_a_boolean_or_auto(value, kept):
+    assert validate_config(with_(actor__share_prompts=value)).actor.share_prompts == kept
+    assert validate_config(base()).actor.share_prompts == "auto"

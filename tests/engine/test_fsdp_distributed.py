@@ -5,8 +5,9 @@ rank 0's measurements to result.json, and the pytest tests below assert on them:
   mesh:      FSDP d2 / HSDP d2r2 / TP t2 meshes as asked; one sharded step equals a plain
              single-process step (loss, grad norm, updated parameters); loss falls on a fixed
              batch; packed multi-micro-batch forward equals the unpacked model; HF save -> load
-             round trip gives identical logprobs; with actor.fused_logprobs, FSDP d2 and TP t2
-             steps equal the plain step too.
+             round trip gives identical logprobs; with actor.fused_logprobs, and with
+             actor.share_prompts=true on a GRPO batch, FSDP d2 and TP t2 steps equal the plain
+             step too.
   recover:   train 2 steps, checkpoint, train 2 more (run A); a new torchrun resumes from the
              checkpoint and trains the same 2 steps (run B): same final parameters.
   update:    a running built-in server gets the trainer's weights (distributed over gloo, then
@@ -62,7 +63,9 @@ def test_tp_shards_attention_and_mlp(mesh_results):
     assert r["q_proj_local_rows"] * 2 == r["q_proj_rows"]
 
 
-@pytest.mark.parametrize("name", ["fsdp_d2", "hsdp_d2r2", "tp_t2", "fused_d2", "fused_tp_t2", "shared_d2"])
+@pytest.mark.parametrize(
+    "name", ["fsdp_d2", "hsdp_d2r2", "tp_t2", "fused_d2", "fused_tp_t2", "shared_d2", "shared_tp_t2"]
+)
 def test_one_sharded_step_equals_single_process_step(mesh_results, name):
     r = mesh_results[name]
     assert r["loss"] == pytest.approx(r["ref_loss"], rel=1e-5)
@@ -230,8 +233,13 @@ def scenario_mesh(args) -> dict:
     # actor.share_prompts over 2 ranks: each rank's rows are one prompt's 4 answers
     from tests.engine.test_shared_prompts import grpo_batch
 
+    grpo = grpo_batch(1, prompts=2, answers=4, lone_row=False)
     e = _engine(args.model, dp_size=2, share_prompts=True)
-    results["shared_d2"] = _step_vs_reference(e, args.model, grpo_batch(1, prompts=2, answers=4, lone_row=False))
+    results["shared_d2"] = _step_vs_reference(e, args.model, grpo)
+    e.destroy()
+    # ...and tensor-parallel: each rank attends over its half of the heads, gathered per segment
+    e = _engine(args.model, tp_size=2, share_prompts=True)
+    results["shared_tp_t2"] = _step_vs_reference(e, args.model, grpo)
     e.destroy()
     return results
 

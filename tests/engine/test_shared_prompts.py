@@ -126,3 +126,28 @@ def test_shared_prompts_train_as_unshared(tiny_model_dir, fused):
 def test_shared_prompts_need_the_packed_attention(tiny_model_dir):
     with pytest.raises(ValueError, match=r"actor.share_prompts=true needs the engine's packed attention"):
         _engine(tiny_model_dir, share_prompts=True, attn_implementation="sdpa")
+    with pytest.raises(ValueError, match=r"(?s)actor.share_prompts = True.*share_prompts to auto or false"):
+        _engine(tiny_model_dir, share_prompts=True, logprobs_on_every_token=True)
+
+
+@pytest.mark.parametrize(
+    "settings,shares",
+    [
+        ({}, True),  # the default: 'auto', the engine's packed attention
+        ({"attn_implementation": "sdpa"}, False),
+        ({"logprobs_on_every_token": True}, False),
+        ({"share_prompts": False}, False),
+    ],
+    ids=["default", "other-attention", "every-token", "off"],
+)
+def test_shared_prompts_are_on_by_default_where_they_apply(tiny_model_dir, settings, shares):
+    """actor.share_prompts='auto' shares wherever the engine can; a train step computes fewer tokens."""
+    batch = grpo_batch(3)
+    engine = _engine(tiny_model_dir, max_tokens_per_mb=40, **settings)
+    try:
+        assert engine.share_prompts is shares
+        stats = engine.train_batch(batch, nll_loss, token_weight)
+    finally:
+        engine.destroy()
+    every = int(batch["attention_mask"].sum())
+    assert (stats["n_tokens"] < 0.8 * every) if shares else stats["n_tokens"] == every

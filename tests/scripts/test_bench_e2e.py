@@ -134,7 +134,7 @@ def test_cpu_variants_run_their_own_overrides_and_are_compared(tmp_path, gsm8k_f
     args += ["--data", str(gsm8k_file), "--workdir", str(tmp_path / "work"), "--out", str(out)]
     args += ["--port-base", "31470", "--master-port-base", "29470", "--max-tokens-per-mb", "16384"]
     args += ["--variant", "base", "--variant", "small_mb", "actor.max_tokens_per_mb=8192", "actor.fused_logprobs=true"]
-    args += ["actor.share_prompts=true"]
+    args += ["actor.share_prompts=false"]
     rc = _script().main(args)
     result = json.loads(out.read_text())
     assert rc == 0, {k: m.get("log_tail") for lay in result["layouts"].values() for k, m in lay["modes"].items()}
@@ -143,14 +143,14 @@ def test_cpu_variants_run_their_own_overrides_and_are_compared(tmp_path, gsm8k_f
     assert result["modes"]["async2"] == base  # the top level is the first variant's
     assert Path(base["run_dir"]).name == "async2_base" and Path(small["run_dir"]).name == "async2_small_mb"
     assert base["mb_token_budget_mean"]["train"] == 16384 and small["mb_token_budget_mean"]["train"] == 8192
-    # one rank, one minibatch: the trainer's own count of the tokens it trained on is the batch's
-    rows = [json.loads(line) for line in (Path(base["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
+    # one rank, one minibatch, each sequence whole: the trainer's own count of the tokens it trained on is the batch's
+    rows = [json.loads(line) for line in (Path(small["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
     step = [r for r in rows if r.get("step", 0) > 0][-1]
-    assert step["rollout/tokens"] == step["train/n_tokens"] == base["tokens_per_step"] > base["gen_tokens_per_step"]
+    assert step["rollout/tokens"] == step["train/n_tokens"] == small["tokens_per_step"] > small["gen_tokens_per_step"]
     assert base["train_tokens_per_s"] > base["trainer_tokens_per_s"] > 0 and base["train_mfu"] is None  # CPU
-    # with shared prompts the train passes compute each prompt once for its 2 answers
-    assert base["train_computed_tokens_per_step"] == base["tokens_per_step"]
-    assert small["train_computed_tokens_per_step"] < small["tokens_per_step"]
+    # by default (shared prompts) the train passes compute each prompt once for its 2 answers
+    assert base["train_computed_tokens_per_step"] < base["tokens_per_step"]
+    assert small["train_computed_tokens_per_step"] == small["tokens_per_step"]
     assert "fused_logprobs: true" in (Path(small["run_dir"]) / "config.yaml").read_text()
     assert "fused_logprobs: false" in (Path(base["run_dir"]) / "config.yaml").read_text()
     rows = {r["variant"]: r for r in result["variants"]}
@@ -158,7 +158,7 @@ def test_cpu_variants_run_their_own_overrides_and_are_compared(tmp_path, gsm8k_f
     assert rows["small_mb"]["overrides"] == [
         "actor.max_tokens_per_mb=8192",
         "actor.fused_logprobs=true",
-        "actor.share_prompts=true",
+        "actor.share_prompts=false",
     ]
     assert rows["small_mb"]["samples_per_s_vs_first"] == pytest.approx(small["samples_per_s"] / base["samples_per_s"])
 
@@ -613,21 +613,23 @@ def test_pipeline_ab_part_5_caps_the_servers_claim_under_mps(tmp_path):
     assert cfgs["fast_sync"].rollout.max_head_offpolicyness == 0 and not cfgs["fast_sync"].launcher.mps
 
 
-def test_pipeline_ab_part_6_measures_the_head_rows_shared_prompts_and_the_drain(tmp_path):
-    """AB_PART=6: the fast stack under MPS with the lm_head on every token, with shared prompts
-    (also time-shared), paused a minibatch ahead, and time-shared sync; every variant validates."""
+def test_pipeline_ab_part_6_measures_shared_prompts_the_head_rows_and_the_drain(tmp_path):
+    """AB_PART=6: the fast stack under MPS (shared prompts by default) against each sequence whole
+    (also time-shared), the lm_head on every token, paused a minibatch ahead, and time-shared sync;
+    every variant validates."""
     args, cfgs = _pipeline_ab_configs(tmp_path, AB_PART="6")
-    names = ["best", "best_every_token", "best_shared", "fast_sync", "fast_sync_shared", "best_ahead1"]
+    names = ["best", "best_unshared", "best_every_token", "fast_sync", "fast_sync_unshared", "best_ahead1"]
     assert list(args.variants) == names
     assert [cfgs[v].actor.logprobs_on_every_token for v in ("best", "best_every_token")] == [False, True]
-    assert [v for v in names if cfgs[v].actor.share_prompts] == ["best_shared", "fast_sync_shared"]
+    assert [v for v in names if cfgs[v].actor.share_prompts is False] == ["best_unshared", "fast_sync_unshared"]
+    assert all(cfgs[v].actor.share_prompts == "auto" for v in ("best", "fast_sync", "best_ahead1"))
     assert [cfgs[v].rollout.pause_ahead_minibatches for v in ("best", "best_ahead1")] == [0, 1]
-    sync = ("fast_sync", "fast_sync_shared")
+    sync = ("fast_sync", "fast_sync_unshared")
     assert all(cfgs[v].launcher.mps and cfgs[v].workflow.workers == 1 for v in names if v not in sync)
     assert all(cfgs[v].rollout.max_head_offpolicyness == 0 and not cfgs[v].launcher.mps for v in sync)
     # AB_NAMES keeps the variants it names, in the part's order
-    args, _ = _pipeline_ab_configs(tmp_path / "names", AB_PART="6", AB_NAMES="fast_sync best_shared best")
-    assert list(args.variants) == ["best", "best_shared", "fast_sync"]
+    args, _ = _pipeline_ab_configs(tmp_path / "names", AB_PART="6", AB_NAMES="fast_sync best_unshared best")
+    assert list(args.variants) == ["best", "best_unshared", "fast_sync"]
 
 
 def test_pipeline_ab_variant_settings_override_ab_common(tmp_path):

@@ -185,11 +185,7 @@ class FSDPEngine(TrainEngine):
 
             register(compiled=cfg.compile)
         self.attn_implementation = attn
-        if cfg.share_prompts and attn != "areal_packed_sdpa":
-            raise ValueError(
-                f"actor.share_prompts=true needs the engine's packed attention (areal_packed_sdpa), not "
-                f"attn_implementation={attn!r}: set actor.share_prompts=false or leave the attention at its default"
-            )
+        self.share_prompts = _share_prompts(cfg, attn)
         try:
             model = AutoModelForCausalLM.from_pretrained(cfg.path, dtype=torch.float32, attn_implementation=attn)
         except Exception as exc:  # OSError, JSON, safetensors' own SafetensorError, ...
@@ -263,7 +259,7 @@ class FSDPEngine(TrainEngine):
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         loss_mask = batch.get("loss_mask") if self.loss_rows_only else None
         loss_mask = None if loss_mask is None else loss_mask.cpu()  # one copy a pass, not one a micro-batch
-        if self.config.share_prompts and loss_mask is not None:
+        if self.share_prompts and loss_mask is not None:
             ids = batch["input_ids"].cpu()
             prompts = shared_prompts.prompt_lengths(loss_mask, lengths)
             plan = functools.partial(shared_prompts.allocate, ids, lengths, prompts, budget)
@@ -778,6 +774,22 @@ def _enable_checkpointing(model) -> None:
         model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
     else:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def _share_prompts(cfg, attn: str) -> bool:
+    """Whether passes compute each shared prompt once: actor.share_prompts 'auto' turns it on wherever
+    it applies; true where it cannot apply is refused."""
+    blocker = None
+    if attn != "areal_packed_sdpa":
+        blocker = f"the engine's packed attention (areal_packed_sdpa), not attn_implementation={attn!r}"
+    elif cfg.logprobs_on_every_token:
+        blocker = "logprobs on loss tokens only, not actor.logprobs_on_every_token=true"
+    if cfg.share_prompts is True and blocker:
+        raise ValueError(
+            f"actor.share_prompts=true needs {blocker}: set actor.share_prompts to auto (on where it "
+            "applies) or false, or leave the attention and actor.logprobs_on_every_token at their defaults"
+        )
+    return blocker is None if cfg.share_prompts == "auto" else bool(cfg.share_prompts)
 
 
 def _default_attention(device_type: str) -> str:
