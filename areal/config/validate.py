@@ -10,7 +10,8 @@ defaults for the rules, and rule issues touching them are dropped), so one run r
 from __future__ import annotations
 
 import copy
-from typing import Any
+import types
+from typing import Any, Union, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
@@ -24,7 +25,7 @@ def validate_config(raw: dict[str, Any]) -> ExperimentConfig:
     try:
         cfg = ExperimentConfig.model_validate(raw)
     except ValidationError as e:
-        issues = [_issue_from_pydantic(err) for err in e.errors()]
+        issues = _issues_from_pydantic(e.errors())
         failed = [".".join(map(str, err["loc"])) for err in e.errors()]
         issues += _rules_without(raw, e.errors(), failed)
         raise ConfigError(issues) from None
@@ -42,7 +43,7 @@ def validate_schema(raw: dict[str, Any]) -> ExperimentConfig:
     try:
         return resolve_follow_defaults(ExperimentConfig.model_validate(raw))
     except ValidationError as e:
-        raise ConfigError([_issue_from_pydantic(err) for err in e.errors()]) from None
+        raise ConfigError(_issues_from_pydantic(e.errors())) from None
 
 
 def _rules_without(raw: dict[str, Any], errors: list[dict], failed: list[str]) -> list[ConfigIssue]:
@@ -70,6 +71,44 @@ def _drop(tree: Any, loc: list[str]) -> None:
             del tree[part]
             return
         tree = tree[part]
+
+
+def _issues_from_pydantic(errors: list[dict]) -> list[ConfigIssue]:
+    """One issue per error, but one per key for a value that matched no member of a union type
+    (pydantic reports each member, e.g. actor.share_prompts.bool and actor.share_prompts.literal['auto'])."""
+    issues, by_union_key = [], {}
+    for err in errors:
+        loc = [str(p) for p in err["loc"]]
+        depth = _union_field_depth(loc)
+        if depth is None:
+            issues.append(_issue_from_pydantic(err))
+            continue
+        key = ".".join(loc[:depth])
+        if key not in by_union_key:
+            by_union_key[key] = len(issues)
+            issues.append(_issue_from_pydantic({**err, "loc": loc[:depth]}))
+        else:
+            first = issues[by_union_key[key]]
+            issues[by_union_key[key]] = ConfigIssue(first.key, first.value, f"{first.rule}, or {err['msg']}", first.fix)
+    return issues
+
+
+def _union_field_depth(loc: list[str], model: type[BaseModel] = ExperimentConfig) -> int | None:
+    """How many parts of loc name a field whose type is a union, where loc goes on past it into the
+    union's members; None for any other loc."""
+    for depth, part in enumerate(loc, start=1):
+        if not (isinstance(model, type) and issubclass(model, BaseModel)) or part not in model.model_fields:
+            return None
+        ann = model.model_fields[part].annotation
+        if depth < len(loc) and get_origin(ann) in (Union, types.UnionType):
+            # an optional section (Model | None) goes on into the model's fields; anything else is a member's tag
+            members = [m for m in get_args(ann) if isinstance(m, type) and issubclass(m, BaseModel)]
+            inner = [m for m in members if loc[depth] in m.model_fields]
+            if not inner:
+                return depth
+            ann = inner[0]
+        model = ann
+    return None
 
 
 def _issue_from_pydantic(err: dict) -> ConfigIssue:

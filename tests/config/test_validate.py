@@ -329,3 +329,30 @@ def test_mb_memory_headroom_is_a_fraction_below_one(value):
 def test_share_prompts_takes_a_boolean_or_auto(value, kept):
     assert validate_config(with_(actor__share_prompts=value)).actor.share_prompts == kept
     assert validate_config(base()).actor.share_prompts == "auto"
+
+
+@pytest.mark.parametrize("value", ["atuo", 2, [True]])
+def test_a_union_typed_key_refuses_anything_else_in_one_issue(value):
+    """pydantic reports a value each member of a union refused (share_prompts.bool,
+    share_prompts.literal['auto']): one issue names the key and what each member would take."""
+    found = issues(with_(actor__share_prompts=value))
+    assert [i.key for i in found] == ["actor.share_prompts"] and found[0].value == value
+    assert "valid boolean" in found[0].rule and "'auto'" in found[0].rule
+    assert found[0].fix.startswith("set actor.share_prompts to a valid value")
+
+
+def test_an_optional_section_is_not_taken_for_a_union_members_tag():
+    from pydantic import BaseModel
+
+    from areal.config.validate import _union_field_depth
+
+    class Inner(BaseModel):
+        n: int = 1
+
+    class Outer(BaseModel):
+        inner: Inner | None = None
+        mode: int | str = 0
+
+    assert _union_field_depth(["inner", "n"], Outer) is None  # a field of the optional section
+    assert _union_field_depth(["mode", "int"], Outer) == 1  # a member's tag: the issue is on "mode"
+    assert _union_field_depth(["mode"], Outer) is None
