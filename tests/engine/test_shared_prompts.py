@@ -140,10 +140,14 @@ def test_shared_prompts_need_the_packed_attention(tiny_model_dir):
     ],
     ids=["default", "other-attention", "every-token", "off"],
 )
-def test_shared_prompts_are_on_by_default_where_they_apply(tiny_model_dir, settings, shares):
-    """actor.share_prompts='auto' shares wherever the engine can; a train step computes fewer tokens."""
+def test_shared_prompts_are_on_by_default_where_they_apply(tiny_model_dir, settings, shares, caplog):
+    """actor.share_prompts='auto' shares wherever the engine can (and says why not where it cannot);
+    a train step computes fewer tokens."""
     batch = grpo_batch(3)
-    engine = _engine(tiny_model_dir, max_tokens_per_mb=40, **settings)
+    with caplog.at_level("INFO", logger="areal.fsdp"):
+        engine = _engine(tiny_model_dir, max_tokens_per_mb=40, **settings)
+    said = "actor.share_prompts=auto: each sequence computed whole" in caplog.text
+    assert said == (not shares and "share_prompts" not in settings)
     try:
         assert engine.share_prompts is shares
         stats = engine.train_batch(batch, nll_loss, token_weight)

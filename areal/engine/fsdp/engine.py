@@ -789,7 +789,11 @@ def _share_prompts(cfg, attn: str) -> bool:
             f"actor.share_prompts=true needs {blocker}: set actor.share_prompts to auto (on where it "
             "applies) or false, or leave the attention and actor.logprobs_on_every_token at their defaults"
         )
-    return blocker is None if cfg.share_prompts == "auto" else bool(cfg.share_prompts)
+    if cfg.share_prompts == "auto":
+        if blocker:  # say why, so a user of another attention knows what the trainer does not do
+            logger.info("actor.share_prompts=auto: each sequence computed whole; sharing needs %s", blocker)
+        return blocker is None
+    return bool(cfg.share_prompts)
 
 
 def _default_attention(device_type: str) -> str:
