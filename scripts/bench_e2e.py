@@ -11,7 +11,8 @@ GSM8K questions, and every sample generates exactly --max-new-tokens tokens (ign
 modes do the same work per step. Per mode it reports, over the measured steps (the first
 --warmup steps are excluded): samples/s, generated tokens/s, seconds per phase of a step
 (rollout wait, logprob recompute, train, weight update), the trainer's rate over all the tokens
-it trains on (prompts included: train_tokens_per_s, and train_mfu as bench_train counts it) and
+it trains on (prompts included: train_tokens_per_s, and train_mfu as bench_train counts it; with
+shared prompts, the default, train_mfu_computed, "cMFU", counts only the tokens computed) and
 the fraction of time each GPU was busy (NVML utilization sampled in a background thread; null on
 CPU). The target: asynchronous
 at least 1.8x synchronous.
@@ -1150,7 +1151,7 @@ def report(result: dict) -> None:
         )
         say(
             f"{'mode':<8} {'status':<8} {'samples/s':>10} {'gen tok/s':>10} {'step s':>8} {'rollout':>8} "
-            f"{'train':>8} {'w-update':>8} {'trn tok/s':>9} {'all tok/s':>9} {'MFU':>6} {'srv busy':>8} "
+            f"{'train':>8} {'w-update':>8} {'trn tok/s':>9} {'all tok/s':>9} {'MFU':>6} {'cMFU':>6} {'srv busy':>8} "
             f"{'trn busy':>8}"
         )
         for name, m in layout["modes"].items():
@@ -1161,7 +1162,8 @@ def report(result: dict) -> None:
                 f"{f(m.get('gen_tokens_per_s'), '10.0f')} {f(m.get('step_s_mean'), '8.2f')} "
                 f"{f(ph.get('rollout'), '8.2f')} {f(train, '8.2f')} {f(ph.get('weight_update'), '8.2f')} "
                 f"{f(m.get('train_gen_tokens_per_s'), '9.0f')} {f(m.get('train_tokens_per_s'), '9.0f')} "
-                f"{f(m.get('train_mfu'), '6.3f')} {f(busy(m.get('gpu'), 'server'), '8.0%')} "
+                f"{f(m.get('train_mfu'), '6.3f')} {f(m.get('train_mfu_computed'), '6.3f')} "
+                f"{f(busy(m.get('gpu'), 'server'), '8.0%')} "
                 f"{f(busy(m.get('gpu'), 'trainer'), '8.0%')}"
             )
         early = layout.get("stopped_early") or []
