@@ -78,6 +78,7 @@ ENGINE_VARIANTS = {
     "engine_compiled_logprobs": ("compile_logprobs", {"compile_logprobs": True}),
     "engine_fused_compiled_logprobs": ("fused_compiled_logprobs", {"fused_logprobs": True, "compile_logprobs": True}),
     "engine_every_token": ("every_token", {"logprobs_on_every_token": True}),
+    "engine_shared_prompts": ("shared_prompts", {"share_prompts": True}),
     "engine_unshared_prompts": ("unshared_prompts", {"share_prompts": False}),
 }
 
@@ -280,10 +281,16 @@ def main(argv=None) -> None:
         "so no shared prompts): engine_every_token (matters with --grpo, whose loss is on the answers only)",
     )
     p.add_argument(
+        "--shared-prompts",
+        action="store_true",
+        help="also run the engine with actor.share_prompts=true (each prompt computed once for the answers "
+        "that share it; the default, auto, does so on CUDA only): engine_shared_prompts",
+    )
+    p.add_argument(
         "--unshared-prompts",
         action="store_true",
-        help="also run the engine with actor.share_prompts=false (each sequence computed whole; by default "
-        "a prompt is computed once for the answers that share it): engine_unshared_prompts",
+        help="also run the engine with actor.share_prompts=false (each sequence computed whole): "
+        "engine_unshared_prompts",
     )
     p.add_argument(
         "--grpo",

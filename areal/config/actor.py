@@ -122,9 +122,10 @@ class ActorConfig(Section):
         description="Compute a prompt once per micro-batch for all the sequences that start with it (GRPO's "
         "n answers to one prompt), each answer attending to the prompt's keys and values: at 235-token "
         "prompts, 192 generated tokens and 8 answers a prompt the trainer computes 48% fewer tokens. The math "
-        "is that of the unshared sequences. 'auto' (default): on wherever it applies, i.e. with the engine's "
-        "packed attention (its default) and logprobs on loss tokens only (actor.logprobs_on_every_token="
-        "false); true: required (refused where it cannot apply); false: each sequence computed whole.",
+        "is that of the unshared sequences. 'auto' (default): on on CUDA wherever it applies, i.e. with the "
+        "engine's packed attention (its default) and logprobs on loss tokens only (actor.logprobs_on_every_"
+        "token=false); off on CPU, where small models gain nothing; true: required (refused where it cannot "
+        "apply); false: each sequence computed whole.",
     )
     # LoRA (peft)
     use_lora: bool = Field(False, description="Train LoRA adapters (peft) instead of all weights.")

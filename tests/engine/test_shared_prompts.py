@@ -131,23 +131,37 @@ def test_shared_prompts_need_the_packed_attention(tiny_model_dir):
 
 
 @pytest.mark.parametrize(
-    "settings,shares",
+    "settings,device,shares",
     [
-        ({}, True),  # the default: 'auto', the engine's packed attention
-        ({"attn_implementation": "sdpa"}, False),
-        ({"logprobs_on_every_token": True}, False),
-        ({"share_prompts": False}, False),
+        ({}, "cuda", True),  # the default, 'auto', with the engine's packed attention
+        ({}, "cpu", False),  # small CPU models gain nothing
+        ({"share_prompts": True}, "cpu", True),
+        ({"attn": "sdpa"}, "cuda", False),
+        ({"logprobs_on_every_token": True}, "cuda", False),
+        ({"share_prompts": False}, "cuda", False),
     ],
-    ids=["default", "other-attention", "every-token", "off"],
+    ids=["cuda", "cpu", "cpu-asked", "other-attention", "every-token", "off"],
 )
-def test_shared_prompts_are_on_by_default_where_they_apply(tiny_model_dir, settings, shares, caplog):
-    """actor.share_prompts='auto' shares wherever the engine can (and says why not where it cannot);
-    a train step computes fewer tokens."""
-    batch = grpo_batch(3)
+def test_shared_prompts_are_on_by_default_on_cuda_where_they_apply(settings, device, shares, caplog):
+    """actor.share_prompts='auto' shares on CUDA wherever the engine can, and says why not where it
+    cannot."""
+    from types import SimpleNamespace
+
+    from areal.engine.fsdp.engine import _share_prompts
+
+    settings = {"share_prompts": "auto", "logprobs_on_every_token": False, **settings}
+    attn = settings.pop("attn", "areal_packed_sdpa")
     with caplog.at_level("INFO", logger="areal.fsdp"):
-        engine = _engine(tiny_model_dir, max_tokens_per_mb=40, **settings)
+        assert _share_prompts(SimpleNamespace(**settings), attn, device) is shares
     said = "actor.share_prompts=auto: each sequence computed whole" in caplog.text
-    assert said == (not shares and "share_prompts" not in settings)
+    assert said == (device == "cuda" and not shares and settings["share_prompts"] == "auto")
+
+
+@pytest.mark.parametrize("settings,shares", [({}, False), ({"share_prompts": True}, True)], ids=["default", "asked"])
+def test_a_cpu_engine_shares_prompts_when_asked(tiny_model_dir, settings, shares):
+    """On CPU the default computes each sequence whole; actor.share_prompts=true computes fewer tokens."""
+    batch = grpo_batch(3)
+    engine = _engine(tiny_model_dir, max_tokens_per_mb=40, **settings)
     try:
         assert engine.share_prompts is shares
         stats = engine.train_batch(batch, nll_loss, token_weight)

@@ -134,7 +134,7 @@ def test_cpu_variants_run_their_own_overrides_and_are_compared(tmp_path, gsm8k_f
     args += ["--data", str(gsm8k_file), "--workdir", str(tmp_path / "work"), "--out", str(out)]
     args += ["--port-base", "31470", "--master-port-base", "29470", "--max-tokens-per-mb", "16384"]
     args += ["--variant", "base", "--variant", "small_mb", "actor.max_tokens_per_mb=8192", "actor.fused_logprobs=true"]
-    args += ["actor.share_prompts=false"]
+    args += ["actor.share_prompts=true"]
     rc = _script().main(args)
     result = json.loads(out.read_text())
     assert rc == 0, {k: m.get("log_tail") for lay in result["layouts"].values() for k, m in lay["modes"].items()}
@@ -143,14 +143,14 @@ def test_cpu_variants_run_their_own_overrides_and_are_compared(tmp_path, gsm8k_f
     assert result["modes"]["async2"] == base  # the top level is the first variant's
     assert Path(base["run_dir"]).name == "async2_base" and Path(small["run_dir"]).name == "async2_small_mb"
     assert base["mb_token_budget_mean"]["train"] == 16384 and small["mb_token_budget_mean"]["train"] == 8192
-    # one rank, one minibatch, each sequence whole: the trainer's own count of the tokens it trained on is the batch's
-    rows = [json.loads(line) for line in (Path(small["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
+    # one rank, one minibatch: the trainer's own count of the tokens it trained on is the batch's
+    rows = [json.loads(line) for line in (Path(base["run_dir"]) / "metrics.jsonl").read_text().splitlines()]
     step = [r for r in rows if r.get("step", 0) > 0][-1]
-    assert step["rollout/tokens"] == step["train/n_tokens"] == small["tokens_per_step"] > small["gen_tokens_per_step"]
+    assert step["rollout/tokens"] == step["train/n_tokens"] == base["tokens_per_step"] > base["gen_tokens_per_step"]
     assert base["train_tokens_per_s"] > base["trainer_tokens_per_s"] > 0 and base["train_mfu"] is None  # CPU
-    # by default (shared prompts) the train passes compute each prompt once for its 2 answers
-    assert base["train_computed_tokens_per_step"] < base["tokens_per_step"]
-    assert small["train_computed_tokens_per_step"] == small["tokens_per_step"]
+    # with shared prompts the train passes compute each prompt once for its 2 answers
+    assert base["train_computed_tokens_per_step"] == base["tokens_per_step"]
+    assert small["train_computed_tokens_per_step"] < small["tokens_per_step"]
     assert "fused_logprobs: true" in (Path(small["run_dir"]) / "config.yaml").read_text()
     assert "fused_logprobs: false" in (Path(base["run_dir"]) / "config.yaml").read_text()
     rows = {r["variant"]: r for r in result["variants"]}
@@ -158,7 +158,7 @@ def test_cpu_variants_run_their_own_overrides_and_are_compared(tmp_path, gsm8k_f
     assert rows["small_mb"]["overrides"] == [
         "actor.max_tokens_per_mb=8192",
         "actor.fused_logprobs=true",
-        "actor.share_prompts=false",
+        "actor.share_prompts=true",
     ]
     assert rows["small_mb"]["samples_per_s_vs_first"] == pytest.approx(small["samples_per_s"] / base["samples_per_s"])
 

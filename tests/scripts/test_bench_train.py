@@ -93,12 +93,13 @@ def test_two_process_layout_on_cpu(tmp_path, backend, dp, tp):
     assert result["engine_fused"]["loss"] == pytest.approx(engine["loss"], rel=1e-2)
 
 
-def test_grpo_batch_runs_every_token_and_unshared_prompt_variants(tmp_path):
-    """--grpo builds n answers per prompt with the loss on the answers; --every-token and
-    --unshared-prompts run the engine with those settings beside the default (--actor for all)."""
+def test_grpo_batch_runs_every_token_and_shared_prompt_variants(tmp_path):
+    """--grpo builds n answers per prompt with the loss on the answers; --every-token,
+    --shared-prompts and --unshared-prompts run the engine with those settings beside the default
+    (--actor for all)."""
     out = tmp_path / "grpo.json"
     argv = [*SMALL[:8], "--grpo", "2", "4", "12", "8", "--max-tokens-per-mb", "64", "--skip-bare"]
-    argv += ["--every-token", "--unshared-prompts", "--actor", "fused_logprobs=true"]
+    argv += ["--every-token", "--shared-prompts", "--unshared-prompts", "--actor", "fused_logprobs=true"]
     r = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "bench_train.py"), *argv, "--workdir", str(tmp_path / "w")]
         + ["--out", str(out)],
@@ -110,13 +111,14 @@ def test_grpo_batch_runs_every_token_and_unshared_prompt_variants(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     result = json.loads(out.read_text())
     assert result["seqs"] == 8 and result["len_range"] == [16, 20]
-    runs = ("engine", "engine_every_token", "engine_unshared_prompts")
+    runs = ("engine", "engine_every_token", "engine_shared_prompts", "engine_unshared_prompts")
     assert all(result[name]["median_step_s"] > 0 for name in runs)
     # one loss over the same batch, however the logits and prompts are computed
     losses = [result[name]["loss"] for name in runs]
     assert max(losses) - min(losses) < 1e-4 * abs(losses[0])
-    # by default each prompt once for its 4 answers: 2 x 12 prompt tokens computed instead of 8 x 12
+    # shared: each prompt once for its 4 answers, 2 x 12 prompt tokens computed instead of 8 x 12
+    # (on CPU the default, auto, computes each sequence whole)
     real = result["engine"]["real_tokens"]
-    assert result["engine"]["computed_tokens"] == real - 6 * 12
-    whole = (result["engine_unshared_prompts"]["computed_tokens"], result["engine_every_token"]["computed_tokens"])
-    assert whole == (real, real)
+    assert result["engine_shared_prompts"]["computed_tokens"] == real - 6 * 12
+    whole = [result[name]["computed_tokens"] for name in ("engine", "engine_every_token", "engine_unshared_prompts")]
+    assert whole == [real] * 3
