@@ -12,7 +12,7 @@ modes do the same work per step. Per mode it reports, over the measured steps (t
 --warmup steps are excluded): samples/s, generated tokens/s, seconds per phase of a step
 (rollout wait, logprob recompute, train, weight update), the trainer's rate over all the tokens
 it trains on (prompts included: train_tokens_per_s, and train_mfu as bench_train counts it; with
-shared prompts, the default, train_mfu_computed, "cMFU", counts only the tokens computed) and
+shared prompts, on by default on CUDA, train_mfu_computed, "cMFU", counts only the tokens computed) and
 the fraction of time each GPU was busy (NVML utilization sampled in a background thread; null on
 CPU). The target: asynchronous
 at least 1.8x synchronous.
