@@ -435,6 +435,15 @@ x1_pipeline_ab)
     best_every_token $best actor.logprobs_on_every_token=true; fast_sync $fast rollout.max_head_offpolicyness=0;
     fast_sync_unshared $fast rollout.max_head_offpolicyness=0 actor.share_prompts=false;
     best_ahead1 $best rollout.pause_ahead_minibatches=1"
+  # AB_PART=7 (about 6 minutes a call with E2E_ARGS="--steps 6"; AB_NAMES splits it): async's step
+  # waited on generation once training took 1.4 s (2026-12-06: 0.59 s of 2.57 s), and decoding at
+  # 512 sequences is bound by the per-step cost, not the device; async may run 1,024 at once
+  # (2 steps of staleness admit 1,536), sync has 512 a step at most. _c128: 128 prompts x 8 samples
+  # in flight, graphs covering them; in_place keeps the held requests instead of aborting them
+  wide_rollout="rollout.max_concurrent_rollouts=128 sglang.max_running_requests=1024 sglang.cuda_graph_max_bs=1024"
+  width_ab="best $best; best_c128 $best $wide_rollout; best_in_place $best rollout.pause_mode=in_place;
+    best_in_place_c128 $best rollout.pause_mode=in_place $wide_rollout; best_retract $best rollout.pause_mode=retract;
+    fast_sync $fast rollout.max_head_offpolicyness=0"
   case "${AB_PART:-}" in
     1) default_ab="base; $trainer_ab" ;;
     2) default_ab="base; $server_ab" ;;
@@ -442,6 +451,7 @@ x1_pipeline_ab)
     4) default_ab="$wide_ab" ;;
     5) default_ab="$share_ab" ;;
     6) default_ab="$hide_ab" ;;
+    7) default_ab="$width_ab" ;;
     *) default_ab="base; $trainer_ab; $server_ab" ;;
   esac
   ab="${AB_VARIANTS:-$default_ab}"  # AB_NAMES="a b": of those, only the variants named (a short session)

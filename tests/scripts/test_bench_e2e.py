@@ -632,6 +632,30 @@ def test_pipeline_ab_part_6_measures_shared_prompts_the_head_rows_and_the_drain(
     assert list(args.variants) == ["best", "best_unshared", "fast_sync"]
 
 
+def test_pipeline_ab_part_7_widens_async_rollout_and_keeps_held_requests(tmp_path):
+    """AB_PART=7: the fast stack with 1,024 sequences in flight (graphs covering them) and with each
+    pause mode that holds requests, against the default width and time-shared sync; every variant
+    validates, and the staleness bound admits the wider rollout."""
+    from areal.rollout.staleness import capacity
+
+    args, cfgs = _pipeline_ab_configs(tmp_path, AB_PART="7")
+    names = ["best", "best_c128", "best_in_place", "best_in_place_c128", "best_retract", "fast_sync"]
+    assert list(args.variants) == names
+    wide = ("best_c128", "best_in_place_c128")
+    for v in names:
+        c = cfgs[v]
+        expect = (128, 1024, 1024) if v in wide else (64, 512, None)
+        assert (c.rollout.max_concurrent_rollouts, c.sglang.max_running_requests, c.sglang.cuda_graph_max_bs) == expect
+    assert [cfgs[v].rollout.pause_mode for v in names] == ["auto", "auto", "in_place", "in_place", "retract", "auto"]
+    assert cfgs["fast_sync"].rollout.max_head_offpolicyness == 0 and not cfgs["fast_sync"].launcher.mps
+    c = cfgs["best_c128"]
+    groups = c.train_dataset.batch_size
+    room = capacity(
+        version=0, max_head_offpolicyness=2, consumer_batch_size=groups, max_concurrent=128, running=0, accepted=0
+    )
+    assert room == c.rollout.max_concurrent_rollouts == 2 * groups
+
+
 def test_pipeline_ab_variant_settings_override_ab_common(tmp_path):
     """AB_COMMON comes before a variant's own settings, so a variant that sets one of its keys gets
     its own value (Hydra keeps a key's last value)."""
