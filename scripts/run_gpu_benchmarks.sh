@@ -71,6 +71,9 @@ out=${2:?results directory}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 py=${PYTHON:-python3}
+# SGLang's attention backend for every stage: the kit drops FA3, SGLang's default on Hopper (a
+# recipe run without it died at the server's start on an H100, 2026-12-07)
+attn=${SGLANG_ATTENTION:-triton}
 data="${AREAL_GSM8K_DIR:-}/train.jsonl"
 after_ready() {  # after_ready LOG [LIMIT_S]: wait (at most LIMIT_S, 600 s) until that run has logged its first step (or failed).
   # SGLang sizes its KV cache from the free memory it sees before and after loading its weights, so
@@ -209,7 +212,7 @@ x1_learning)
       after_ready "$prev"
       (step smollm2_1gpu_${mode}_s$seed "${SMOLLM2_TIMEOUT:-500}" $py -m launcher.cli --config smollm2_gsm8k_1gpu.yaml \
          cluster.fileroot=$run rollout.pause_mode=$mode seed=$seed trial_name=${mode}_s$seed \
-         sglang.mem_fraction_static=0.04 actor.max_tokens_per_mb=8192 \
+         sglang.mem_fraction_static=0.04 actor.max_tokens_per_mb=8192 sglang.attention_backend="$attn" \
          launcher.server_base_port=$((31000 + 100 * i)) launcher.trainer_master_port=$((28000 + 100 * i)) \
          ${LEARNING_ARGS:-}
        cp $run/smollm2_gsm8k_1gpu/${mode}_s$seed/metrics.jsonl "$out/smollm2_1gpu_${mode}_s${seed}_metrics.jsonl") &
@@ -224,15 +227,17 @@ x1_modes)
   # The one-GPU recipe as shipped, one schedule at a time on a quiet GPU: sync time-shares the device
   # (release, train, update, resume), async keeps both resident on the recipe's static split.
   # MODES_ARGS: overrides for both, e.g. "launcher.mps=true" (the async run's kernels beside SGLang's).
+  # MODES_ASYNC_PAUSE: the async run once per pause mode named (default auto; e.g. "auto in_place").
   convert_smollm2
   runs=()
-  for offp in 0 1; do
-    run=/tmp/areal-smollm2-1gpu-offp$offp
-    step smollm2_1gpu_offp$offp "${MODES_TIMEOUT:-200}" $py -m launcher.cli --config smollm2_gsm8k_1gpu.yaml \
-      cluster.fileroot=$run rollout.max_head_offpolicyness=$offp trial_name=offp$offp \
-      total_train_steps=${MODES_STEPS:-12} evaluator.freq_steps=1000 ${MODES_ARGS:-}
-    cp $run/smollm2_gsm8k_1gpu/offp$offp/metrics.jsonl "$out/smollm2_1gpu_offp${offp}_metrics.jsonl"
-    runs+=("$out/smollm2_1gpu_offp${offp}_metrics.jsonl")
+  for spec in 0:auto $(for m in ${MODES_ASYNC_PAUSE:-auto}; do echo 1:$m; done); do
+    offp=${spec%%:*}; pause=${spec#*:}; name=offp$offp; [ "$pause" = auto ] || name=${name}_$pause
+    run=/tmp/areal-smollm2-1gpu-$name
+    step smollm2_1gpu_$name "${MODES_TIMEOUT:-200}" $py -m launcher.cli --config smollm2_gsm8k_1gpu.yaml \
+      cluster.fileroot=$run rollout.max_head_offpolicyness=$offp rollout.pause_mode=$pause trial_name=$name \
+      total_train_steps=${MODES_STEPS:-12} evaluator.freq_steps=1000 sglang.attention_backend="$attn" ${MODES_ARGS:-}
+    cp $run/smollm2_gsm8k_1gpu/$name/metrics.jsonl "$out/smollm2_1gpu_${name}_metrics.jsonl"
+    runs+=("$out/smollm2_1gpu_${name}_metrics.jsonl")
   done
   $py scripts/summarise_run.py "${runs[@]}" --warmup 2 --out "$out/smollm2_1gpu_modes.json" >/dev/null
   ;;
@@ -240,7 +245,8 @@ x1_agent)
   # The calculator agent (examples/calculator_agent.py) trained on one GPU through the OpenAI proxy.
   run=/tmp/areal-agent-1gpu
   step calculator_agent_1gpu "${AGENT_TIMEOUT:-540}" $py -m launcher.cli --config smollm2_calculator_agent_1gpu.yaml \
-    cluster.fileroot=$run launcher.server_base_port=33000 launcher.trainer_master_port=27000 ${AGENT_ARGS:-}
+    cluster.fileroot=$run launcher.server_base_port=33000 launcher.trainer_master_port=27000 \
+    sglang.attention_backend="$attn" ${AGENT_ARGS:-}
   cp $run/smollm2_calculator_agent_1gpu/trial0/metrics.jsonl "$out/calculator_agent_1gpu_metrics.jsonl"
   ;;
 x1_agent_vs_rlvr)
@@ -362,7 +368,6 @@ x1_sglang)
   fi
   ;;
 x1_sglang_perf)
-  attn=${SGLANG_ATTENTION:-triton}
   for model in smollm2 qwen2.5-0.5b; do
     if [ $model = smollm2 ]; then which=(--model-path smollm2:135m-instruct); else which=(--shape $model); fi
     step decode_$model 240 $py scripts/bench_server.py --servers builtin sglang --attention-backend "$attn" \

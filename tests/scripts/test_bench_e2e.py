@@ -495,6 +495,22 @@ def test_gpu_benchmarks_script_parses_and_has_its_stages(tmp_path):
         assert layout in text
 
 
+def test_recipe_modes_stage_runs_sync_then_each_async_pause_mode_on_sglangs_backend(tmp_path):
+    """x1_modes: the recipe time-shared, then async once per MODES_ASYNC_PAUSE mode, each with the
+    attention backend the kit has (SGLang's default on Hopper, FA3, is not in it)."""
+    import subprocess
+
+    env = {**os.environ, "PYTHON": "echo", "MODES_ASYNC_PAUSE": "auto in_place"}
+    env.pop("SGLANG_ATTENTION", None)
+    script = REPO / "scripts" / "run_gpu_benchmarks.sh"
+    subprocess.run(["bash", str(script), "x1_modes", str(tmp_path)], env=env, capture_output=True)
+    runs = {"offp0": (0, "auto"), "offp1": (1, "auto"), "offp1_in_place": (1, "in_place")}
+    for name, (offp, pause) in runs.items():
+        command = (tmp_path / f"smollm2_1gpu_{name}.log").read_text()
+        assert f"rollout.max_head_offpolicyness={offp} rollout.pause_mode={pause} trial_name={name}" in command
+        assert "sglang.attention_backend=triton" in command
+
+
 def test_stage_chain_runs_each_stage_and_chaos_entries_pick_their_own_backend(tmp_path):
     """STAGE1,STAGE2 runs both stages into one results directory; an x1_chaos entry
     CONFIG:SEED:BACKEND:TRIALS sets its own, and what it leaves out comes from CHAOS_* (run with an
