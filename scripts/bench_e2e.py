@@ -1098,15 +1098,20 @@ def finish(result: dict) -> None:
 
 def compare_variants(layouts: dict) -> list[dict]:
     """One row per layout, variant and mode: samples/s and trainer tokens/s (generated tokens over
-    recompute + train seconds), each also as a ratio to the layout's first variant in the same mode."""
-
-    def ratio(x, ref):
-        return x / ref if isinstance(x, (int, float)) and isinstance(ref, (int, float)) and ref else None
+    recompute + train seconds), each also as a ratio to the layout's first variant in the same mode.
+    Ratios compare completed runs only: a run that stopped early (a retract run out of memory after
+    one step showed 1.37x, 2026-12-07) keeps its figures, marked by its status, but no ratio."""
 
     rows, reference = [], {}
     for lay in layouts.values():
         for mode, m in lay["modes"].items():
             ref = reference.setdefault((lay["backend"], mode), m)
+            both_ok = m.get("status") == "ok" and ref.get("status") == "ok"
+
+            def ratio(x, ref_x):
+                ok = both_ok and isinstance(x, (int, float)) and isinstance(ref_x, (int, float))
+                return x / ref_x if ok and ref_x else None
+
             ph = m.get("phase_s_mean") or {}
             rows.append(
                 {

@@ -243,6 +243,16 @@ def test_variant_comparison_is_per_layout_and_mode(capsys):
     assert rows["fsdp:d2", "a", "async2"]["samples_per_s_vs_first"] == 1.0  # its own layout's first
     mod.report({"layouts": {}, "config": {"servers": 1}, "variants": list(rows.values()), "total_s": 1})
     assert re.search(r"fsdp:d1/b\s+sync\s+ok\s+15.00\s+1.500\s+150\s+1.500", capsys.readouterr().out)
+    # a run that stopped early keeps its figures but gets no ratio, nor do runs compared with it
+    layouts["fsdp:d1/b"]["modes"]["sync"]["status"] = "failed"
+    layouts["fsdp:d2/a"]["modes"]["async2"]["status"] = "timeout"
+    layouts["fsdp:d2/c"] = lay("fsdp:d2", "c", async2=(50.0, 100.0))
+    rows = {(r["layout"], r["variant"], r["mode"]): r for r in mod.compare_variants(layouts)}
+    failed = rows["fsdp:d1", "b", "sync"]
+    assert failed["samples_per_s"] == 15.0 and failed["samples_per_s_vs_first"] is None
+    assert failed["train_tokens_per_s_vs_first"] is None
+    assert rows["fsdp:d1", "b", "async2"]["samples_per_s_vs_first"] == 1.5  # both completed
+    assert rows["fsdp:d2", "c", "async2"]["samples_per_s_vs_first"] is None  # its reference timed out
 
 
 def test_gpu_sampler_and_measured_window(tmp_path, monkeypatch):
