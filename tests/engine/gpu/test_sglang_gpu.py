@@ -12,7 +12,9 @@ pause mode's flags included), against the trainer's own FSDPEngine:
 * each pause mode with a weight update while requests are in flight: SGLang stays up (the
   update never asks for a flush it would refuse and assert on), every request completes, and the
   tokens after the update are the new weights' (the re-prefilled modes: the new model's greedy
-  picks on the whole sequence);
+  picks on the whole sequence); in_place also streams one request through the update and prints
+  where its chunks' weight_version changes against where its logprobs leave the old model's (can
+  streamed chunks label an in_place answer's tokens per version?);
 * the prefix cache never serves keys and values of the old weights to a request sent after an
   update (in_place keeps the radix cache on: each request's namespace is its weight version);
 * release and resume with --enable-memory-saver: the memory really comes back to the device, and
@@ -26,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import threading
 import time
 
 import pytest
@@ -262,14 +265,20 @@ def test_weight_update_with_requests_in_flight(mode, smollm2, other_dir, prompt,
         req = ModelRequest(input_ids=list(prompt), max_new_tokens=tokens, temperature=0.0, ignore_eos=True)
         loop = asyncio.new_event_loop()
         futures = [asyncio.run_coroutine_threadsafe(eng.agenerate(req.copy()), loop) for _ in range(n)]
-        import threading
-
         threading.Thread(target=loop.run_forever, daemon=True).start()
         # SGLang decodes all n before the update lands: a stream's 64 tokens alone do not prove that
         # (once on an H100 the n came late and were the new weights' from their first token)
         wait_running(eng.addrs[0], n)
-        # a streamed request sent after them says when they are 64 tokens in; then the update lands
-        seen = stream_until(eng.addrs[0], prompt, tokens, min_tokens=64)
+        # a streamed request sent after them says when they are 64 tokens in; then the update lands.
+        # in_place: it streams on through the update (VersionStream), so each chunk's version shows
+        # which tokens SGLang attributes to which weights
+        probe = VersionStream(eng.addrs[0], prompt, tokens, min_tokens=64) if mode == "in_place" else None
+        if probe is not None:
+            probe.start()
+            assert probe.started.wait(300) and probe.error is None, probe.error
+            seen = probe.chunks[-1][0]
+        else:
+            seen = stream_until(eng.addrs[0], prompt, tokens, min_tokens=64)
         assert seen >= 64 and not any(f.done() for f in futures), "the requests finished before the update"
         if ahead:
             from tests.serving import wait_for
@@ -318,6 +327,10 @@ def test_weight_update_with_requests_in_flight(mode, smollm2, other_dir, prompt,
                 # scores 0.469. (The old model may agree as well: on repetitive text it continues
                 # the repetition; after_old is printed, not bounded.)
                 assert after >= 0.8
+        if probe is not None:
+            probe.join(300)
+            assert not probe.is_alive() and probe.error is None, probe.error
+            report_stream_versions(probe, prompt, old)
         # a second update with nothing in flight, and generation goes on
         eng.control.update_weights(WeightUpdateMeta("disk", path=smollm2, version=2))
         assert generate(eng, prompt, tokens=8)[0].output_versions == [2] * 8
@@ -336,6 +349,76 @@ def wait_running(addr: str, n: int, timeout: float = 120) -> None:
         return sum(load["num_running_reqs"] for load in loads)
 
     wait_for(lambda: running() >= n, f"SGLang at {addr} running {n} requests (/v1/loads)", timeout)
+
+
+class VersionStream(threading.Thread):
+    """One greedy request streamed through a weight update: each SSE chunk's completion_tokens and
+    meta_info.weight_version (SGLang sets it from the tokenizer manager's version as it handles
+    the chunk, tokenizer_manager._handle_batch_output), and the last chunk (its output_ids and
+    output_token_logprobs, whole: the stream is not incremental). `started` is set once the
+    request has min_tokens tokens (or it ended)."""
+
+    def __init__(self, addr: str, prompt, tokens: int, min_tokens: int, timeout: float = 300) -> None:
+        super().__init__(daemon=True)
+        self.addr, self.prompt, self.tokens, self.min_tokens, self.timeout = addr, prompt, tokens, min_tokens, timeout
+        self.started = threading.Event()
+        self.chunks: list[tuple[int, str | None]] = []
+        self.last: dict | None = None
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        import json
+
+        import requests
+
+        body = {
+            "input_ids": list(self.prompt),
+            "stream": True,
+            "return_logprob": True,
+            "sampling_params": {"max_new_tokens": self.tokens, "temperature": 0, "ignore_eos": True},
+        }
+        try:
+            with requests.post(f"http://{self.addr}/generate", json=body, stream=True, timeout=self.timeout) as resp:
+                for line in resp.iter_lines():
+                    if not line.startswith(b"data:") or line.strip() == b"data: [DONE]":
+                        continue
+                    self.last = json.loads(line[len(b"data:") :])
+                    meta = self.last["meta_info"]
+                    self.chunks.append((int(meta["completion_tokens"]), meta.get("weight_version")))
+                    if self.chunks[-1][0] >= self.min_tokens:
+                        self.started.set()
+        except BaseException as exc:  # reported by the test
+            self.error = exc
+        finally:
+            self.started.set()
+
+
+def report_stream_versions(probe: VersionStream, prompt, old_model) -> None:
+    """Where the streamed request's chunk versions change (tokens up to the last chunk of the first
+    version are attributed to the old weights), against where its logprobs leave the old model's:
+    the gap between the two is how far per-chunk labels are from the truth for in_place."""
+    versions = [v for _, v in probe.chunks]
+    changes = sum(a != b for a, b in zip(versions, versions[1:]))
+    seen = sorted(set(map(str, versions)))
+    assert changes == 1 and versions[-1] == "1", f"chunk versions {seen}, {changes} change(s)"
+    label = max(c for c, v in probe.chunks if v == versions[0])
+    after = min(c for c, v in probe.chunks if v == "1")
+    output = probe.last["output_ids"]
+    served = [lp for lp, _tid, _text in probe.last["meta_info"]["output_token_logprobs"]]
+    _, old_lp = score(old_model, prompt, output)
+    gap = [abs(a - b) for a, b in zip(old_lp, served)]
+    window = 8
+    means = [sum(gap[i : i + window]) / window for i in range(len(gap) - window)]
+    base = sum(gap[:48]) / 48  # the first tokens came from the old weights
+    left = next((i for i in range(48, len(means)) if means[i] > max(4 * base, 0.1)), None)
+    spans = ((max(0, label - 32), label), (label, label + 32))
+    before_label, after_label = (sum(gap[a:b]) / max(1, b - a) for a, b in spans)
+    print(
+        f"in_place stream: {len(probe.chunks)} chunks; version {versions[0]!r} up to token {label}, '1' from the "
+        f"chunk at {after}; logprobs leave the old model's near token {left} (8-token mean |diff| over "
+        f"max(4 x {base:.3f}, 0.1)); mean |diff| to the old model over 32 tokens before the label "
+        f"{before_label:.3f}, after {after_label:.3f}"
+    )
 
 
 def stream_until(addr: str, prompt, tokens: int, min_tokens: int, timeout: float = 300) -> int:
