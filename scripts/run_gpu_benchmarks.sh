@@ -441,10 +441,12 @@ x1_pipeline_ab)
     fast_sync_unshared $fast rollout.max_head_offpolicyness=0 actor.share_prompts=false;
     best_ahead1 $best rollout.pause_ahead_minibatches=1"
   # AB_PART=7 (about 6 minutes a call with E2E_ARGS="--steps 6"; AB_NAMES splits it): async's step
-  # waited on generation once training took 1.4 s (2026-12-06: 0.59 s of 2.57 s), and decoding at
-  # 512 sequences is bound by the per-step cost, not the device; async may run 1,024 at once
-  # (2 steps of staleness admit 1,536), sync has 512 a step at most. _c128: 128 prompts x 8 samples
-  # in flight, graphs covering them; in_place keeps the held requests instead of aborting them
+  # waited on generation once training took 1.4 s (2026-12-06: 0.59 s of 2.57 s); async may run
+  # 1,024 at once (2 steps of staleness admit 1,536), sync has 512 a step at most. _c128: 128
+  # prompts x 8 samples in flight, graphs covering them; in_place keeps the held requests instead of
+  # aborting them. Measured on one H100 (2026-12-07): in_place 1.21x abort, 1,024 in flight 1.01x
+  # with in_place and 0.88x with abort (the device is busy, not the decode batch), retract out of
+  # memory in SGLang's re-prefill (docs/benchmarks.md, section 10)
   wide_rollout="rollout.max_concurrent_rollouts=128 sglang.max_running_requests=1024 sglang.cuda_graph_max_bs=1024"
   width_ab="best $best; best_c128 $best $wide_rollout; best_in_place $best rollout.pause_mode=in_place;
     best_in_place_c128 $best rollout.pause_mode=in_place $wide_rollout; best_retract $best rollout.pause_mode=retract;
