@@ -34,7 +34,7 @@ from areal.chat.response import (
 )
 from areal.chat.template import encode_text, render_chat
 from areal.server.bodies import read_json
-from areal.server.routes_generate import GenerateRoutes
+from areal.server.routes_generate import GenerateRoutes, refused
 from areal.server.state import Routes, ServerState
 from areal.server.validation import BadRequest, _check_length, parse_sampling
 
@@ -164,9 +164,8 @@ class OpenAIRoutes(Routes):
             raise RequestError(str(exc)) from None
         async with generation.admitted():  # held while generation is paused, like /generate
             seq = await generation.run(rid, input_ids, params, True)
-        reason = seq.finish_reason
-        if reason["type"] == "abort" and reason.get("status_code") in (400, 500):
-            raise RequestError(reason["message"], status=reason["status_code"])
+        if refused(seq):
+            raise RequestError(seq.finish_reason["message"], status=seq.finish_reason["status_code"])
         return seq
 
     def _generation(self, seq) -> Generation:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 import uuid
 
@@ -51,11 +52,56 @@ class GenerateRoutes(Routes):
             if inp.lora_path is not None:  # checked again with no await before the submit
                 await self.s.lora_idle.wait()
                 self._check_lora(inp.lora_path)
+            if inp.stream:
+                return await self.stream(request, rid, inp)
             seq = await self.run(rid, inp.input_ids, inp.sampling, inp.return_logprob)
         reason = seq.finish_reason
-        if reason["type"] == "abort" and reason.get("status_code") in (400, 500):
+        if refused(seq):
             return error(reason["status_code"], reason["message"])  # refused by the scheduler
         return web.json_response(self.output(seq, inp.return_text_in_logprobs))
+
+    async def stream(self, request: web.Request, rid: str, inp) -> web.StreamResponse:
+        """SGLang's streamed /generate: server-sent events `data: {...}`, one every
+        sampling_params.stream_interval tokens and one at the end, then `data: [DONE]`. Each chunk
+        holds the whole output so far (SGLang without --incremental-streaming-output), with
+        finish_reason null until the last and weight_version the server's as the chunk is written
+        (a chunk written after a weight update says the new version, as SGLang's tokenizer manager
+        does; output_version_spans says which tokens each version made). A request the scheduler
+        refuses ends with a `data: {"error": ...}` chunk. A client that goes away aborts it."""
+        loop = asyncio.get_running_loop()
+        counts: asyncio.Queue = asyncio.Queue()
+        interval = inp.stream_interval
+
+        def on_token(seq):  # worker thread
+            n = len(seq.output_ids)
+            if n % interval == 0:
+                loop.call_soon_threadsafe(counts.put_nowait, (seq, n))
+
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await resp.prepare(request)
+        task = asyncio.ensure_future(self.run(rid, inp.input_ids, inp.sampling, inp.return_logprob, on_token=on_token))
+        try:
+            while not task.done():
+                chunk = asyncio.ensure_future(counts.get())
+                await asyncio.wait({task, chunk}, return_when=asyncio.FIRST_COMPLETED)
+                if not chunk.done():
+                    chunk.cancel()
+                    break
+                seq, n = chunk.result()
+                await write_event(resp, self.output(seq, inp.return_text_in_logprobs, upto=n))
+            seq = await task
+            if refused(seq):
+                reason = seq.finish_reason
+                await write_event(resp, {"error": {"message": reason["message"], "code": reason["status_code"]}})
+            else:
+                await write_event(resp, self.output(seq, inp.return_text_in_logprobs))
+            await resp.write(b"data: [DONE]\n\n")
+        except (ConnectionError, asyncio.CancelledError):  # the client went away: stop generating
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            raise
+        await resp.write_eof()
+        return resp
 
     # ---- admission ----------------------------------------------------------------------------
     def check_fits(self, tokens: int) -> None:
@@ -119,8 +165,9 @@ class GenerateRoutes(Routes):
         return lambda text: tok(text, add_special_tokens=False).input_ids
 
     # ---- running ------------------------------------------------------------------------------
-    async def run(self, rid: str, input_ids, sampling, return_logprob: bool) -> Sequence:
-        """Generate one sequence on the worker thread; a client that goes away aborts it."""
+    async def run(self, rid: str, input_ids, sampling, return_logprob: bool, on_token=None) -> Sequence:
+        """Generate one sequence on the worker thread; a client that goes away aborts it.
+        `on_token(seq)`, if given, runs on the worker thread after each token (Sequence.on_token)."""
         loop = asyncio.get_running_loop()
         done = loop.create_future()
 
@@ -130,6 +177,7 @@ class GenerateRoutes(Routes):
         stop_ids = [] if sampling.ignore_eos else sorted(self.s.eos_ids | sampling.stop_token_ids)
         spans = [(0, self.s.weight_version)]
         seq = Sequence(rid, input_ids, sampling, return_logprob, on_finish, stop_ids=stop_ids, version_spans=spans)
+        seq.on_token = on_token
         self.s.inflight[rid] = seq
         try:
             self.s.scheduler.submit(seq)
@@ -141,17 +189,20 @@ class GenerateRoutes(Routes):
             self.s.inflight.pop(rid, None)
 
     # ---- output -------------------------------------------------------------------------------
-    def output(self, seq: Sequence, text_in_logprobs: bool) -> dict:
-        """SGLang's /generate response: text (stop trimmed), output_ids (untrimmed), meta_info."""
-        reason = seq.finish_reason
+    def output(self, seq: Sequence, text_in_logprobs: bool, upto: int | None = None) -> dict:
+        """SGLang's /generate response: text (stop trimmed), output_ids (untrimmed), meta_info.
+        `upto`: a streamed chunk of the first `upto` tokens while the sequence still runs (its
+        finish_reason null)."""
+        ids = list(seq.output_ids[:upto])  # a copy: the worker thread appends meanwhile
+        reason = seq.finish_reason if upto is None else None
         meta = {
             "id": seq.rid,
             "finish_reason": reason,
             "prompt_tokens": len(seq.input_ids),
-            "completion_tokens": len(seq.output_ids),
+            "completion_tokens": len(ids),
             "cached_tokens": 0,
             "weight_version": self.s.weight_version,
-            "output_version_spans": version_spans(seq),
+            "output_version_spans": version_spans(seq, len(ids)),
             "total_retractions": seq.retractions,
             "e2e_latency": time.time() - seq.created,
         }
@@ -159,17 +210,18 @@ class GenerateRoutes(Routes):
             meta["input_token_logprobs"] = [[None, seq.input_ids[-1], None]]
             meta["output_token_logprobs"] = [
                 [lp, tid, self.token_text(tid) if text_in_logprobs else None]
-                for lp, tid in zip(seq.output_logprobs, seq.output_ids)
+                for lp, tid in zip(seq.output_logprobs[: len(ids)], ids)
             ]
-        out = {"output_ids": list(seq.output_ids), "meta_info": meta}
+        out = {"output_ids": ids, "meta_info": meta}
         if self.s.tokenizer is not None:
-            out = {"text": self.text(seq), **out}
+            out = {"text": self.text(seq, upto), **out}
         return out
 
-    def text(self, seq: Sequence) -> str:
-        """The decoded output, the matched stop token or string cut off unless no_stop_trim."""
-        ids, reason = seq.output_ids, seq.finish_reason
-        matched = reason.get("matched")
+    def text(self, seq: Sequence, upto: int | None = None) -> str:
+        """The decoded output, the matched stop token or string cut off unless no_stop_trim (of the
+        first `upto` tokens while the sequence runs: nothing matched yet)."""
+        ids = list(seq.output_ids[:upto])
+        matched = seq.finish_reason.get("matched") if upto is None else None
         trim = not seq.params.no_stop_trim
         if trim and isinstance(matched, int) and not isinstance(matched, bool) and ids:
             ids = ids[:-1]
@@ -182,14 +234,25 @@ class GenerateRoutes(Routes):
         return None if self.s.tokenizer is None else self.s.tokenizer.decode([tid])
 
 
-def version_spans(seq: Sequence) -> list[list]:
+def refused(seq: Sequence) -> bool:
+    """Whether the scheduler refused the request (an abort carrying an HTTP status)."""
+    reason = seq.finish_reason
+    return reason["type"] == "abort" and reason.get("status_code") in (400, 500)
+
+
+async def write_event(resp: web.StreamResponse, payload: dict) -> None:
+    await resp.write(b"data: " + json.dumps(payload).encode() + b"\n\n")
+
+
+def version_spans(seq: Sequence, n_tokens: int | None = None) -> list[list]:
     """`[[start, version], ...]`: output tokens from `start` on (to the next start) came from
-    weights of `version`. Beyond SGLang's answer, which has only the version at the end: with
-    pause_mode in_place or retract a request lives through weight updates, and the client
-    labels each token with the version that produced it."""
+    weights of `version`, over the first `n_tokens` (default all). Beyond SGLang's answer, which
+    has only the version at the end: with pause_mode in_place or retract a request lives through
+    weight updates, and the client labels each token with the version that produced it."""
+    n_tokens = len(seq.output_ids) if n_tokens is None else n_tokens
     spans: list[list] = []
     for start, version in seq.version_spans:
-        if start >= len(seq.output_ids) and spans:
+        if start >= n_tokens and spans:
             break  # a change after the last token produced nothing
         if spans and spans[-1][0] == start:
             spans[-1][1] = version  # two changes before the next token: the later one counts

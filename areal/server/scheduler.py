@@ -59,6 +59,9 @@ class Sequence:
     # (output index, weight version) from which on tokens come from that version; the HTTP
     # layer appends one when the version changes while the sequence is in flight
     version_spans: list[tuple[int, str]] = field(default_factory=list)
+    # called on the worker thread after each token that does not end the sequence (a streamed
+    # request's chunks; its end is on_finish)
+    on_token: Callable[["Sequence"], None] | None = None
 
 
 @dataclass
@@ -380,6 +383,16 @@ class Scheduler:
         if seq.return_logprob:
             seq.output_logprobs.append(logprob)
         self.stats.generated_tokens += 1
+        reason = self._finish_reason(seq, token)
+        if reason is None and seq.on_token is not None:  # the last token's news is on_finish
+            try:
+                seq.on_token(seq)
+            except Exception:
+                logger.exception("on_token callback of %s failed", seq.rid)
+        return reason
+
+    def _finish_reason(self, seq: Sequence, token: int) -> dict | None:
+        """Whether the token just recorded ends the sequence, and why (SGLang's order)."""
         if len(seq.output_ids) >= seq.params.max_new_tokens:
             return {"type": "length", "length": seq.params.max_new_tokens}
         if token in seq.stop_ids:

@@ -47,11 +47,9 @@ NEUTRAL_SAMPLING = {
     "custom_params": None,
     "logit_bias": None,
     "spaces_between_special_tokens": True,
-    "stream_interval": None,
 }
 # SGLang top-level /generate keys accepted only at their neutral value.
 NEUTRAL_TOP = {
-    "stream": False,
     "logprob_start_len": -1,
     "top_logprobs_num": 0,
     "token_ids_logprob": None,
@@ -79,7 +77,10 @@ IMPLEMENTED_TOP = {
     "return_text_in_logprobs",
     "lora_path",
     "extra_key",  # SGLang's prefix-cache namespace; there is no prefix cache here
+    "stream",  # server-sent events, one chunk every sampling_params.stream_interval tokens
 }
+# Sampling keys of the HTTP layer rather than of sampling (SGLang's SamplingParams holds them too).
+STREAM_SAMPLING = {"stream_interval"}
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,8 @@ class GenerateInput:
     return_logprob: bool
     return_text_in_logprobs: bool
     lora_path: str | None = None  # the LoRA adapter to serve it with (see lora.py)
+    stream: bool = False
+    stream_interval: int = 1  # tokens between streamed chunks (sampling_params.stream_interval)
 
 
 def require_object(body: Any, route: str) -> dict:
@@ -150,7 +153,7 @@ def parse_sampling(raw: Any, vocab_size: int) -> SamplingParams:
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise BadRequest(f"'sampling_params' must be an object, got {type(raw).__name__}.")
-    check_keys(raw, SAMPLING_KEYS | set(NEUTRAL_SAMPLING), where)
+    check_keys(raw, SAMPLING_KEYS | set(NEUTRAL_SAMPLING) | STREAM_SAMPLING, where)
     _check_neutral(raw, NEUTRAL_SAMPLING, where)
     max_new = get_typed(raw, "max_new_tokens", int, 128, where)
     min_new = get_typed(raw, "min_new_tokens", int, 0, where)
@@ -226,7 +229,17 @@ def parse_generate(body: Any, *, vocab_size: int, context_length: int, tokenize)
         return_logprob=get_typed(body, "return_logprob", bool, False, "/generate"),
         return_text_in_logprobs=get_typed(body, "return_text_in_logprobs", bool, False, "/generate"),
         lora_path=get_typed(body, "lora_path", str, None, "/generate"),
+        stream=get_typed(body, "stream", bool, False, "/generate"),
+        stream_interval=_stream_interval(body.get("sampling_params")),
     )
+
+
+def _stream_interval(raw: Any) -> int:
+    """sampling_params.stream_interval: SGLang's per-request chunk spacing (null: the server's, 1)."""
+    interval = get_typed(raw or {}, "stream_interval", int, 1, "sampling_params")
+    if interval < 1:
+        raise BadRequest(f"sampling_params: stream_interval must be >= 1, got {interval}.")
+    return interval
 
 
 def _check_length(n_input: int, max_new: int, context_length: int) -> None:

@@ -147,7 +147,8 @@ def server_model_path(server):
         ({"input_ids": []}, "empty"),
         ({"text": "ab", "input_ids": [1]}, "exactly one"),
         ({"input_ids": [1, 5], "return_logprob": "yes"}, "return_logprob"),
-        ({"input_ids": [1, 5], "stream": True}, "stream"),
+        ({"input_ids": [1, 5], "stream": "yes"}, "stream"),
+        ({"input_ids": [1, 5], "stream": True, "sampling_params": {"stream_interval": 0}}, "stream_interval"),
         ({"input_ids": [1] * 600}, "context length"),
         ({"input_ids": [1] * 100, "sampling_params": {"max_new_tokens": 500}}, "context length"),
         ([1, 2, 3], "JSON object"),
@@ -195,6 +196,65 @@ def test_abort_request_by_rid_returns_tokens_so_far(server):
     meta = out["meta_info"]
     assert meta["finish_reason"]["type"] == "abort"
     assert meta["id"] == "to-abort" and meta["completion_tokens"] == len(out["output_ids"]) < 400
+
+
+def stream_chunks(server, **body) -> list:
+    """A streamed /generate's server-sent events, parsed (the last is the "[DONE]" marker)."""
+    import json
+
+    events = []
+    with requests.post(server.url + "/generate", json={**body, "stream": True}, stream=True, timeout=120) as r:
+        assert r.status_code == 200 and r.headers["Content-Type"].startswith("text/event-stream"), r.text
+        for line in r.iter_lines():
+            if line:
+                assert line.startswith(b"data: "), line
+                data = line[len(b"data: ") :]
+                events.append("[DONE]" if data == b"[DONE]" else json.loads(data))
+    return events
+
+
+def test_streamed_generate_sends_a_chunk_every_interval_then_the_answer(server):
+    """As SGLang without --incremental-streaming-output: each chunk holds the output so far, every
+    sampling_params.stream_interval tokens, finish_reason null until the last; the last is the
+    answer the same request gets unstreamed; then [DONE]."""
+    body = {
+        "input_ids": prompt_ids(7, 4),
+        "return_logprob": True,
+        "sampling_params": {"max_new_tokens": 10, "temperature": 0.0, "ignore_eos": True},
+    }
+    whole = generate(server, **body)
+    body["sampling_params"]["stream_interval"] = 4
+    *chunks, done = stream_chunks(server, **body)
+    assert done == "[DONE]"
+    assert [c["meta_info"]["completion_tokens"] for c in chunks] == [4, 8, 10]
+    assert [c["meta_info"]["finish_reason"] for c in chunks[:-1]] == [None, None]
+    last = chunks[-1]
+    assert last["output_ids"] == whole["output_ids"] and last["meta_info"]["finish_reason"]["type"] == "length"
+    assert last["meta_info"]["output_token_logprobs"] == whole["meta_info"]["output_token_logprobs"]
+    for c in chunks:
+        n = c["meta_info"]["completion_tokens"]
+        assert c["output_ids"] == whole["output_ids"][:n]
+        assert c["meta_info"]["output_token_logprobs"] == whole["meta_info"]["output_token_logprobs"][:n]
+        assert c["meta_info"]["weight_version"] == "default"
+        assert c["meta_info"]["output_version_spans"] == [[0, "default"]]
+    # the default interval is one token
+    one = stream_chunks(server, input_ids=[1, 5], sampling_params={"max_new_tokens": 3, "ignore_eos": True})
+    assert [c["meta_info"]["completion_tokens"] for c in one[:-1]] == [1, 2, 3]
+
+
+def test_a_client_that_leaves_a_stream_aborts_its_request(server):
+    """Closing the stream mid-answer stops the generation (the server would otherwise spend
+    compute on an answer nobody reads)."""
+    before = requests.get(server.url + "/server_info").json()["batching"]["requests_aborted"]
+    body = {"input_ids": [1, 5, 6], "stream": True, "sampling_params": {"max_new_tokens": 400, "ignore_eos": True}}
+    with requests.post(server.url + "/generate", json=body, stream=True, timeout=120) as r:
+        first = next(line for line in r.iter_lines() if line)
+        assert first.startswith(b"data: ")
+    wait_for(
+        lambda: requests.get(server.url + "/server_info").json()["batching"]["requests_aborted"] > before,
+        lambda: f"the left stream aborted: {server_load(server.url)}",
+    )
+    wait_for(lambda: server_load(server.url)["running"] == 0, "nothing running after the stream was left")
 
 
 def test_info_routes(server):

@@ -142,3 +142,51 @@ def test_tokens_after_a_held_update_follow_the_modes_definition(server, models, 
             models, prompt, out["output_ids"], switch, "retract" if mode == "in_place" else "in_place"
         )
         assert (other - expected).abs().max() > 0.1
+
+
+def stream(server, prompt) -> list[dict]:
+    """A greedy request streamed a chunk a token: each chunk's meta_info, in order."""
+    import json
+
+    body = {
+        "input_ids": prompt,
+        "stream": True,
+        "sampling_params": {"max_new_tokens": N_NEW, "temperature": 0, "ignore_eos": True},
+    }
+    metas = []
+    with requests.post(server.url + "/generate", json=body, stream=True, timeout=300) as r:
+        assert r.status_code == 200, r.text
+        for line in r.iter_lines():
+            if line and line != b"data: [DONE]":
+                metas.append(json.loads(line[len(b"data: ") :])["meta_info"])
+    return metas
+
+
+def test_streamed_chunks_name_the_version_they_were_sent_under(server, new_model_dir):
+    """A streamed answer held in place through a weight update: its chunks say the weight version
+    as each was sent (SGLang's meta_info.weight_version), so they change once, and a chunk sent
+    under the old version holds only tokens the old weights made (output_version_spans says where
+    the new ones start). Chunks sent just after the update may still carry old tokens: the label
+    can lag the truth, never lead it."""
+    with ThreadPoolExecutor(len(PROMPTS)) as pool:
+        futures, paused = pause_mid_generation(
+            server.url, lambda: [pool.submit(stream, server, p) for p in PROMPTS], len(PROMPTS)
+        )
+        assert paused["requests_held"] == len(PROMPTS)
+        post(
+            server,
+            "/update_weights_from_disk",
+            {"model_path": new_model_dir, "abort_all_requests": False, "flush_cache": False},
+        )
+        post(server, "/update_weight_version", {"new_version": "new", "abort_all_requests": False})
+        post(server, "/continue_generation", {})
+        answers = [f.result(timeout=300) for f in futures]
+    for metas in answers:
+        assert [m["completion_tokens"] for m in metas] == list(range(1, N_NEW + 1))  # a chunk a token
+        versions = [m["weight_version"] for m in metas]
+        assert versions[0] == "default" and versions[-1] == "new"
+        assert sum(a != b for a, b in zip(versions, versions[1:])) == 1, versions
+        spans = metas[-1]["output_version_spans"]
+        assert len(spans) == 2 and spans[1][1] == "new", spans
+        labelled_old = max(m["completion_tokens"] for m in metas if m["weight_version"] == "default")
+        assert 0 < labelled_old <= spans[1][0] < N_NEW, (labelled_old, spans)
