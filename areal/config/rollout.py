@@ -82,8 +82,19 @@ class RolloutConfig(Section):
         "on SGLang (areal/infra/pause.py; docs/benchmarks.md sections 5 and 9). Token versions: SGLang "
         "reports one weight version per answer, so under retract and in_place a request that lives through "
         "an update counts as wholly new (rollout/staleness_* are lower bounds, rollout/mixed_version_frac "
-        "reads 0); abort and the built-in server label every token with its own version. "
+        "reads 0) unless rollout.stream_interval labels its chunks; abort and the built-in server label "
+        "every token with its own version. "
         "weight_update/requests_in_flight counts the requests each pause met, on every server program.",
+    )
+    stream_interval: int | None = Field(
+        None,
+        ge=1,
+        description="Stream each answer from the servers in chunks of this many tokens and label each "
+        "chunk's tokens with the weight version the server reports as it sends the chunk: under retract "
+        "and in_place on SGLang (one version per answer otherwise) the tokens an answer made before an "
+        "update keep the old version, within this many tokens of where the weights changed (a chunk sent "
+        "just after an update may still hold old tokens). null: answers come whole. Costs a chunk per "
+        "interval on the server and the client; the built-in server labels every token exactly either way.",
     )
     pause_ahead_minibatches: int = Field(
         0,

@@ -25,6 +25,7 @@ SAMPLING_KEYS = frozenset(
         "skip_special_tokens",
         "no_stop_trim",
         "sampling_seed",
+        "stream_interval",  # tokens between a streamed answer's chunks
     }
 )
 # What /release_memory_occupation and /resume_memory_occupation may name: the KV cache and the

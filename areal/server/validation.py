@@ -79,8 +79,6 @@ IMPLEMENTED_TOP = {
     "extra_key",  # SGLang's prefix-cache namespace; there is no prefix cache here
     "stream",  # server-sent events, one chunk every sampling_params.stream_interval tokens
 }
-# Sampling keys of the HTTP layer rather than of sampling (SGLang's SamplingParams holds them too).
-STREAM_SAMPLING = {"stream_interval"}
 
 
 @dataclass(frozen=True)
@@ -153,7 +151,7 @@ def parse_sampling(raw: Any, vocab_size: int) -> SamplingParams:
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise BadRequest(f"'sampling_params' must be an object, got {type(raw).__name__}.")
-    check_keys(raw, SAMPLING_KEYS | set(NEUTRAL_SAMPLING) | STREAM_SAMPLING, where)
+    check_keys(raw, SAMPLING_KEYS | set(NEUTRAL_SAMPLING), where)
     _check_neutral(raw, NEUTRAL_SAMPLING, where)
     max_new = get_typed(raw, "max_new_tokens", int, 128, where)
     min_new = get_typed(raw, "min_new_tokens", int, 0, where)

@@ -91,8 +91,33 @@ def test_disk_weight_update_changes_outputs_and_versions_on_both(engine, models)
     assert all(r.output_versions == [1] * r.output_len for r in after)
 
 
-@pytest.mark.parametrize("mode", ["retract", "abort", "in_place"])
-def test_requests_live_through_a_paused_weight_update(engine, models, mode):
+def count_streams(monkeypatch) -> list:
+    """The chunk lists the client parses as streams from now on (protocol.parse_generate_stream)."""
+    from areal.engine.sglang import protocol
+
+    seen, parse = [], protocol.parse_generate_stream
+    monkeypatch.setattr(protocol, "parse_generate_stream", lambda chunks: seen.append(chunks) or parse(chunks))
+    return seen
+
+
+def test_streamed_answers_equal_whole_ones(engine, monkeypatch):
+    """rollout.stream_interval: the same greedy answers, logprobs and versions, streamed."""
+    whole = run(engine, greedy(tokens=10))
+    monkeypatch.setattr(engine.config.rollout, "stream_interval", 3)
+    streams = count_streams(monkeypatch)
+    streamed = run(engine, greedy(tokens=10))
+    assert [len(chunks) for chunks in streams] == [4, 4]  # tokens 3, 6, 9, then the answer
+    for a, b in zip(whole, streamed):
+        assert (a.output_tokens, a.output_versions, a.stop_reason) == (
+            b.output_tokens,
+            b.output_versions,
+            b.stop_reason,
+        )
+        assert a.output_logprobs == pytest.approx(b.output_logprobs, abs=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["retract", "abort", "in_place", "in_place_streamed"])
+def test_requests_live_through_a_paused_weight_update(engine, models, mode, monkeypatch):
     """Requests in flight when the servers pause for an update finish with every token labelled
     by the version that produced it. abort: the pause aborts them (/abort_request) and waits for
     their answers before /pause_generation (SGLang's waits a second per check while one is out),
@@ -100,8 +125,14 @@ def test_requests_live_through_a_paused_weight_update(engine, models, mode):
     servers hold them, finish them after continue and report where the version changed. The
     update asks the servers for no flush (the built-in server, like SGLang, refuses one while
     requests are held): the update's flush follows the mode of the pause in effect, not the
-    control's own."""
+    control's own. in_place_streamed: the answers come as a stream a chunk a token
+    (rollout.stream_interval), held through the update as whole ones are."""
     assert engine.pause_mode == "retract"  # rollout.pause_mode auto, on built-in servers
+    streams = None
+    if mode == "in_place_streamed":
+        monkeypatch.setattr(engine.config.rollout, "stream_interval", 1)
+        streams = count_streams(monkeypatch)
+        mode = "in_place"
     count_key = "requests_aborted" if mode == "abort" else "requests_held"
     reqs = [ModelRequest(input_ids=[1, 5, 6], max_new_tokens=160, ignore_eos=True) for _ in range(4)]
     per_server = len(reqs) // len(engine.addrs)  # the client spreads them evenly
@@ -159,6 +190,8 @@ def test_requests_live_through_a_paused_weight_update(engine, models, mode):
         assert set(r.output_versions) == {1, 2}
     # every token generated before the pause is version 1, every later one version 2
     assert sum(r.output_versions.count(1) for r in resps) == sum(done_at_pause.values())
+    if streams is not None:  # the answers that lived through the update came a chunk a token
+        assert sorted(len(chunks) for chunks in streams)[-len(resps) :] == [160] * len(resps)
 
 
 def test_distributed_weight_update(engine, models):

@@ -319,3 +319,66 @@ def test_parse_loads_sums_running_and_waiting_over_schedulers():
     body = load("v1_loads_core.json")
     del body["loads"][1]["num_waiting_reqs"]
     assert protocol.parse_loads(body) is None  # one rank unreadable: no count, not half of one
+
+
+def _chunk(ids, version, finish=None, logprob=-0.5):
+    """A streamed /generate chunk as SGLang sends it (the output so far, the server's version)."""
+    meta = {
+        "finish_reason": finish,
+        "completion_tokens": len(ids),
+        "weight_version": version,
+        "output_token_logprobs": [[logprob, t, None] for t in ids],
+    }
+    return {"output_ids": list(ids), "meta_info": meta}
+
+
+def test_generate_payload_asks_for_a_stream_in_chunks_of_the_interval():
+    req = ModelRequest(input_ids=[1, 2], max_new_tokens=4)
+    body = protocol.generate_payload(
+        req, rid="r", input_ids=[1, 2], max_new_tokens=4, min_new_tokens=0, stream_interval=8
+    )
+    assert body["stream"] is True and body["sampling_params"]["stream_interval"] == 8
+    assert set(body["sampling_params"]) <= set(FIELDS["SamplingParams"])
+    whole = protocol.generate_payload(req, rid="r", input_ids=[1, 2], max_new_tokens=4, min_new_tokens=0)
+    assert whole["stream"] is False and "stream_interval" not in whole["sampling_params"]
+
+
+def test_a_stream_labels_each_chunks_tokens_with_the_version_it_was_sent_under():
+    """An in_place answer on SGLang: two chunks sent under version 3, the rest under 4; the
+    tokens each chunk brought (past the previous chunk's count) carry its version."""
+    ids = [5, 6, 7, 8, 9, 10]
+    chunks = [_chunk(ids[:2], "3"), _chunk(ids[:3], "3"), _chunk(ids[:5], "4"), _chunk(ids, "4", {"type": "length"})]
+    result = protocol.parse_generate_stream(chunks)
+    assert result.output_ids == ids and result.output_logprobs == [-0.5] * 6 and result.stop_reason == "length"
+    assert result.output_versions == [3, 3, 3, 4, 4, 4] and result.weight_version == 4
+    # "default" (no update yet) is no integer: the client puts its own version there
+    result = protocol.parse_generate_stream([_chunk(ids[:1], "default"), _chunk(ids[:2], "5", {"type": "stop"})])
+    assert result.output_versions == [None, 5]
+
+
+def test_incremental_chunks_are_joined_and_spans_win_over_chunk_labels():
+    """SGLang's --incremental-streaming-output sends only each chunk's new tokens (completion_tokens
+    still counts them all); the built-in server's output_version_spans are exact and win."""
+    first, rest = _chunk([5, 6], "3", logprob=-0.1), _chunk([7], "4", {"type": "length"}, logprob=-0.2)
+    rest["meta_info"]["completion_tokens"] = 3
+    result = protocol.parse_generate_stream([first, rest])
+    assert result.output_ids == [5, 6, 7] and result.output_logprobs == [-0.1, -0.1, -0.2]
+    assert result.output_versions == [3, 3, 4]
+    last = _chunk([5, 6, 7], "4", {"type": "length"})
+    last["meta_info"]["output_version_spans"] = [[0, "3"], [1, "4"]]
+    assert protocol.parse_generate_stream([_chunk([5, 6], "3"), last]).output_versions == [3, 4, 4]
+
+
+@pytest.mark.parametrize(
+    "chunks, needle",
+    [
+        ([], "without a chunk"),
+        ([{"error": {"message": "boom"}}], "boom"),
+        ([{"output_ids": [1]}], "without meta_info"),
+        ([_chunk([1, 2], "3"), _chunk([1], "3", {"type": "length"})], "went down"),
+        ([_chunk([1], "3")], "unfinished"),
+    ],
+)
+def test_malformed_streams_are_protocol_errors(chunks, needle):
+    with pytest.raises(protocol.ProtocolError, match=needle):
+        protocol.parse_generate_stream(chunks)

@@ -17,8 +17,10 @@ tokens with the remaining budget once generation continues, so no sample is lost
 keeps the weight version that produced it. With retract (what `auto` picks for the built-in server)
 or in_place the server holds the request over the update and finishes it after continue. The
 built-in server says which tokens each version produced (output_version_spans); SGLang reports only
-the version at the end. Every request names its weight version as its prefix-cache namespace
-(areal.infra.pause), so no request reuses keys and values computed under older weights.
+the version at the end, unless rollout.stream_interval streams the answer: each chunk's tokens then
+carry the version the server named as it sent the chunk. Every request names its weight version as
+its prefix-cache namespace (areal.infra.pause), so no request reuses keys and values computed under
+older weights.
 
 `engine.control` (control.py, ServerControl) is the one object that pauses the servers, takes new
 weights, flushes and continues; this module sends only /generate itself.
@@ -380,11 +382,13 @@ class RemoteSGLangEngine(InferenceEngine):
                     min_new_tokens=max(0, req.min_new_tokens - len(out_ids)),
                     lora_path=self._control.lora_name,
                     cache_namespace=cache_namespace(self.get_version()),
+                    stream_interval=self._rcfg.stream_interval,
                 )
                 sent_version = self.get_version()
+                streamed = self._rcfg.stream_interval is not None
                 with self._open.posted():
-                    answer = await self._apost(addr, protocol.GENERATE, body)
-                result = protocol.parse_generate(answer)
+                    answer = await self._apost(addr, protocol.GENERATE, body, stream=streamed)
+                result = protocol.parse_generate_stream(answer) if streamed else protocol.parse_generate(answer)
                 out_ids += result.output_ids
                 out_lps += result.output_logprobs
                 out_versions += token_versions(result, sent_version)
@@ -424,9 +428,15 @@ class RemoteSGLangEngine(InferenceEngine):
             )
         await asyncio.sleep(_ABORT_BACKOFF_S[min(round_, len(_ABORT_BACKOFF_S) - 1)])
 
-    async def _apost(self, addr: str, route: str, body: dict) -> Any:
+    async def _apost(self, addr: str, route: str, body: dict, stream: bool = False) -> Any:
         return await apost_json(
-            addr, route, body, timeout=self._rcfg.request_timeout_s, retries=self._retries, headers=self._headers
+            addr,
+            route,
+            body,
+            timeout=self._rcfg.request_timeout_s,
+            retries=self._retries,
+            headers=self._headers,
+            stream=stream,
         )
 
     def _acquire_server(self) -> str:

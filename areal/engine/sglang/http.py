@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
@@ -81,9 +82,17 @@ async def shared_session(limit_per_host: int = 0, **session_kwargs):
 
 
 async def apost_json(
-    addr: str, route: str, body: dict, *, timeout: float, retries: int, headers: dict[str, str] | None = None
+    addr: str,
+    route: str,
+    body: dict,
+    *,
+    timeout: float,
+    retries: int,
+    headers: dict[str, str] | None = None,
+    stream: bool = False,
 ) -> Any:
-    """POST `body` to http://addr/route and return the JSON answer.
+    """POST `body` to http://addr/route and return the JSON answer (`stream`: the list of the
+    server-sent events' JSON payloads, up to `data: [DONE]`; see read_events).
 
     Connection errors, 502 and 504 are retried `retries` times with backoff; other HTTP errors
     fail at once (a bad request does not get better by repeating it). A 503 is a full server
@@ -98,7 +107,7 @@ async def apost_json(
     start = time.monotonic()
     while True:
         try:
-            status, answer = await _post_once(addr, route, body, timeout, headers)
+            status, answer = await _post_once(addr, route, body, timeout, headers, stream)
         except aiohttp.ClientConnectionError as e:  # a kept-alive connection to a restarted server too
             if is_out_of_files(e):  # retrying would only hide the limit
                 raise ServerError(addr, route, out_of_files_text(e)) from e
@@ -125,16 +134,18 @@ async def apost_json(
         await asyncio.sleep(_backoff(failures - 1))
 
 
-async def _post_once(addr: str, route: str, body: dict, timeout: float, headers) -> tuple[int, Any]:
+async def _post_once(
+    addr: str, route: str, body: dict, timeout: float, headers, stream: bool = False
+) -> tuple[int, Any]:
     """One POST through the loop's shared session (shared_session), else a session of its own."""
     import aiohttp
 
     try:
         shared = _LOOP_SESSIONS.get(asyncio.get_running_loop())
         if shared is not None and not shared.closed:
-            return await _post(shared, addr, route, body, timeout, headers)
+            return await _post(shared, addr, route, body, timeout, headers, stream)
         async with aiohttp.ClientSession() as session:
-            return await _post(session, addr, route, body, timeout, headers)
+            return await _post(session, addr, route, body, timeout, headers, stream)
     except asyncio.TimeoutError:
         raise ServerError(
             addr,
@@ -156,8 +167,11 @@ async def _wait_while_full(addr: str, route: str, answer: Any, start: float, tim
     await asyncio.sleep(min(pause, max(0.0, timeout - waited)))
 
 
-async def _post(session, addr: str, route: str, body: dict, timeout: float, headers) -> tuple[int, Any]:
-    """(status, parsed JSON) for a 2xx/3xx answer, (status, text) otherwise."""
+async def _post(
+    session, addr: str, route: str, body: dict, timeout: float, headers, stream: bool = False
+) -> tuple[int, Any]:
+    """(status, parsed JSON, or the events' payloads when `stream`) for a 2xx/3xx answer, (status,
+    text) otherwise."""
     import aiohttp
 
     async with session.post(
@@ -165,7 +179,29 @@ async def _post(session, addr: str, route: str, body: dict, timeout: float, head
     ) as resp:
         if resp.status >= 400:
             return resp.status, await resp.text()
+        if stream:
+            return resp.status, await read_events(resp.content)
         return resp.status, await resp.json(content_type=None)
+
+
+async def read_events(content) -> list[Any]:
+    """The JSON payloads of server-sent events (`data: {...}` blocks separated by a blank line) up
+    to `data: [DONE]` or the end of the body. Read in raw pieces and split here: a chunk holding a
+    long answer's output so far is larger than aiohttp's longest line."""
+    events: list[Any] = []
+    buffer = b""
+    async for piece in content.iter_any():
+        buffer += piece
+        *blocks, buffer = buffer.split(b"\n\n")
+        for block in blocks:
+            data = b"".join(line[5:].strip() for line in block.split(b"\n") if line.startswith(b"data:"))
+            if data == b"[DONE]":
+                return events
+            if data:
+                events.append(json.loads(data))
+    if buffer.strip().startswith(b"data:") and buffer.strip()[5:].strip() != b"[DONE]":
+        events.append(json.loads(buffer.strip()[5:]))
+    return events
 
 
 def post_json(

@@ -22,6 +22,12 @@ Wire facts the parsers rely on:
   `--load-snapshot-publish-interval` (15) decode steps and at once after a prefill or when idle.
 * The built-in server (areal/server) also sends `meta_info.output_version_spans`,
   `[[start, version], ...]`: the version each stretch of output tokens came from. SGLang does not.
+* With `"stream": true` the answer is server-sent events, `data: {...}` then `data: [DONE]`, a
+  chunk every `sampling_params.stream_interval` tokens and one at the end (finish_reason set).
+  Each chunk's `meta_info.completion_tokens` counts the tokens so far and `weight_version` is the
+  server's as it sends the chunk (SGLang: tokenizer_manager._handle_batch_output). A chunk holds
+  the whole output so far, or only its new tokens under SGLang's --incremental-streaming-output.
+  A request that fails mid-stream ends with `data: {"error": {...}}`.
 """
 
 from __future__ import annotations
@@ -105,11 +111,13 @@ def generate_payload(
     min_new_tokens: int,
     lora_path: str | None = None,
     cache_namespace: str | None = None,
+    stream_interval: int | None = None,
 ) -> dict[str, Any]:
     """The /generate body of one round of `req`; `lora_path` names the LoRA adapter to serve it
     with (SGLang applies an adapter only to requests that name it); `cache_namespace` becomes
     SGLang's `extra_key`, the namespace of the prefix cache this request may read and fill
-    (areal.infra.pause: one namespace per weight version).
+    (areal.infra.pause: one namespace per weight version); `stream_interval` asks for the answer
+    streamed in chunks of that many tokens (parse_generate_stream reads it).
 
     `rid`, `input_ids`, `max_new_tokens` and `min_new_tokens` are per round: a resubmission after
     an abort sends the prompt plus the tokens so far and the remaining budget, under a new rid
@@ -129,12 +137,14 @@ def generate_payload(
     }
     if req.sampling_seed is not None:
         sampling["sampling_seed"] = int(req.sampling_seed)
+    if stream_interval is not None:
+        sampling["stream_interval"] = int(stream_interval)
     body = {
         "input_ids": [int(t) for t in input_ids],
         "sampling_params": sampling,
         "rid": rid,
         "return_logprob": True,
-        "stream": False,
+        "stream": stream_interval is not None,
     }
     if lora_path is not None:
         body["lora_path"] = lora_path
@@ -174,6 +184,45 @@ def parse_generate(body: Any) -> GenerateResult:
     )
 
 
+def parse_generate_stream(chunks: list[Any]) -> GenerateResult:
+    """One streamed /generate answer from its chunks, in order. Tokens are labelled with the
+    version of the chunk that brought them (a chunk brings the tokens past the previous chunk's
+    count), unless the server sent output_version_spans (the built-in server's exact labels)."""
+    if not chunks:
+        raise ProtocolError("/generate: the stream ended without a chunk")
+    for chunk in chunks:
+        if isinstance(chunk, dict) and "error" in chunk:
+            raise ProtocolError(f"/generate: the stream ended with an error: {_short(chunk['error'])}")
+        if not isinstance(chunk, dict) or not isinstance(chunk.get("meta_info"), dict):
+            raise ProtocolError(f"/generate streamed a chunk without meta_info: {_short(chunk)}")
+    last = chunks[-1]
+    counts = [int(c["meta_info"].get("completion_tokens", len(c.get("output_ids") or []))) for c in chunks]
+    if any(a > b for a, b in zip(counts, counts[1:])):
+        raise ProtocolError(f"/generate: streamed completion_tokens went down: {_short(counts)}")
+    if len(last.get("output_ids") or []) != counts[-1]:  # --incremental-streaming-output: join the parts
+        last = _joined(chunks)
+    result = parse_generate(last)
+    if result.output_versions is not None:
+        return result
+    versions: list[int | None] = []
+    for chunk, count in zip(chunks, counts):
+        versions += [parse_weight_version(chunk["meta_info"].get("weight_version"))] * (count - len(versions))
+    return GenerateResult(
+        result.output_ids, result.output_logprobs, result.stop_reason, result.weight_version, result.message, versions
+    )
+
+
+def _joined(chunks: list[dict]) -> dict:
+    """The whole answer from incremental chunks (each holds only its new tokens and logprobs)."""
+    ids: list[int] = []
+    triples: list[Any] = []
+    for chunk in chunks:
+        ids += chunk.get("output_ids") or []
+        triples += chunk["meta_info"].get("output_token_logprobs") or []
+    meta = {**chunks[-1]["meta_info"], "output_token_logprobs": triples}
+    return {**chunks[-1], "output_ids": ids, "meta_info": meta}
+
+
 def _versions_from_spans(spans: Any, n_tokens: int) -> list[int | None] | None:
     """Per-token versions from `[[start, version], ...]` (starts ascending from 0)."""
     if spans is None:
@@ -199,8 +248,8 @@ def _versions_from_spans(spans: Any, n_tokens: int) -> list[int | None] | None:
 def _stop_reason(reason: Any) -> StopReason:
     if reason is None:
         raise ProtocolError(
-            "/generate answered an unfinished request (finish_reason null); "
-            "the client sends stream=false and needs a finished one"
+            "/generate answered an unfinished request (finish_reason null): a whole answer, or a "
+            "stream's last chunk, must be finished"
         )
     kind = reason.get("type") if isinstance(reason, dict) else reason
     if kind not in ("stop", "length", "abort"):

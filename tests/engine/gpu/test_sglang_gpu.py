@@ -78,12 +78,18 @@ def prompt(smollm2):
     return AutoTokenizer.from_pretrained(smollm2).encode(PROMPT_TEXT)
 
 
-def start_engine(model: str, tmp_path_factory, pause_mode: str, **sglang):
+def start_engine(model: str, tmp_path_factory, pause_mode: str, rollout: dict | None = None, **sglang):
     from areal.engine.sglang.client import RemoteSGLangEngine
 
     return RemoteSGLangEngine.from_pretrained(
         model,
-        rollout={"server": "sglang", "pause_mode": pause_mode, "setup_timeout_s": 600, "request_timeout_s": 300},
+        rollout={
+            "server": "sglang",
+            "pause_mode": pause_mode,
+            "setup_timeout_s": 600,
+            "request_timeout_s": 300,
+            **(rollout or {}),
+        },
         sglang={
             "attention_backend": ATTENTION,
             "mem_fraction_static": 0.3,
@@ -246,20 +252,22 @@ def test_the_prefix_cache_never_serves_old_weights_to_new_requests(engine, smoll
     assert after.output_tokens == fresh.output_tokens
 
 
-@pytest.mark.parametrize("mode", ["abort", "abort_ahead", "retract", "in_place"])
+@pytest.mark.parametrize("mode", ["abort", "abort_ahead", "retract", "in_place", "in_place_streamed"])
 def test_weight_update_with_requests_in_flight(mode, smollm2, other_dir, prompt, tmp_path_factory):
     """SGLang stays up through an update while requests run, in every mode; they all complete,
     and after the update the tokens are the new weights' greedy picks (abort and retract re-prefill
     the whole sequence under the new weights). abort_ahead: the abort-mode pause starts in the
-    background first (rollout.pause_ahead_minibatches) and the update waits for it."""
+    background first (rollout.pause_ahead_minibatches) and the update waits for it.
+    in_place_streamed: the answers streamed a chunk a token (rollout.stream_interval), so the
+    tokens made before the update keep version 0 (whole in_place answers say version 1 throughout)."""
     import requests
 
     from areal.api.inference import ModelRequest
     from areal.api.weights import WeightUpdateMeta
 
-    ahead = mode == "abort_ahead"
-    mode = mode.removesuffix("_ahead")
-    eng = start_engine(smollm2, tmp_path_factory, mode)
+    ahead, streamed = mode == "abort_ahead", mode == "in_place_streamed"
+    mode = mode.removesuffix("_ahead").removesuffix("_streamed")
+    eng = start_engine(smollm2, tmp_path_factory, mode, rollout={"stream_interval": 1} if streamed else None)
     try:
         n, tokens = 8, 1024
         req = ModelRequest(input_ids=list(prompt), max_new_tokens=tokens, temperature=0.0, ignore_eos=True)
@@ -272,7 +280,9 @@ def test_weight_update_with_requests_in_flight(mode, smollm2, other_dir, prompt,
         # a streamed request sent after them says when they are 64 tokens in; then the update lands.
         # in_place: it streams on through the update (VersionStream), so each chunk's version shows
         # which tokens SGLang attributes to which weights
-        probe = VersionStream(eng.addrs[0], prompt, tokens, min_tokens=64) if mode == "in_place" else None
+        probe = (
+            VersionStream(eng.addrs[0], prompt, tokens, min_tokens=64) if mode == "in_place" and not streamed else None
+        )
         if probe is not None:
             probe.start()
             assert probe.started.wait(300) and probe.error is None, probe.error
@@ -319,7 +329,7 @@ def test_weight_update_with_requests_in_flight(mode, smollm2, other_dir, prompt,
                 f"from the new model's {gap_new:.3f}, the old's {gap_old:.3f} (mean |diff|)"
             )
             assert before >= 0.9  # generated before the update, by the base weights
-            if mode == "abort":  # the client resubmitted the rest: each part carries its own version
+            if mode == "abort" or streamed:  # each part (resubmission, or chunk) carries its own version
                 assert 16 <= old_tokens < tokens
             if mode != "in_place":  # re-prefilled: the new weights' picks on the whole sequence
                 # 1.000 in most runs, once 0.891 (bf16 near-ties a thousand tokens in, HF against
