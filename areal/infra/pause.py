@@ -52,7 +52,8 @@ PAUSE_MODES = ("abort", "retract", "in_place")
 # than mode; abort also labels every token's version on SGLang and holds nothing over the update.
 # in_place is the fastest on SGLang (2026-12-07, section 10: 1.21x abort in the 0.5B pipeline, 1.19x
 # in the recipe; a 6 ms pause against abort's 0.36 s drain), but SGLang reports one weight version
-# per answer, so the tokens an answer made before an update are labelled with the newer version.
+# per answer, so the tokens an answer made before an update are labelled with the newer version
+# unless rollout.stream_interval labels its streamed chunks (what that costs is not measured yet).
 AUTO_PAUSE_MODE = {"builtin": "retract", "sglang": "abort"}
 
 
