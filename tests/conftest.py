@@ -48,10 +48,14 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     """gpu-marked tests skip themselves where CUDA is absent (CI, this machine); slow ones share a
     group, so that under `pytest -n 2 --dist loadgroup` (the README's command) one worker runs the
-    end-to-end runs one after another while the other takes the rest beside them."""
+    end-to-end runs one after another while the other takes the rest beside them. That worker set
+    the suite's length (it ran alone for the last 4 minutes, 2026-12-07), so the slow tests of the
+    benchmark scripts and the load tools (marked second_lane) form a group of their own, which the
+    other worker takes."""
     for item in items:
         if "slow" in item.keywords:
-            item.add_marker(pytest.mark.xdist_group("end_to_end"))
+            lane = "end_to_end_tools" if "second_lane" in item.keywords else "end_to_end"
+            item.add_marker(pytest.mark.xdist_group(lane))
     try:
         import torch
 

@@ -46,6 +46,7 @@ def gsm8k_file(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.second_lane
 def test_cpu_smoke_sync_and_async_two_servers_two_ranks(tmp_path, gsm8k_file):
     out = tmp_path / "e2e.json"
     rc = _script().main(
@@ -125,6 +126,7 @@ def test_cpu_smoke_sync_and_async_two_servers_two_ranks(tmp_path, gsm8k_file):
 
 
 @pytest.mark.slow
+@pytest.mark.second_lane
 def test_cpu_variants_run_their_own_overrides_and_are_compared(tmp_path, gsm8k_file):
     """Two --variant run sets in one call: each run gets its variant's overrides (last, so they win
     over the benchmark's own), lands in its own trial, and the comparison rows refer to the first."""

@@ -15,6 +15,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_load.py"
 
 
 @pytest.mark.slow
+@pytest.mark.second_lane
 def test_thousand_concurrent_clients_are_answered_or_told_why(tmp_path):
     spec = importlib.util.spec_from_file_location("bench_load", SCRIPT)
     bench = importlib.util.module_from_spec(spec)

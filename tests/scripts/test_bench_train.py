@@ -55,6 +55,7 @@ def test_backend_must_match_the_process_count(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.second_lane
 @pytest.mark.parametrize("backend,dp,tp", [("fsdp:d1t2", 1, 2)])
 def test_two_process_layout_on_cpu(tmp_path, backend, dp, tp):
     out = tmp_path / "train.json"

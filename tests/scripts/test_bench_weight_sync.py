@@ -14,6 +14,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_weight_sync.py
 
 
 @pytest.mark.slow
+@pytest.mark.second_lane
 def test_tiny_cpu_disk_and_gloo(tmp_path):
     out = tmp_path / "ws.json"
     main = runpy.run_path(str(SCRIPT), run_name="bench_weight_sync")["main"]

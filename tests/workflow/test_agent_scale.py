@@ -11,7 +11,7 @@ from areal.infra.sockets import listen_overflows
 from areal.workflow.agent import AgentWorkflow
 from tests.serving import start_server
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.second_lane]
 
 EPISODES, SAMPLES = 64, 8
 
