@@ -1102,16 +1102,15 @@ def compare_variants(layouts: dict) -> list[dict]:
     Ratios compare completed runs only: a run that stopped early (a retract run out of memory after
     one step showed 1.37x, 2026-12-07) keeps its figures, marked by its status, but no ratio."""
 
+    def ratio(m, ref, key):
+        x, ref_x = m.get(key), ref.get(key)
+        ok = m.get("status") == ref.get("status") == "ok"
+        return x / ref_x if ok and isinstance(x, (int, float)) and isinstance(ref_x, (int, float)) and ref_x else None
+
     rows, reference = [], {}
     for lay in layouts.values():
         for mode, m in lay["modes"].items():
             ref = reference.setdefault((lay["backend"], mode), m)
-            both_ok = m.get("status") == "ok" and ref.get("status") == "ok"
-
-            def ratio(x, ref_x):
-                ok = both_ok and isinstance(x, (int, float)) and isinstance(ref_x, (int, float))
-                return x / ref_x if ok and ref_x else None
-
             ph = m.get("phase_s_mean") or {}
             rows.append(
                 {
@@ -1121,11 +1120,9 @@ def compare_variants(layouts: dict) -> list[dict]:
                     "mode": mode,
                     "status": m.get("status"),
                     "samples_per_s": m.get("samples_per_s"),
-                    "samples_per_s_vs_first": ratio(m.get("samples_per_s"), ref.get("samples_per_s")),
+                    "samples_per_s_vs_first": ratio(m, ref, "samples_per_s"),
                     "train_gen_tokens_per_s": m.get("train_gen_tokens_per_s"),
-                    "train_tokens_per_s_vs_first": ratio(
-                        m.get("train_gen_tokens_per_s"), ref.get("train_gen_tokens_per_s")
-                    ),
+                    "train_tokens_per_s_vs_first": ratio(m, ref, "train_gen_tokens_per_s"),
                     "step_s_mean": m.get("step_s_mean"),
                     "phase_s_mean": {p: ph.get(p) for p in ("rollout", "recompute_logprob", "train", "weight_update")},
                     "startup_s": m.get("startup_s"),

@@ -80,14 +80,11 @@ class GenerateRoutes(Routes):
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
         task = asyncio.ensure_future(self.run(rid, inp.input_ids, inp.sampling, inp.return_logprob, on_token=on_token))
+        # the end comes after every token's count: the worker thread hands both over in order
+        task.add_done_callback(lambda _: counts.put_nowait(None))
         try:
-            while not task.done():
-                chunk = asyncio.ensure_future(counts.get())
-                await asyncio.wait({task, chunk}, return_when=asyncio.FIRST_COMPLETED)
-                if not chunk.done():
-                    chunk.cancel()
-                    break
-                seq, n = chunk.result()
+            while (item := await counts.get()) is not None:
+                seq, n = item
                 await write_event(resp, self.output(seq, inp.return_text_in_logprobs, upto=n))
             seq = await task
             if refused(seq):
@@ -193,7 +190,7 @@ class GenerateRoutes(Routes):
         """SGLang's /generate response: text (stop trimmed), output_ids (untrimmed), meta_info.
         `upto`: a streamed chunk of the first `upto` tokens while the sequence still runs (its
         finish_reason null)."""
-        ids = list(seq.output_ids[:upto])  # a copy: the worker thread appends meanwhile
+        ids = seq.output_ids[:upto]  # a copy: the worker thread appends meanwhile
         reason = seq.finish_reason if upto is None else None
         meta = {
             "id": seq.rid,
@@ -220,7 +217,7 @@ class GenerateRoutes(Routes):
     def text(self, seq: Sequence, upto: int | None = None) -> str:
         """The decoded output, the matched stop token or string cut off unless no_stop_trim (of the
         first `upto` tokens while the sequence runs: nothing matched yet)."""
-        ids = list(seq.output_ids[:upto])
+        ids = seq.output_ids[:upto]
         matched = seq.finish_reason.get("matched") if upto is None else None
         trim = not seq.params.no_stop_trim
         if trim and isinstance(matched, int) and not isinstance(matched, bool) and ids:

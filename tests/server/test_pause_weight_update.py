@@ -64,6 +64,17 @@ def generate(server, prompt):
     )
 
 
+def update_held_and_continue(server, model_dir):
+    """Load `model_dir` as version "new" while requests are held (no flush, no abort), then go on."""
+    post(
+        server,
+        "/update_weights_from_disk",
+        {"model_path": model_dir, "abort_all_requests": False, "flush_cache": False},
+    )
+    post(server, "/update_weight_version", {"new_version": "new", "abort_all_requests": False})
+    post(server, "/continue_generation", {})
+
+
 def generated_tokens(server):
     return requests.get(server.url + "/server_info").json()["batching"]["generated_tokens"]
 
@@ -119,13 +130,7 @@ def test_tokens_after_a_held_update_follow_the_modes_definition(server, models, 
         assert "pending requests" in refused.json()["message"] and "flush_cache=false" in refused.json()["message"]
         flush = requests.post(server.url + "/flush_cache", timeout=60)
         assert flush.status_code == 400 and f"#running-req: {len(PROMPTS) if mode == 'in_place' else 0}" in flush.text
-        post(
-            server,
-            "/update_weights_from_disk",
-            {"model_path": new_model_dir, "abort_all_requests": False, "flush_cache": False},
-        )
-        post(server, "/update_weight_version", {"new_version": "new", "abort_all_requests": False})
-        post(server, "/continue_generation", {})
+        update_held_and_continue(server, new_model_dir)
         outs = [f.result(timeout=300) for f in futures]
     assert requests.post(server.url + "/flush_cache", timeout=60).status_code == 200  # nothing held now
     for prompt, out in zip(PROMPTS, outs):
@@ -173,13 +178,7 @@ def test_streamed_chunks_name_the_version_they_were_sent_under(server, new_model
             server.url, lambda: [pool.submit(stream, server, p) for p in PROMPTS], len(PROMPTS)
         )
         assert paused["requests_held"] == len(PROMPTS)
-        post(
-            server,
-            "/update_weights_from_disk",
-            {"model_path": new_model_dir, "abort_all_requests": False, "flush_cache": False},
-        )
-        post(server, "/update_weight_version", {"new_version": "new", "abort_all_requests": False})
-        post(server, "/continue_generation", {})
+        update_held_and_continue(server, new_model_dir)
         answers = [f.result(timeout=300) for f in futures]
     for metas in answers:
         assert [m["completion_tokens"] for m in metas] == list(range(1, N_NEW + 1))  # a chunk a token

@@ -190,17 +190,21 @@ async def read_events(content) -> list[Any]:
     long answer's output so far is larger than aiohttp's longest line."""
     events: list[Any] = []
     buffer = b""
-    async for piece in content.iter_any():
-        buffer += piece
-        *blocks, buffer = buffer.split(b"\n\n")
+
+    def take(blocks: list[bytes]) -> bool:  # whether [DONE] came
         for block in blocks:
             data = b"".join(line[5:].strip() for line in block.split(b"\n") if line.startswith(b"data:"))
             if data == b"[DONE]":
-                return events
+                return True
             if data:
                 events.append(json.loads(data))
-    if buffer.strip().startswith(b"data:") and buffer.strip()[5:].strip() != b"[DONE]":
-        events.append(json.loads(buffer.strip()[5:]))
+        return False
+
+    async for piece in content.iter_any():
+        *blocks, buffer = (buffer + piece).split(b"\n\n")
+        if take(blocks):
+            return events
+    take([buffer])  # a last event without its blank line
     return events
 
 
