@@ -76,6 +76,11 @@ class SGLangConfig(Section):
     )
     enable_metrics: bool = Field(False, description="SGLang Prometheus metrics.")
     skip_tokenizer_init: bool = Field(False, description="Serve token ids only (the client sends input_ids).")
+    incremental_streaming_output: bool = Field(
+        False,
+        description="SGLang: a streamed answer's chunks hold only their new tokens and logprobs, not the "
+        "whole answer so far (rollout.stream_interval; the client reads both).",
+    )
     enable_lora: bool | None = Field(
         None, description="SGLang: serve LoRA adapters; null follows actor.use_lora with actor.lora_push=adapter."
     )
