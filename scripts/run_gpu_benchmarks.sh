@@ -448,15 +448,15 @@ x1_pipeline_ab)
   # with in_place and 0.88x with abort (the device is busy, not the decode batch), retract out of
   # memory in SGLang's re-prefill (docs/benchmarks.md, section 10). _stream1, _stream16: in_place
   # with each answer streamed a chunk a token or every 16 (rollout.stream_interval: per-version
-  # token labels), what the labels cost; _stream1_incr: SGLang sends each chunk's new tokens only
-  # (sglang.incremental_streaming_output), not the whole answer so far
+  # token labels; SGLang sends each chunk's new tokens only, sglang.incremental_streaming_output),
+  # what the labels cost; _stream1_whole: every chunk the whole answer so far (SGLang's default)
   wide_rollout="rollout.max_concurrent_rollouts=128 sglang.max_running_requests=1024 sglang.cuda_graph_max_bs=1024"
   width_ab="best $best; best_c128 $best $wide_rollout; best_in_place $best rollout.pause_mode=in_place;
     best_in_place_c128 $best rollout.pause_mode=in_place $wide_rollout; best_retract $best rollout.pause_mode=retract;
     fast_sync $fast rollout.max_head_offpolicyness=0;
     best_in_place_stream1 $best rollout.pause_mode=in_place rollout.stream_interval=1;
     best_in_place_stream16 $best rollout.pause_mode=in_place rollout.stream_interval=16;
-    best_in_place_stream1_incr $best rollout.pause_mode=in_place rollout.stream_interval=1 sglang.incremental_streaming_output=true"
+    best_in_place_stream1_whole $best rollout.pause_mode=in_place rollout.stream_interval=1 sglang.incremental_streaming_output=false"
   case "${AB_PART:-}" in
     1) default_ab="base; $trainer_ab" ;;
     2) default_ab="base; $server_ab" ;;

@@ -82,6 +82,8 @@ def resolve_follow_defaults(cfg: ExperimentConfig) -> ExperimentConfig:
         s.max_lora_rank = a.lora_rank
     if s.enable_lora and s.lora_target_modules is None and pushes_adapters:
         s.lora_target_modules = list(a.target_modules)
+    if s.incremental_streaming_output is None:
+        s.incremental_streaming_output = r.stream_interval is not None
     if r.consumer_batch_size is None:
         r.consumer_batch_size = cfg.train_dataset.batch_size
     if r.max_concurrent_rollouts is None:

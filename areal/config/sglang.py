@@ -76,10 +76,11 @@ class SGLangConfig(Section):
     )
     enable_metrics: bool = Field(False, description="SGLang Prometheus metrics.")
     skip_tokenizer_init: bool = Field(False, description="Serve token ids only (the client sends input_ids).")
-    incremental_streaming_output: bool = Field(
-        False,
+    incremental_streaming_output: bool | None = Field(
+        None,
         description="SGLang: a streamed answer's chunks hold only their new tokens and logprobs, not the "
-        "whole answer so far (rollout.stream_interval; the client reads both).",
+        "whole answer so far (the client reads both); null follows rollout.stream_interval (on when set: "
+        "the whole answer in every chunk costs the client's parse O(n^2), scripts/bench_stream_parse.py).",
     )
     enable_lora: bool | None = Field(
         None, description="SGLang: serve LoRA adapters; null follows actor.use_lora with actor.lora_push=adapter."

@@ -262,6 +262,15 @@ def test_follow_defaults_are_resolved():
     assert explicit.sglang.dtype == "bfloat16"  # set means set
 
 
+def test_streamed_answers_come_incremental_unless_set():
+    """rollout.stream_interval turns on SGLang's incremental chunks (each chunk's new tokens only);
+    set means set, and without streaming the flag stays off."""
+    assert validate_config(with_()).sglang.incremental_streaming_output is False
+    assert validate_config(with_(rollout__stream_interval=16)).sglang.incremental_streaming_output is True
+    whole = validate_config(with_(rollout__stream_interval=16, sglang__incremental_streaming_output=False))
+    assert whole.sglang.incremental_streaming_output is False
+
+
 def test_resolved_config_revalidates_unchanged():
     cfg = validate_config(with_(actor__kl_ctl=0.1))
     assert cfg.ref.path == "m"

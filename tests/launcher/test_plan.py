@@ -202,6 +202,7 @@ def test_every_flag_reaches_sglang_0_5_16():
         sglang__disable_radix_cache=True,
         sglang__enable_metrics=True,
         sglang__skip_tokenizer_init=True,
+        rollout__stream_interval=16,
         sglang__enable_memory_saver=True,
         sglang__api_key="k",
         actor__use_lora=True,
@@ -213,6 +214,7 @@ def test_every_flag_reaches_sglang_0_5_16():
     flags = {a for a in cmd if a.startswith("--")}
     assert flags <= known and cmd[cmd.index("--cuda-graph-max-bs-decode") + 1] == "128"
     assert {"--enable-lora", "--max-lora-rank", "--sampling-backend", "--disable-radix-cache"} <= flags
+    assert "--incremental-streaming-output" in flags  # rollout.stream_interval turns it on
 
 
 def test_renamed_sglang_flags_take_the_installed_versions_name():

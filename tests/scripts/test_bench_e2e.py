@@ -668,7 +668,7 @@ def test_pipeline_ab_part_7_widens_async_rollout_and_keeps_held_requests(tmp_pat
 
     args, cfgs = _pipeline_ab_configs(tmp_path, AB_PART="7")
     names = ["best", "best_c128", "best_in_place", "best_in_place_c128", "best_retract", "fast_sync"]
-    names += ["best_in_place_stream1", "best_in_place_stream16", "best_in_place_stream1_incr"]
+    names += ["best_in_place_stream1", "best_in_place_stream16", "best_in_place_stream1_whole"]
     assert list(args.variants) == names
     wide = ("best_c128", "best_in_place_c128")
     for v in names:
@@ -678,7 +678,7 @@ def test_pipeline_ab_part_7_widens_async_rollout_and_keeps_held_requests(tmp_pat
     modes = ["auto", "auto", "in_place", "in_place", "retract", "auto", "in_place", "in_place", "in_place"]
     assert [cfgs[v].rollout.pause_mode for v in names] == modes
     assert [cfgs[v].rollout.stream_interval for v in names] == [None] * 6 + [1, 16, 1]
-    assert [cfgs[v].sglang.incremental_streaming_output for v in names] == [False] * 8 + [True]
+    assert [cfgs[v].sglang.incremental_streaming_output for v in names] == [False] * 6 + [True, True, False]
     assert cfgs["fast_sync"].rollout.max_head_offpolicyness == 0 and not cfgs["fast_sync"].launcher.mps
     c = cfgs["best_c128"]
     groups = c.train_dataset.batch_size
