@@ -17,7 +17,7 @@ from areal.api.weights import WeightUpdateMeta
 from areal.engine.sglang.client import RemoteSGLangEngine
 from areal.engine.sglang.http import ServerError
 from areal.infra.ports import free_port
-from tests.serving import make_varied_model_dir, pause_mid_generation, start_server, wait_for
+from tests.serving import make_varied_model_dir, pause_mid_generation, server_load, start_server, wait_for
 
 KEY = "test-key"
 
@@ -114,6 +114,45 @@ def test_streamed_answers_equal_whole_ones(engine, monkeypatch):
             b.stop_reason,
         )
         assert a.output_logprobs == pytest.approx(b.output_logprobs, abs=1e-6)
+
+
+def test_a_request_refused_mid_stream_names_its_server(engine, monkeypatch):
+    """A streamed request can be refused after its stream began: held at the pause gate while the
+    server's memory is released, it reaches the scheduler with nothing to run on, and the server
+    ends the stream with an error chunk (as SGLang does) instead of an HTTP status. The client's
+    error names the server and the refusal, as for a whole answer's 400."""
+    headers = {"Authorization": f"Bearer {KEY}"}
+    monkeypatch.setattr(engine.config.rollout, "stream_interval", 3)
+    streams = count_streams(monkeypatch)
+
+    def post(addr, route, body=None):
+        requests.post(f"http://{addr}{route}", json=body or {}, headers=headers, timeout=60).raise_for_status()
+
+    held = None
+    for addr in engine.addrs:
+        post(addr, "/pause_generation", {"mode": "in_place"})
+    with ThreadPoolExecutor(1) as pool:
+        try:
+            sent = pool.submit(run, engine, greedy(n=1))
+            wait_for(
+                lambda: any(server_load(f"http://{a}", headers)["accepted"] for a in engine.addrs),
+                "the streamed request held at a paused server's gate",
+                60,
+            )
+            held = next(a for a in engine.addrs if server_load(f"http://{a}", headers)["accepted"])
+            post(held, "/release_memory_occupation")
+            for addr in engine.addrs:
+                post(addr, "/continue_generation")
+            with pytest.raises(ServerError, match="released") as err:
+                sent.result(timeout=120)
+        finally:  # whatever failed, leave the module's servers serving
+            for addr in engine.addrs:
+                post(addr, "/continue_generation")
+            if held is not None:
+                post(held, "/resume_memory_occupation")
+    assert err.value.addr == held and held in str(err.value)
+    assert len(streams) == 1 and "error" in streams[0][-1]  # the refusal came as a chunk, not a status
+    assert run(engine, greedy(n=1))[0].output_len == 12  # the server serves again
 
 
 @pytest.mark.parametrize("mode", ["retract", "abort", "in_place", "in_place_streamed"])

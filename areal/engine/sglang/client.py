@@ -388,7 +388,10 @@ class RemoteSGLangEngine(InferenceEngine):
                 streamed = self._rcfg.stream_interval is not None
                 with self._open.posted():
                     answer = await self._apost(addr, protocol.GENERATE, body, stream=streamed)
-                result = protocol.parse_generate_stream(answer) if streamed else protocol.parse_generate(answer)
+                try:
+                    result = protocol.parse_generate_stream(answer) if streamed else protocol.parse_generate(answer)
+                except protocol.ProtocolError as e:  # the answer alone does not say which server sent it
+                    raise ServerError(addr, protocol.GENERATE, str(e)) from e
                 out_ids += result.output_ids
                 out_lps += result.output_logprobs
                 out_versions += token_versions(result, sent_version)
