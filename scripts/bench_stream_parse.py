@@ -70,8 +70,8 @@ class _Content:
             yield p
 
 
-def time_form(body: bytes, streamed: bool, repeats: int, piece: int) -> float:
-    """Seconds of CPU per answer for the client's parse of `body`."""
+def time_form(body: bytes, streamed: bool, repeats: int, piece: int) -> tuple[float, int]:
+    """Seconds of CPU per answer for the client's parse of `body`, and the tokens it parsed to."""
     from areal.engine.sglang.http import read_events
     from areal.engine.sglang.protocol import parse_generate, parse_generate_stream
 

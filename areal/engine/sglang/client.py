@@ -370,6 +370,7 @@ class RemoteSGLangEngine(InferenceEngine):
         out_ids: list[int] = []
         out_lps: list[float] = []
         out_versions: list[int] = []
+        streamed = self._rcfg.stream_interval is not None
         try:
             for round_ in itertools.count():
                 await self._wait_unpaused()
@@ -385,7 +386,6 @@ class RemoteSGLangEngine(InferenceEngine):
                     stream_interval=self._rcfg.stream_interval,
                 )
                 sent_version = self.get_version()
-                streamed = self._rcfg.stream_interval is not None
                 with self._open.posted():
                     answer = await self._apost(addr, protocol.GENERATE, body, stream=streamed)
                 try:
