@@ -83,7 +83,7 @@ def _run(args) -> int:
 
 def write_run_dir(cfg: ExperimentConfig, plan) -> None:
     """config.yaml (resolved, validated) and plan.json: what every process reads and what ran.
-    config.yaml names the server program and pause mode the plan resolved, so no process has
+    config.yaml names the server program, pause mode and stream interval the plan resolved, so no process has
     to find them out again, and where trainers start with the servers, a rollout.setup_timeout_s
     of at least launcher.server_startup_timeout_s."""
     from pathlib import Path
@@ -95,6 +95,7 @@ def write_run_dir(cfg: ExperimentConfig, plan) -> None:
         data["rollout"]["server"] = plan.server_kind
     if plan.pause_mode:
         data["rollout"]["pause_mode"] = plan.pause_mode
+        data["rollout"]["stream_interval"] = plan.stream_interval
     if plan.mains_start_with_servers:  # their client waits for /health as long as the launcher does
         startup = cfg.launcher.server_startup_timeout_s
         data["rollout"]["setup_timeout_s"] = max(cfg.rollout.setup_timeout_s, startup)

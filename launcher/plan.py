@@ -20,7 +20,7 @@ from areal.config import ExperimentConfig
 from areal.config.parallel import parse_parallel
 from areal.infra import sglang_logging
 from areal.infra.host import HostFacts, resolve_device, resolve_server_kind  # noqa: F401 (re-exported)
-from areal.infra.pause import resolve_pause_mode
+from areal.infra.pause import resolve_pause_mode, resolve_stream_interval
 from areal.infra.servers import indexed_server_command
 
 # Placeholder in a multi-node trainer's MASTER_ADDR: the backend substitutes the address of the
@@ -70,6 +70,7 @@ class LaunchPlan:
     warnings: list[str] = field(default_factory=list)
     colocated: bool = False  # servers and trainers share devices (launcher.colocate)
     pause_mode: str | None = None  # rollout.pause_mode resolved for server_kind (areal.infra.pause)
+    stream_interval: int | None = None  # rollout.stream_interval resolved with the pause mode
     mps: MpsPlan | None = None  # launcher.mps on a CUDA run
 
     def by_role(self, role: str) -> list[ProcessSpec]:
@@ -88,6 +89,7 @@ class LaunchPlan:
             "device": self.device,
             "server": self.server_kind,
             "pause_mode": self.pause_mode,
+            "stream_interval": self.stream_interval,
             "colocated": self.colocated,
             "mps": asdict(self.mps) if self.mps else None,
             "warnings": self.warnings,
@@ -103,6 +105,7 @@ class LaunchPlan:
             f"run directory: {self.run_dir}",
             f"device: {self.device}    server program: {self.server_kind or '(none: trainer-only)'}"
             + (f"    pause mode: {self.pause_mode}" if self.pause_mode else "")
+            + (f"    answers streamed every {self.stream_interval} tokens" if self.stream_interval else "")
             + ("    colocated: servers and trainers share devices" if self.colocated else ""),
             f"processes: {len(self.processes)}"
             + ("    (trainers start while the servers start)" if self.mains_start_with_servers else ""),
@@ -132,7 +135,9 @@ def make_plan(cfg: ExperimentConfig, facts: HostFacts) -> LaunchPlan:
         colocated=la.colocate,
     )
     if run_servers or cfg.rollout.server != "auto":  # external servers of a named program too
-        plan.pause_mode = resolve_pause_mode(cfg.rollout.pause_mode, plan.server_kind or cfg.rollout.server)
+        kind = plan.server_kind or cfg.rollout.server
+        plan.pause_mode = resolve_pause_mode(cfg.rollout.pause_mode, kind)
+        plan.stream_interval = resolve_stream_interval(cfg.rollout.stream_interval, plan.pause_mode, kind)
     slots = _DeviceSlots(cfg)
     base_env = {"AREAL_RUN_DIR": cfg.run_dir, "AREAL_CONFIG": f"{cfg.run_dir}/config.yaml", "PYTHONUNBUFFERED": "1"}
     if la.mps and device == "cuda":

@@ -82,8 +82,10 @@ def resolve_follow_defaults(cfg: ExperimentConfig) -> ExperimentConfig:
         s.max_lora_rank = a.lora_rank
     if s.enable_lora and s.lora_target_modules is None and pushes_adapters:
         s.lora_target_modules = list(a.target_modules)
-    if s.incremental_streaming_output is None:
-        s.incremental_streaming_output = r.stream_interval is not None
+    if s.incremental_streaming_output is None:  # on where SGLang streams: the flag acts on streams only
+        from areal.infra.pause import streams_from_sglang
+
+        s.incremental_streaming_output = streams_from_sglang(r.stream_interval, r.pause_mode)
     if r.consumer_batch_size is None:
         r.consumer_batch_size = cfg.train_dataset.batch_size
     if r.max_concurrent_rollouts is None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -82,18 +82,20 @@ class RolloutConfig(Section):
         "on SGLang (areal/infra/pause.py; docs/benchmarks.md sections 5 and 9). Token versions: SGLang "
         "reports one weight version per answer, so under retract and in_place a request that lives through "
         "an update counts as wholly new (rollout/staleness_* are lower bounds, rollout/mixed_version_frac "
-        "reads 0) unless rollout.stream_interval labels its chunks; abort and the built-in server label "
-        "every token with its own version. "
+        "reads 0) unless rollout.stream_interval labels its chunks (auto does for these modes); abort and "
+        "the built-in server label every token with its own version. "
         "weight_update/requests_in_flight counts the requests each pause met, on every server program.",
     )
-    stream_interval: int | None = Field(
-        None,
-        ge=1,
+    stream_interval: Annotated[int, Field(ge=1)] | Literal["auto"] | None = Field(
+        "auto",
         description="Stream each answer from the servers in chunks of this many tokens and label each "
         "chunk's tokens with the weight version the server reports as it sends the chunk: under retract "
         "and in_place on SGLang (one version per answer otherwise) the tokens an answer made before an "
-        "update keep the old version, within this many tokens of where the weights changed (a chunk sent "
-        "just after an update may still hold old tokens). null: answers come whole. Costs a chunk per "
+        "update keep the old version, within this many tokens of where the weights changed (on SGLang "
+        "0.5.16 the label came about 7 tokens late at a chunk a token). null: answers come whole. auto: "
+        "every 16 tokens where the resolved pause mode holds requests through an update (retract, "
+        "in_place) on servers other than the built-in one, whole answers otherwise (areal/infra/pause.py; "
+        "16 cost 4-9% of the 0.5B pipeline's samples/s, docs/benchmarks.md section 10). Costs a chunk per "
         "interval on the server and the client; the built-in server labels every token exactly either way.",
     )
     pause_ahead_minibatches: int = Field(

@@ -46,15 +46,20 @@ from __future__ import annotations
 PAUSE_MODES = ("abort", "retract", "in_place")
 
 # rollout.pause_mode=auto, per server program, the mode with the highest mean of the last 3
-# evaluations over 3 seeds of the one-GPU recipe: retract on the built-in server (docs/benchmarks.md
-# section 5), abort on SGLang 0.5.16 (0.791 against retract 0.774 and in_place 0.742 on the cosine
-# recipe; section 9). No request of that recipe lived through an update, so the gap is noise more
-# than mode; abort also labels every token's version on SGLang and holds nothing over the update.
-# in_place is the fastest on SGLang (2026-12-07, section 10: 1.21x abort in the 0.5B pipeline, 1.19x
-# in the recipe; a 6 ms pause against abort's 0.36 s drain), but SGLang reports one weight version
-# per answer, so the tokens an answer made before an update are labelled with the newer version
-# unless rollout.stream_interval labels its streamed chunks (what that costs is not measured yet).
+# evaluations over 3 seeds of the one-GPU recipe (the rule of issue 37): retract on the built-in
+# server (docs/benchmarks.md section 5), abort on SGLang 0.5.16 (0.791 against retract 0.774 and
+# in_place 0.742 on the cosine recipe; section 9). abort also holds nothing over an update.
+# in_place is the fastest on SGLang: 214-218 samples/s in the 0.5B pipeline against abort's 176.62
+# (section 10), whose pause drains ~470 aborted answers (0.36 s) where in_place's takes 6-35 ms.
+# With its answers streamed every 16 tokens (what AUTO_STREAM_INTERVAL gives it) it keeps 198-209
+# samples/s and reached a last-3 mean of 0.785 over 3 seeds (section 10, eighth A/B, 2026-12-07):
+# within noise of abort, but on another day, so abort stays until one call compares the two.
 AUTO_PAUSE_MODE = {"builtin": "retract", "sglang": "abort"}
+
+# rollout.stream_interval=auto: tokens per streamed chunk where a pause holds requests through an
+# update on a server that reports one weight version per answer (SGLang). 16 cost 4-9% of the 0.5B
+# pipeline's samples/s against whole answers; 64 was no faster, a chunk a token halved it.
+AUTO_STREAM_INTERVAL = 16
 
 
 def resolve_pause_mode(configured: str, server_kind: str | None) -> str:
@@ -67,6 +72,26 @@ def resolve_pause_mode(configured: str, server_kind: str | None) -> str:
             raise ValueError(f"rollout.pause_mode={configured!r} is not one of {('auto', *PAUSE_MODES)}")
         return configured
     return AUTO_PAUSE_MODE.get(server_kind or "", "abort")
+
+
+def resolve_stream_interval(configured: int | str | None, pause_mode: str, server_kind: str | None) -> int | None:
+    """rollout.stream_interval with `auto` resolved for the (resolved) pause mode and server program.
+
+    auto streams every AUTO_STREAM_INTERVAL tokens where the pause holds requests through an update
+    (retract, in_place) and the servers may be SGLang, which names one weight version per answer:
+    each chunk then names the version it was sent under. Whole answers elsewhere: abort resubmits
+    each answer's remainder after the update, so its tokens are labelled anyway, and the built-in
+    server reports every token's version."""
+    if configured != "auto":
+        return configured
+    holds_requests = pause_mode in ("retract", "in_place")
+    return AUTO_STREAM_INTERVAL if holds_requests and server_kind != "builtin" else None
+
+
+def streams_from_sglang(stream_interval: int | str | None, pause_mode: str) -> bool:
+    """Whether SGLang servers would be asked for streamed answers under these rollout settings (the
+    config resolves sglang.incremental_streaming_output from it: the flag only acts on streams)."""
+    return resolve_stream_interval(stream_interval, resolve_pause_mode(pause_mode, "sglang"), "sglang") is not None
 
 
 def flushes_after_update(mode: str) -> bool:

@@ -212,9 +212,11 @@ class EpisodeWorkers:
     # ---- lifecycle ----------------------------------------------------------------------------
 
     def _worker_config(self):
-        """The trainer engine's config with what it resolved: the servers' program and pause mode."""
+        """The trainer engine's config with what it resolved: the servers' program, pause mode and
+        stream interval."""
         config = self.engine.config.model_copy(deep=True)
         config.rollout.pause_mode = self.engine.pause_mode
+        config.rollout.stream_interval = self.engine.stream_interval
         if self.engine.server_kind is not None:
             config.rollout.server = self.engine.server_kind
         return config

@@ -263,9 +263,14 @@ def test_follow_defaults_are_resolved():
 
 
 def test_streamed_answers_come_incremental_unless_set():
-    """rollout.stream_interval turns on SGLang's incremental chunks (each chunk's new tokens only);
-    set means set, and without streaming the flag stays off."""
-    assert validate_config(with_()).sglang.incremental_streaming_output is False
+    """Where SGLang streams the answers (rollout.stream_interval, or its auto under a pause mode
+    that holds requests), its chunks come incremental (each chunk's new tokens only); set means
+    set, and with whole answers the flag stays off (older SGLang lacks it)."""
+    assert validate_config(with_()).sglang.incremental_streaming_output is False  # auto is abort: whole
+    for mode in ("in_place", "retract"):
+        assert validate_config(with_(rollout__pause_mode=mode)).sglang.incremental_streaming_output is True
+    whole = with_(rollout__pause_mode="in_place", rollout__stream_interval=None)
+    assert validate_config(whole).sglang.incremental_streaming_output is False
     assert validate_config(with_(rollout__stream_interval=16)).sglang.incremental_streaming_output is True
     whole = validate_config(with_(rollout__stream_interval=16, sglang__incremental_streaming_output=False))
     assert whole.sglang.incremental_streaming_output is False

@@ -103,7 +103,7 @@ def count_streams(monkeypatch) -> list:
 def test_streamed_answers_equal_whole_ones(engine, monkeypatch):
     """rollout.stream_interval: the same greedy answers, logprobs and versions, streamed."""
     whole = run(engine, greedy(tokens=10))
-    monkeypatch.setattr(engine.config.rollout, "stream_interval", 3)
+    monkeypatch.setattr(engine, "stream_interval", 3)
     streams = count_streams(monkeypatch)
     streamed = run(engine, greedy(tokens=10))
     assert [len(chunks) for chunks in streams] == [4, 4]  # tokens 3, 6, 9, then the answer
@@ -116,13 +116,34 @@ def test_streamed_answers_equal_whole_ones(engine, monkeypatch):
         assert a.output_logprobs == pytest.approx(b.output_logprobs, abs=1e-6)
 
 
+def test_the_client_resolves_rollout_stream_interval_for_its_servers(engine, models, monkeypatch):
+    """A client that finds the servers resolves rollout.stream_interval with their program: auto
+    gives whole answers from built-in servers even under in_place (they label every token); an
+    interval set in the config streams the answers in chunks of that many tokens."""
+    streams = count_streams(monkeypatch)
+    for interval, resolved, chunks in (("auto", None, []), (3, 3, [4, 4])):
+        client = RemoteSGLangEngine.from_pretrained(
+            models[0],
+            server_addrs=engine.addrs,
+            sglang={"api_key": KEY},
+            rollout={"pause_mode": "in_place", "stream_interval": interval, "setup_timeout_s": 60},
+        )
+        try:
+            assert (client.server_kind, client.pause_mode, client.stream_interval) == ("builtin", "in_place", resolved)
+            streams.clear()
+            assert [r.output_len for r in run(client, greedy(tokens=10))] == [10, 10]
+            assert [len(c) for c in streams] == chunks  # tokens 3, 6, 9, then the answer's end
+        finally:
+            client.destroy()
+
+
 def test_a_request_refused_mid_stream_names_its_server(engine, monkeypatch):
     """A streamed request can be refused after its stream began: held at the pause gate while the
     server's memory is released, it reaches the scheduler with nothing to run on, and the server
     ends the stream with an error chunk (as SGLang does) instead of an HTTP status. The client's
     error names the server and the refusal, as for a whole answer's 400."""
     headers = {"Authorization": f"Bearer {KEY}"}
-    monkeypatch.setattr(engine.config.rollout, "stream_interval", 3)
+    monkeypatch.setattr(engine, "stream_interval", 3)
     streams = count_streams(monkeypatch)
 
     def post(addr, route, body=None):
@@ -169,7 +190,7 @@ def test_requests_live_through_a_paused_weight_update(engine, models, mode, monk
     assert engine.pause_mode == "retract"  # rollout.pause_mode auto, on built-in servers
     streams = None
     if mode == "in_place_streamed":
-        monkeypatch.setattr(engine.config.rollout, "stream_interval", 1)
+        monkeypatch.setattr(engine, "stream_interval", 1)
         streams = count_streams(monkeypatch)
         mode = "in_place"
     count_key = "requests_aborted" if mode == "abort" else "requests_held"

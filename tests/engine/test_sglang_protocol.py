@@ -194,6 +194,21 @@ def test_pause_mode_auto_per_server_program():
         resolve_pause_mode("hold", "builtin")
 
 
+def test_stream_interval_auto_streams_where_sglang_holds_requests():
+    """auto streams every AUTO_STREAM_INTERVAL tokens under retract and in_place on servers that may
+    be SGLang (one version per answer); abort labels every token by resubmitting, the built-in
+    server reports per-token versions: whole answers there. A number or null is kept."""
+    from areal.infra.pause import AUTO_STREAM_INTERVAL, resolve_stream_interval
+
+    for kind in ("sglang", None):
+        assert resolve_stream_interval("auto", "in_place", kind) == AUTO_STREAM_INTERVAL
+        assert resolve_stream_interval("auto", "retract", kind) == AUTO_STREAM_INTERVAL
+        assert resolve_stream_interval("auto", "abort", kind) is None
+    assert resolve_stream_interval("auto", "retract", "builtin") is None
+    assert resolve_stream_interval(4, "abort", "sglang") == 4
+    assert resolve_stream_interval(None, "in_place", "sglang") is None
+
+
 def test_server_program_from_server_info_versions():
     from areal.engine.sglang.client import program_kind
 

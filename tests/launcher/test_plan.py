@@ -146,6 +146,28 @@ def test_the_plan_resolves_the_pause_mode_once_per_server_program():
     assert json.loads(sglang_plan.to_json())["pause_mode"] == "abort"
 
 
+def test_the_plan_resolves_the_stream_interval_with_the_pause_mode(tmp_path):
+    """rollout.stream_interval=auto streams where SGLang holds requests over an update, and
+    config.yaml carries the resolved value, so no process resolves it again."""
+    import yaml
+
+    from launcher.cli import write_run_dir
+
+    sglang = HostFacts(cuda_available=True, sglang_version="0.5.16", python="python")
+    modes = ("auto", "in_place", "retract")
+    resolved = {mode: make_plan(cfg(rollout__pause_mode=mode), sglang).stream_interval for mode in modes}
+    assert resolved == {"auto": None, "in_place": 16, "retract": 16}  # auto is abort on SGLang
+    assert make_plan(cfg(rollout__pause_mode="in_place", rollout__server="builtin"), sglang).stream_interval is None
+    kept = make_plan(cfg(rollout__pause_mode="in_place", rollout__stream_interval=None), sglang)
+    assert kept.stream_interval is None
+    plan = make_plan(cfg(rollout__pause_mode="in_place", cluster__fileroot=str(tmp_path)), sglang)
+    assert json.loads(plan.to_json())["stream_interval"] == 16 and "streamed every 16 tokens" in plan.describe()
+    write_run_dir(cfg(rollout__pause_mode="in_place", cluster__fileroot=str(tmp_path)), plan)
+    written = yaml.safe_load(open(f"{plan.run_dir}/config.yaml").read())
+    assert written["rollout"]["stream_interval"] == 16
+    assert validate_config(written).rollout.stream_interval == 16
+
+
 def test_sglang_tuning_knobs_reach_sglang_only_and_once():
     sglang = HostFacts(cuda_available=True, sglang_version="0.5.16", python="python")
     knobs = dict(sglang__cuda_graph_max_bs=256, sglang__sampling_backend="pytorch", sglang__disable_radix_cache=True)

@@ -668,17 +668,20 @@ def test_pipeline_ab_part_7_widens_async_rollout_and_keeps_held_requests(tmp_pat
 
     args, cfgs = _pipeline_ab_configs(tmp_path, AB_PART="7")
     names = ["best", "best_c128", "best_in_place", "best_in_place_c128", "best_retract", "fast_sync"]
-    names += ["best_in_place_stream1", "best_in_place_stream16", "best_in_place_stream1_whole"]
+    names += [f"best_in_place_stream{n}" for n in (1, 16, 64)] + ["best_in_place_stream1_whole"]
     assert list(args.variants) == names
     wide = ("best_c128", "best_in_place_c128")
     for v in names:
         c = cfgs[v]
         expect = (128, 1024, 1024) if v in wide else (64, 512, None)
         assert (c.rollout.max_concurrent_rollouts, c.sglang.max_running_requests, c.sglang.cuda_graph_max_bs) == expect
-    modes = ["auto", "auto", "in_place", "in_place", "retract", "auto", "in_place", "in_place", "in_place"]
+    modes = ["auto", "auto", "in_place", "in_place", "retract", "auto"] + ["in_place"] * 4
     assert [cfgs[v].rollout.pause_mode for v in names] == modes
-    assert [cfgs[v].rollout.stream_interval for v in names] == [None] * 6 + [1, 16, 1]
-    assert [cfgs[v].sglang.incremental_streaming_output for v in names] == [False] * 6 + [True, True, False]
+    # best_in_place(_c128) as measured: whole answers; the rest as configured (auto: areal.infra.pause)
+    intervals = ["auto", "auto", None, None, "auto", "auto", 1, 16, 64, 1]
+    assert [cfgs[v].rollout.stream_interval for v in names] == intervals
+    incremental = [False] * 4 + [True, False] + [True] * 3 + [False]  # where SGLang streams (retract: auto)
+    assert [cfgs[v].sglang.incremental_streaming_output for v in names] == incremental
     assert cfgs["fast_sync"].rollout.max_head_offpolicyness == 0 and not cfgs["fast_sync"].launcher.mps
     c = cfgs["best_c128"]
     groups = c.train_dataset.batch_size

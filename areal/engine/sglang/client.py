@@ -17,10 +17,10 @@ tokens with the remaining budget once generation continues, so no sample is lost
 keeps the weight version that produced it. With retract (what `auto` picks for the built-in server)
 or in_place the server holds the request over the update and finishes it after continue. The
 built-in server says which tokens each version produced (output_version_spans); SGLang reports only
-the version at the end, unless rollout.stream_interval streams the answer: each chunk's tokens then
-carry the version the server named as it sent the chunk. Every request names its weight version as
-its prefix-cache namespace (areal.infra.pause), so no request reuses keys and values computed under
-older weights.
+the version at the end, unless rollout.stream_interval streams the answer (auto does under retract
+and in_place): each chunk's tokens then carry the version the server named as it sent the chunk.
+Every request names its weight version as its prefix-cache namespace (areal.infra.pause), so no
+request reuses keys and values computed under older weights.
 
 `engine.control` (control.py, ServerControl) is the one object that pauses the servers, takes new
 weights, flushes and continues; this module sends only /generate itself.
@@ -45,7 +45,7 @@ from areal.engine.sglang.control import OpenRequests, ServerControl, read_server
 from areal.engine.sglang.http import ServerError, apost_json, auth_headers, fanout, get_json, retries_for
 from areal.infra.discovery import discover_server_addrs
 from areal.infra.health import wait_healthy
-from areal.infra.pause import cache_namespace, resolve_pause_mode
+from areal.infra.pause import cache_namespace, resolve_pause_mode, resolve_stream_interval
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +140,9 @@ class RemoteSGLangEngine(InferenceEngine):
         self._executor = None
         self._initialized = False
         self.server_capacity: int | None = None  # requests each server holds at most (None: unbounded)
+        # tokens per streamed chunk, None for whole answers: rollout.stream_interval with auto
+        # resolved by initialize() for the pause mode and server program (areal.infra.pause)
+        self.stream_interval: int | None = None
 
     @property
     def open_requests(self) -> OpenRequests:
@@ -216,6 +219,7 @@ class RemoteSGLangEngine(InferenceEngine):
             self.server_kind = self.server_kind or program_kind(self._server_programs)
         mode = self._resolved_pause_mode()
         check_servers_fit_mode(mode, infos, addrs)
+        self.stream_interval = resolve_stream_interval(self._rcfg.stream_interval, mode, self.server_kind)
         self._control = ServerControl(
             addrs,
             pause_mode=mode,
@@ -234,6 +238,12 @@ class RemoteSGLangEngine(InferenceEngine):
         self._initialized = True
         logger.info("inference servers ready: %s", ", ".join(addrs))
         logger.info("weight updates pause generation with mode %s (rollout.pause_mode=%s)", mode, self._rcfg.pause_mode)
+        if self.stream_interval is not None:
+            logger.info(
+                "answers are streamed every %d tokens (rollout.stream_interval=%s)",
+                self.stream_interval,
+                self._rcfg.stream_interval,
+            )
         self._check_server_count()
         self._check_server_versions()
 
@@ -370,7 +380,7 @@ class RemoteSGLangEngine(InferenceEngine):
         out_ids: list[int] = []
         out_lps: list[float] = []
         out_versions: list[int] = []
-        streamed = self._rcfg.stream_interval is not None
+        streamed = self.stream_interval is not None
         try:
             for round_ in itertools.count():
                 await self._wait_unpaused()
@@ -383,7 +393,7 @@ class RemoteSGLangEngine(InferenceEngine):
                     min_new_tokens=max(0, req.min_new_tokens - len(out_ids)),
                     lora_path=self._control.lora_name,
                     cache_namespace=cache_namespace(self.get_version()),
-                    stream_interval=self._rcfg.stream_interval,
+                    stream_interval=self.stream_interval,
                 )
                 sent_version = self.get_version()
                 with self._open.posted():

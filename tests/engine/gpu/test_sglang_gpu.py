@@ -258,8 +258,9 @@ def test_weight_update_with_requests_in_flight(mode, smollm2, other_dir, prompt,
     and after the update the tokens are the new weights' greedy picks (abort and retract re-prefill
     the whole sequence under the new weights). abort_ahead: the abort-mode pause starts in the
     background first (rollout.pause_ahead_minibatches) and the update waits for it.
-    in_place_streamed: the answers streamed a chunk a token (rollout.stream_interval), so the
-    tokens made before the update keep version 0 (whole in_place answers say version 1 throughout)."""
+    retract and in_place stream their answers every 16 tokens (rollout.stream_interval=auto),
+    in_place_streamed a chunk a token, so the tokens made before the update keep version 0 (whole
+    answers would say version 1 throughout: SGLang names one version per answer)."""
     import requests
 
     from areal.api.inference import ModelRequest
@@ -324,12 +325,13 @@ def test_weight_update_with_requests_in_flight(mode, smollm2, other_dir, prompt,
             # the old weights' KV cache), the logprobs' distance to each model's says more
             gap_new, gap_old = (logprob_gap(lp, o.output_logprobs, tail) for lp in (new_lp, old_lp))
             print(
-                f"{mode}: first 16 tokens the old model's greedy picks {before:.3f}, last 64 the new's {after:.3f} "
+                f"{mode} (chunks of {eng.stream_interval}): first 16 tokens the old model's greedy picks "
+                f"{before:.3f}, last 64 the new's {after:.3f} "
                 f"(the old's {after_old:.3f}); {old_tokens} of {tokens} tokens at version 0; last 64 logprobs "
                 f"from the new model's {gap_new:.3f}, the old's {gap_old:.3f} (mean |diff|)"
             )
             assert before >= 0.9  # generated before the update, by the base weights
-            if mode == "abort" or streamed:  # each part (resubmission, or chunk) carries its own version
+            if mode == "abort" or eng.stream_interval is not None:  # each resubmission or chunk has its version
                 assert 16 <= old_tokens < tokens
             if mode != "in_place":  # re-prefilled: the new weights' picks on the whole sequence
                 # 1.000 in most runs, once 0.891 (bf16 near-ties a thousand tokens in, HF against
