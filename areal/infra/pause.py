@@ -84,8 +84,7 @@ def resolve_stream_interval(configured: int | str | None, pause_mode: str, serve
     server reports every token's version."""
     if configured != "auto":
         return configured
-    holds_requests = pause_mode in ("retract", "in_place")
-    return AUTO_STREAM_INTERVAL if holds_requests and server_kind != "builtin" else None
+    return AUTO_STREAM_INTERVAL if holds_requests(pause_mode) and server_kind != "builtin" else None
 
 
 def streams_from_sglang(stream_interval: int | str | None, pause_mode: str) -> bool:
@@ -94,10 +93,16 @@ def streams_from_sglang(stream_interval: int | str | None, pause_mode: str) -> b
     return resolve_stream_interval(stream_interval, resolve_pause_mode(pause_mode, "sglang"), "sglang") is not None
 
 
+def holds_requests(mode: str) -> bool:
+    """Whether a pause in this mode keeps the requests in flight inside the servers through the
+    update (retract, in_place); abort answers them and the client resubmits what is left."""
+    return mode != "abort"
+
+
 def flushes_after_update(mode: str) -> bool:
     """Whether the client flushes the servers' prefix cache after a weight update (only when the
     pause held nothing: abort)."""
-    return mode == "abort"
+    return not holds_requests(mode)
 
 
 def server_flags_for(mode: str, server_kind: str) -> list[str]:
