@@ -366,22 +366,26 @@ def wait_running(addr: str, n: int, timeout: float = 120) -> None:
 class VersionStream(threading.Thread):
     """One greedy request streamed through a weight update: each SSE chunk's completion_tokens and
     meta_info.weight_version (SGLang sets it from the tokenizer manager's version as it handles
-    the chunk, tokenizer_manager._handle_batch_output), and the last chunk (its output_ids and
-    output_token_logprobs, whole: the stream is not incremental). `started` is set once the
-    request has min_tokens tokens (or it ended)."""
+    the chunk, tokenizer_manager._handle_batch_output), and the whole answer parsed from all chunks
+    (`answer`; protocol.parse_generate_stream joins them where the server streams incrementally,
+    as it does wherever the client streams). `started` is set once the request has min_tokens
+    tokens (or it ended)."""
 
     def __init__(self, addr: str, prompt, tokens: int, min_tokens: int, timeout: float = 300) -> None:
         super().__init__(daemon=True)
         self.addr, self.prompt, self.tokens, self.min_tokens, self.timeout = addr, prompt, tokens, min_tokens, timeout
         self.started = threading.Event()
         self.chunks: list[tuple[int, str | None]] = []
-        self.last: dict | None = None
+        self.raw: list[dict] = []
+        self.answer = None  # protocol.GenerateResult, once the stream ended
         self.error: BaseException | None = None
 
     def run(self) -> None:
         import json
 
         import requests
+
+        from areal.engine.sglang.protocol import parse_generate_stream
 
         body = {
             "input_ids": list(self.prompt),
@@ -394,11 +398,12 @@ class VersionStream(threading.Thread):
                 for line in resp.iter_lines():
                     if not line.startswith(b"data:") or line.strip() == b"data: [DONE]":
                         continue
-                    self.last = json.loads(line[len(b"data:") :])
-                    meta = self.last["meta_info"]
+                    self.raw.append(json.loads(line[len(b"data:") :]))
+                    meta = self.raw[-1]["meta_info"]
                     self.chunks.append((int(meta["completion_tokens"]), meta.get("weight_version")))
                     if self.chunks[-1][0] >= self.min_tokens:
                         self.started.set()
+            self.answer = parse_generate_stream(self.raw)
         except BaseException as exc:  # reported by the test
             self.error = exc
         finally:
@@ -415,8 +420,10 @@ def report_stream_versions(probe: VersionStream, prompt, old_model) -> None:
     assert changes == 1 and versions[-1] == "1", f"chunk versions {seen}, {changes} change(s)"
     label = max(c for c, v in probe.chunks if v == versions[0])
     after = min(c for c, v in probe.chunks if v == "1")
-    output = probe.last["output_ids"]
-    served = [lp for lp, _tid, _text in probe.last["meta_info"]["output_token_logprobs"]]
+    output, served = probe.answer.output_ids, probe.answer.output_logprobs
+    # the whole answer, or the comparison below measures a fragment (it did once: the last chunk of
+    # an incremental stream, read as if it held the whole answer)
+    assert len(output) == len(served) == probe.tokens, (len(output), len(served), probe.tokens)
     _, old_lp = score(old_model, prompt, output)
     gap = [abs(a - b) for a, b in zip(old_lp, served)]
     window = 8
