@@ -47,13 +47,13 @@ PAUSE_MODES = ("abort", "retract", "in_place")
 
 # rollout.pause_mode=auto, per server program, the mode with the highest mean of the last 3
 # evaluations over 3 seeds of the one-GPU recipe (the rule of issue 37): retract on the built-in
-# server (docs/benchmarks.md section 5), abort on SGLang 0.5.16 (0.791 against retract 0.774 and
-# in_place 0.742 on the cosine recipe; section 9). abort also holds nothing over an update.
-# in_place is the fastest on SGLang: 214-218 samples/s in the 0.5B pipeline against abort's 176.62
-# (section 10), whose pause drains ~470 aborted answers (0.36 s) where in_place's takes 6-35 ms.
-# With its answers streamed every 16 tokens (what AUTO_STREAM_INTERVAL gives it) it keeps 198-209
-# samples/s and reached a last-3 mean of 0.785 over 3 seeds (section 10, eighth A/B, 2026-12-07):
-# within noise of abort, but on another day, so abort stays until one call compares the two.
+# server (docs/benchmarks.md section 5), abort on SGLang 0.5.16. There, abort and retract tie:
+# 0.791 and 0.774 on 2026-12-05 (section 9), 0.782 and 0.795 in one call on 2026-12-07 with
+# retract streamed (section 10), two-day means 0.787 and 0.785, seed-to-seed sd 0.025-0.031.
+# abort wins the tie: it is 4-9% faster on the recipe and holds nothing over an update. in_place is
+# the fastest in the 0.5B pipeline (214-218 samples/s whole, 198-209 streamed every 16 tokens,
+# against abort's 176.62; abort's pause drains ~470 aborted answers, 0.36 s), but on the recipe
+# it scored 0.733 in that call (one seed of three stalled at 0.63).
 AUTO_PAUSE_MODE = {"builtin": "retract", "sglang": "abort"}
 
 # rollout.stream_interval=auto: tokens per streamed chunk where a pause holds requests through an
