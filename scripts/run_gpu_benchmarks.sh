@@ -228,10 +228,13 @@ x1_modes)
   # (release, train, update, resume), async keeps both resident on the recipe's static split.
   # MODES_ARGS: overrides for both, e.g. "launcher.mps=true" (the async run's kernels beside SGLang's).
   # MODES_ASYNC_PAUSE: the async run once per pause mode named (default auto; e.g. "auto in_place").
+  # MODES_TAG: a suffix for the run names and the summary, so that a second call with other
+  # MODES_ARGS keeps the first one's files (e.g. MODES_TAG=_c512).
   convert_smollm2
   runs=()
   for spec in 0:auto $(for m in ${MODES_ASYNC_PAUSE:-auto}; do echo 1:$m; done); do
     offp=${spec%%:*}; pause=${spec#*:}; name=offp$offp; [ "$pause" = auto ] || name=${name}_$pause
+    name=$name${MODES_TAG:-}
     run=/tmp/areal-smollm2-1gpu-$name
     step smollm2_1gpu_$name "${MODES_TIMEOUT:-200}" $py -m launcher.cli --config smollm2_gsm8k_1gpu.yaml \
       cluster.fileroot=$run rollout.max_head_offpolicyness=$offp rollout.pause_mode=$pause trial_name=$name \
@@ -239,7 +242,7 @@ x1_modes)
     cp $run/smollm2_gsm8k_1gpu/$name/metrics.jsonl "$out/smollm2_1gpu_${name}_metrics.jsonl"
     runs+=("$out/smollm2_1gpu_${name}_metrics.jsonl")
   done
-  $py scripts/summarise_run.py "${runs[@]}" --warmup 2 --out "$out/smollm2_1gpu_modes.json" >/dev/null
+  $py scripts/summarise_run.py "${runs[@]}" --warmup 2 --out "$out/smollm2_1gpu_modes${MODES_TAG:-}.json" >/dev/null
   ;;
 x1_agent)
   # The calculator agent (examples/calculator_agent.py) trained on one GPU through the OpenAI proxy.

@@ -523,6 +523,22 @@ def test_recipe_modes_stage_runs_sync_then_each_async_pause_mode_on_sglangs_back
         assert "sglang.attention_backend=triton" in command
 
 
+def test_recipe_modes_stage_tags_its_runs_so_a_second_call_keeps_the_first(tmp_path):
+    """x1_modes with MODES_TAG: the runs and their metrics carry the tag, beside an untagged call's."""
+    import subprocess
+
+    script = REPO / "scripts" / "run_gpu_benchmarks.sh"
+    base = {**os.environ, "PYTHON": "echo"}
+    subprocess.run(["bash", str(script), "x1_modes", str(tmp_path)], env=base, capture_output=True)
+    tagged = {**base, "MODES_TAG": "_c512", "MODES_ARGS": "sglang.max_running_requests=512"}
+    subprocess.run(["bash", str(script), "x1_modes", str(tmp_path)], env=tagged, capture_output=True)
+    for offp in (0, 1):
+        plain = (tmp_path / f"smollm2_1gpu_offp{offp}.log").read_text()
+        assert f"trial_name=offp{offp} " in plain and "max_running_requests=512" not in plain
+        command = (tmp_path / f"smollm2_1gpu_offp{offp}_c512.log").read_text()
+        assert f"trial_name=offp{offp}_c512 " in command and "sglang.max_running_requests=512" in command
+
+
 def test_stage_chain_runs_each_stage_and_chaos_entries_pick_their_own_backend(tmp_path):
     """STAGE1,STAGE2 runs both stages into one results directory; an x1_chaos entry
     CONFIG:SEED:BACKEND:TRIALS sets its own, and what it leaves out comes from CHAOS_* (run with an
