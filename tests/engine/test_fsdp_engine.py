@@ -237,6 +237,21 @@ def test_world_size_mismatch_names_the_backend(tiny_model_dir):
     assert not dist.is_initialized()  # the failed engine removed the one-rank group it made
 
 
+def test_destroy_frees_the_model_at_once(tiny_model_dir):
+    """After destroy() nothing holds the model (FSDP's modules sit in reference cycles, which kept
+    it until a later collection) nor the mesh of the groups it ended."""
+    import weakref
+
+    import torch.distributed as dist
+
+    engine = _engine(tiny_model_dir)
+    engine.train_batch(make_batch(0), nll_loss, token_weight)  # optimizer state, gradients
+    model = weakref.ref(engine.model)
+    engine.destroy()
+    assert model() is None
+    assert engine.mesh is None and not dist.is_initialized()
+
+
 def test_untrainable_engine_refuses_to_train(tiny_model_dir):
     engine = _engine(tiny_model_dir, trainable=False)
     try:

@@ -740,9 +740,15 @@ class FSDPEngine(TrainEngine):
     # ---- teardown --------------------------------------------------------------------------------
     def destroy(self) -> None:
         """Free the model and optimizer; tear down groups this engine created (not the caller's)."""
+        import gc
+
         import torch.distributed as dist
 
         self.model = self.optimizer = self.scheduler = None
+        self.mesh = self._dp_group = None  # they name groups that end below
+        # FSDP's modules sit in reference cycles: collect them now, so that the parameters' memory is
+        # free when destroy returns, not at some later collection or in the interpreter's teardown
+        gc.collect()
         if self._owns_process_group and dist.is_initialized():
             dist.destroy_process_group()
             self._owns_process_group = False
