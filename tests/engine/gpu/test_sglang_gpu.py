@@ -438,6 +438,10 @@ def report_stream_versions(probe: VersionStream, prompt, old_model) -> None:
         f"max(4 x {base:.3f}, 0.1)); mean |diff| to the old model over 32 tokens before the label "
         f"{before_label:.3f}, after {after_label:.3f}"
     )
+    # the new weights took over (the logprobs leave the old model's), and the labels follow within
+    # a few batches: 6 and 7 tokens late on two H100 runs (2026-12-07, 537932b and 011e54d)
+    assert left is not None, "the streamed answer's logprobs never left the old model's"
+    assert -8 <= label - left <= 32, (label, left)
 
 
 def stream_until(addr: str, prompt, tokens: int, min_tokens: int, timeout: float = 300) -> int:
