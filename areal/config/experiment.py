@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pydantic import Field
 
+from areal.infra.pause import streams_from_sglang
+
 from .actor import ActorConfig, RefConfig
 from .base import Section
 from .cluster import ClusterConfig
@@ -83,8 +85,6 @@ def resolve_follow_defaults(cfg: ExperimentConfig) -> ExperimentConfig:
     if s.enable_lora and s.lora_target_modules is None and pushes_adapters:
         s.lora_target_modules = list(a.target_modules)
     if s.incremental_streaming_output is None:  # on where SGLang streams: the flag acts on streams only
-        from areal.infra.pause import streams_from_sglang
-
         s.incremental_streaming_output = streams_from_sglang(r.stream_interval, r.pause_mode)
     if r.consumer_batch_size is None:
         r.consumer_batch_size = cfg.train_dataset.batch_size

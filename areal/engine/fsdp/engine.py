@@ -77,7 +77,7 @@ class FSDPEngine(TrainEngine):
         self.trainable = trainable
         self._device_type = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.attn_implementation = attn_implementation
-        self.model = self.optimizer = self.scheduler = self.tokenizer = self.mesh = None
+        self.model = self.optimizer = self.scheduler = self.tokenizer = self.mesh = self._dp_group = None
         self._owns_process_group = False
         self.offloaded = False  # parameters and optimizer state are in CPU memory (offload())
         # actor.max_tokens_per_mb: fixed, or (auto) measured on CUDA per pass kind (mb_budget.py)
