@@ -61,6 +61,24 @@ def test_summarise_run_leaves_out_warmup_and_compares_to_the_first(tmp_path):
     assert first["recompute_others_cpu_share"] is None  # no cpu/ figures logged
 
 
+def test_summarise_run_gives_the_pipelines_rate_without_evaluation_and_saves(tmp_path):
+    # the last step evaluates and saves: 3 s of its 4, which the pipeline's rate leaves out
+    sync = write_metrics(
+        tmp_path / "sync.jsonl",
+        [step_row(1, 2.0), step_row(2, 4.0, **{"timing/eval_s": 2.5, "timing/save_s": 0.5})],
+    )
+    fast = write_metrics(
+        tmp_path / "async.jsonl",
+        [step_row(1, 0.5), step_row(2, 3.5, **{"timing/eval_s": 2.5, "timing/save_s": 0.5})],
+    )
+    out = tmp_path / "s.json"
+    summarise_run.main([str(sync), str(fast), "--warmup", "0", "--out", str(out)])
+    first, second = json.loads(out.read_text())
+    assert first["samples_per_s"] == round(16 / 6, 3) and first["pipeline_samples_per_s"] == round(16 / 3, 3)
+    assert second["pipeline_samples_per_s"] == 16.0 and second["pipeline_speedup_vs_first"] == 3.0
+    assert second["speedup_vs_first"] == 1.5
+
+
 def test_summarise_run_gives_the_rollout_clients_cpu_share_during_recompute(tmp_path):
     cpu = {"cpu/recompute_logprob_main_s": 0.8, "cpu/recompute_logprob_others_s": 0.2}
     path = write_metrics(tmp_path / "m.jsonl", [step_row(1, 9.0), step_row(2, 1.0, **cpu), step_row(3, 1.0, **cpu)])
