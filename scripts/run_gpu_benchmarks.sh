@@ -17,7 +17,8 @@
 #   scripts/run_gpu_benchmarks.sh x1_learning RESULTS_DIR   # SmolLM2 one-GPU recipe, pause_mode in_place
 #                                                           # and retract, SEEDS seeds each, all at once (~9 min)
 #   scripts/run_gpu_benchmarks.sh x1_modes RESULTS_DIR      # the SmolLM2 one-GPU recipe sync (time-shared)
-#                                                           # then async, MODES_STEPS steps each, alone (~4 min)
+#                                                           # then async, MODES_STEPS steps each, alone
+#                                                           # (~2.5 min a run)
 #   scripts/run_gpu_benchmarks.sh x1_agent RESULTS_DIR      # the calculator agent on one GPU (~6 min)
 #   scripts/run_gpu_benchmarks.sh x1_agent_vs_rlvr RESULTS_DIR  # the agent recipe (3 seeds) beside the RLVR
 #                                                           # one, 40 steps, all at once (~9 min)
@@ -230,17 +231,28 @@ x1_modes)
   # MODES_ASYNC_PAUSE: the async run once per pause mode named (default auto; e.g. "auto in_place").
   # MODES_TAG: a suffix for the run names and the summary, so that a second call with other
   # MODES_ARGS keeps the first one's files (e.g. MODES_TAG=_c512).
+  # MODES_VARIANTS: "NAME KEY=VALUE ...; NAME ..." more async runs (pause auto) after those, each with
+  # its own overrides, one after another in this stage (e.g. "workers workflow.workers=1; mps
+  # launcher.mps=true"): one call's poll then never starts a run beside another's.
   convert_smollm2
   runs=()
-  for spec in 0:auto $(for m in ${MODES_ASYNC_PAUSE:-auto}; do echo 1:$m; done); do
-    offp=${spec%%:*}; pause=${spec#*:}; name=offp$offp; [ "$pause" = auto ] || name=${name}_$pause
-    name=$name${MODES_TAG:-}
-    run=/tmp/areal-smollm2-1gpu-$name
+  modes_run() {  # modes_run NAME OFFPOLICYNESS PAUSE OVERRIDES...
+    local name=$1${MODES_TAG:-} offp=$2 pause=$3; shift 3
+    local run=/tmp/areal-smollm2-1gpu-$name
     step smollm2_1gpu_$name "${MODES_TIMEOUT:-200}" $py -m launcher.cli --config smollm2_gsm8k_1gpu.yaml \
       cluster.fileroot=$run rollout.max_head_offpolicyness=$offp rollout.pause_mode=$pause trial_name=$name \
-      total_train_steps=${MODES_STEPS:-12} evaluator.freq_steps=1000 sglang.attention_backend="$attn" ${MODES_ARGS:-}
+      total_train_steps=${MODES_STEPS:-12} evaluator.freq_steps=1000 sglang.attention_backend="$attn" ${MODES_ARGS:-} "$@"
     cp $run/smollm2_gsm8k_1gpu/$name/metrics.jsonl "$out/smollm2_1gpu_${name}_metrics.jsonl"
     runs+=("$out/smollm2_1gpu_${name}_metrics.jsonl")
+  }
+  for spec in 0:auto $(for m in ${MODES_ASYNC_PAUSE:-auto}; do echo 1:$m; done); do
+    offp=${spec%%:*}; pause=${spec#*:}; name=offp$offp; [ "$pause" = auto ] || name=${name}_$pause
+    modes_run $name $offp $pause
+  done
+  IFS=';' read -ra variants <<<"${MODES_VARIANTS:-}"
+  for v in "${variants[@]}"; do
+    read -ra words <<<"$v"
+    [ ${#words[@]} -gt 0 ] && modes_run offp1_${words[0]} 1 auto "${words[@]:1}"
   done
   $py scripts/summarise_run.py "${runs[@]}" --warmup 2 --out "$out/smollm2_1gpu_modes${MODES_TAG:-}.json" >/dev/null
   ;;

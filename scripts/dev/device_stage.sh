@@ -8,12 +8,14 @@
 # start: installs SmolLM2 from the kit's call 4 parts, copies the checkout to /tmp/ck (later calls
 # replace the repository root, a run must not see that), writes /tmp/env.sh, starts
 # `scripts/run_gpu_benchmarks.sh STAGE /tmp/results/STAGE` under setsid (it outlives the call; the
-# stage's own variables pass through the environment), then polls. poll: waits up to POLL_S
-# seconds (default 420) for the stage to end, prints each run's last step, and puts the stage's
+# stage's own variables pass through the environment), then polls. poll: waits for the stage to
+# end until POLL_S seconds (default 420) after the call began (the install and any wait count, so a
+# call's own limit can be POLL_S plus the tarring), prints each run's last step, and puts the stage's
 # files, with the metrics of runs still going, in $OUT/STAGE.tgz. GSM8K comes from
 # .sgl-parts/c4/gsm8k (copy ../shared/data/gsm8k there before the call) or $AREAL_GSM8K_DIR.
 # also: starts STAGE in the environment an earlier start prepared, without installing again (a
-# reinstall would replace SmolLM2's files while the first stage reads them), then polls. With
+# reinstall would replace SmolLM2's files while the first stage reads them), then polls; a stage
+# of the same name still running is waited for first, within the same POLL_S. With
 # AFTER_LOG=FILE the stage waits on the device (up to AFTER_WAIT_S, default 900) until FILE shows a
 # run's first step or an error: SGLang sizes its KV cache from the free memory it sees before and
 # after loading, so a server that loads while another run allocates is starved (the sweep's last
@@ -31,6 +33,7 @@
 # the trainer's warm-up.
 set -u
 cmd=${1:?start or poll}; stage=${2:?a stage of scripts/run_gpu_benchmarks.sh}; poll_s=${3:-420}
+end_at=$((SECONDS + poll_s))  # one deadline for the whole call: waiting on a same-name stage, then polling
 res=/tmp/results/$stage
 
 start() {
@@ -124,9 +127,18 @@ launch() {  # the stage's shell writes its pid before it starts: poll asks that 
 
 running() { [ -s "$res.pid" ] && kill -0 "$(cat "$res.pid")" 2>/dev/null; }
 
+wait_for_same_stage() {  # `also STAGE` while STAGE still runs: wait (up to POLL_S) for it to end first.
+  # Both would write $res.pid (poll would lose the first) and share the GPU: on 2026-12-07 a poll
+  # that ended before its run did let the next call's server start beside that run's last steps.
+  running || return 0
+  echo "also: $stage is still running (pid $(cat "$res.pid")); waiting for it to end (this call's ${poll_s}s)"
+  while [ $SECONDS -lt $end_at ] && running; do sleep 5; done
+  running && { echo "also: $stage still running after ${poll_s}s; not started again (poll it, then call also)" >&2; return 1; }
+  echo "$(date +%T) $stage ended; starting it again"
+}
+
 poll() {
-  local deadline=$((SECONDS + poll_s))
-  while [ $SECONDS -lt $deadline ] && running; do sleep 10; done
+  while [ $SECONDS -lt $end_at ] && running; do sleep 10; done
   echo "$(date +%T) stage $(running && echo running || echo ended)"
   tail -n 2 "$res/load.txt" 2>/dev/null
   cat "$res/precompile.txt" 2>/dev/null
@@ -158,6 +170,7 @@ case $cmd in
 start) [ ! -f /tmp/env.sh ] || { echo "start: this machine was started already (SmolLM2's parts are used up); run 'also $stage'" >&2; exit 2; }
   start; poll ;;
 also) [ -f /tmp/env.sh ] || { echo "also: no /tmp/env.sh, run start first" >&2; exit 2; }
+  wait_for_same_stage || { poll; exit 2; }
   (source /tmp/env.sh && launch); poll ;;
 poll) poll ;;
 *) echo "usage: $0 start|also|poll STAGE [POLL_S]" >&2; exit 2 ;;

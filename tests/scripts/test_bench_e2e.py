@@ -539,6 +539,27 @@ def test_recipe_modes_stage_tags_its_runs_so_a_second_call_keeps_the_first(tmp_p
         assert f"trial_name=offp{offp}_c512 " in command and "sglang.max_running_requests=512" in command
 
 
+def test_recipe_modes_stage_runs_each_variant_async_with_its_own_overrides(tmp_path):
+    """x1_modes with MODES_VARIANTS: after sync and async, one async run per variant, each with its
+    overrides only, in the same stage (one after another, never beside each other)."""
+    import subprocess
+
+    env = {**os.environ, "PYTHON": "echo", "MODES_VARIANTS": "workers workflow.workers=1; mps launcher.mps=true ;"}
+    script = REPO / "scripts" / "run_gpu_benchmarks.sh"
+    subprocess.run(["bash", str(script), "x1_modes", str(tmp_path)], env=env, capture_output=True)
+    order = [
+        line.split(":")[0][3:]
+        for line in (tmp_path / "stages.log").read_text().splitlines()
+        if line.startswith("== ") and ": exit" not in line
+    ]
+    assert order == ["smollm2_1gpu_offp0", "smollm2_1gpu_offp1", "smollm2_1gpu_offp1_workers", "smollm2_1gpu_offp1_mps"]
+    workers = (tmp_path / "smollm2_1gpu_offp1_workers.log").read_text()
+    assert "rollout.max_head_offpolicyness=1 rollout.pause_mode=auto trial_name=offp1_workers " in workers
+    assert workers.rstrip().endswith("workflow.workers=1") and "launcher.mps" not in workers
+    mps = (tmp_path / "smollm2_1gpu_offp1_mps.log").read_text()
+    assert mps.rstrip().endswith("launcher.mps=true") and "workflow.workers" not in mps
+
+
 def test_stage_chain_runs_each_stage_and_chaos_entries_pick_their_own_backend(tmp_path):
     """STAGE1,STAGE2 runs both stages into one results directory; an x1_chaos entry
     CONFIG:SEED:BACKEND:TRIALS sets its own, and what it leaves out comes from CHAOS_* (run with an
