@@ -67,6 +67,11 @@ def _call_in_worker(target: str | Callable[..., Any], args: tuple, kwargs: dict)
         raise TypeError(f"reward {_name(target)} returned {value!r}; rewards must return a number") from None
 
 
+def _call_many_in_worker(target: str | Callable[..., Any], calls: list[tuple[tuple, dict]]) -> list[float]:
+    """Several samples' rewards in one worker task (RewardRunner.score_many)."""
+    return [_call_in_worker(target, args, kwargs) for args, kwargs in calls]
+
+
 def _name(target: str | Callable[..., Any]) -> str:
     return target if isinstance(target, str) else getattr(target, "__qualname__", repr(target))
 
@@ -158,6 +163,38 @@ class RewardRunner:
                         )
                     # else our own pool replacement (another call timed out or crashed) broke this call
             raise RuntimeError(f"reward {self.spec!r}: the worker pool kept being replaced; giving up")
+
+    async def score_many(self, calls: list[tuple[tuple, dict]]) -> list[float]:
+        """The rewards of several samples, each call given as (args, kwargs): the same values as
+        awaiting each call, sent to a worker as one task.
+
+        Each call through the pool costs the caller's process about 0.5 ms of CPU (pickling, the
+        pool's feeder and manager threads, the result's way back: measured on 2 cores,
+        2026-12-07), which in an asynchronous run is taken from the training thread through the
+        GIL; one task per GRPO group pays it once. Each sample keeps its own timeout: a group that
+        runs past `timeout_s` for every call in it (so only a hang, never a slow but valid reward),
+        or whose worker dies, has its worker killed and each of its samples scored again alone,
+        where only the calls that run past `timeout_s` score 0.0.
+        """
+        if len(calls) <= 1:
+            return [await self(*args, **kwargs) for args, kwargs in calls]
+        async with self._loop_slots():
+            pool, generation = self._current_pool()
+            try:
+                future = asyncio.wrap_future(pool.submit(_call_many_in_worker, self.spec, calls))
+                await self._until_workers_started(future)
+                return await asyncio.wait_for(future, self.timeout_s * len(calls))
+            except asyncio.TimeoutError:
+                logger.warning(
+                    "reward %r: a group of %d samples ran past %.1fs each; worker killed, scoring them one by one",
+                    self.spec,
+                    len(calls),
+                    self.timeout_s,
+                )
+                self._replace_pool(generation)
+            except BrokenProcessPool:
+                self._replace_pool(generation)  # a no-op where another call replaced it already
+        return list(await asyncio.gather(*(self(*args, **kwargs) for args, kwargs in calls)))
 
     def _loop_slots(self) -> asyncio.Semaphore:
         """A semaphore of `max_workers` slots for the running loop (one runner may see several)."""

@@ -109,6 +109,15 @@ def reward_fields(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k not in REWARD_ARGS}
 
 
+async def score_all(reward, calls: list[tuple[tuple, dict]]) -> list[float]:
+    """The rewards of several samples, calls given as (args, kwargs): in one worker task where the
+    runner can (RewardRunner.score_many), else call by call at once."""
+    many = getattr(reward, "score_many", None)
+    if many is not None:
+        return list(await many(calls))
+    return list(await asyncio.gather(*(reward(*args, **kwargs) for args, kwargs in calls)))
+
+
 def make_reward_runner(reward, timeout_s: float, workers: int):
     """A RewardRunner from a spec, or the given runner as it is."""
     if isinstance(reward, str):

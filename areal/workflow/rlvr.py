@@ -1,8 +1,9 @@
 """RLVR: one prompt, n sampled answers, each scored by a verifiable reward.
 
 The episode renders the record through the chat template, generates `gconfig.n_samples`
-answers concurrently, scores each with the reward function in a process pool (RewardRunner:
-CPU-bound or hanging rewards neither block the event loop nor stall it; a timeout scores 0), and
+answers concurrently, scores them with the reward function in a process pool, the group as one
+task (RewardRunner.score_many: CPU-bound or hanging rewards neither block the event loop nor
+stall it; a sample whose reward runs past the timeout scores 0), and
 returns the group as tensors with a leading sample dimension:
 
     input_ids [n, L], attention_mask [n, L], loss_mask [n, L] (1 on generated tokens only),
@@ -22,6 +23,7 @@ from areal.workflow.common import (
     generated,
     record_messages,
     reward_fields,
+    score_all,
     stack_samples,
     trajectory,
 )
@@ -36,17 +38,8 @@ class RLVRWorkflow(RewardedWorkflow):
         )
         prompt_text = self.tokenizer.decode(prompt_ids, skip_special_tokens=True)
         fields = reward_fields(data)
-        rewards = await asyncio.gather(
-            *(
-                self.reward(
-                    prompt_text,
-                    self.tokenizer.decode(r.output_tokens, skip_special_tokens=True),
-                    prompt_ids,
-                    r.output_tokens,
-                    **fields,
-                )
-                for r in resps
-            )
-        )
+        texts = [self.tokenizer.decode(r.output_tokens, skip_special_tokens=True) for r in resps]
+        calls = [((prompt_text, text, prompt_ids, r.output_tokens), fields) for text, r in zip(texts, resps)]
+        rewards = await score_all(self.reward, calls)
         samples = [trajectory(prompt_ids, [generated(r)]) for r in resps]
         return stack_samples(samples, [float(x) for x in rewards])

@@ -84,6 +84,52 @@ def test_hanging_reward_times_out_without_stalling_loop_or_pool(tmp_path, caplog
     assert wait_gone(int(pid_file.read_text())), "the hung worker must be killed"
 
 
+def test_a_group_scores_as_its_calls_would_in_one_worker_task():
+    async def main():
+        with RewardRunner("tests.reward.slow_rewards:length_reward", timeout_s=10) as runner:
+            values = await runner.score_many([(("p", "x" * i, [1], [2, 3]), {"bonus": 0.5}) for i in range(6)])
+            empty = await runner.score_many([])
+        with RewardRunner(HANG, timeout_s=10, max_workers=2) as runner:
+            pids = await runner.score_many([(("p", "pid", [], []), {})] * 6)
+        return values, empty, pids
+
+    values, empty, pids = asyncio.run(main())
+    assert values == [i + 0.5 for i in range(6)] and empty == []
+    assert len(set(pids)) == 1  # one task: one worker scored the whole group
+
+
+def test_a_hang_in_a_group_scores_only_that_sample_zero(tmp_path, caplog):
+    """The group runs past timeout_s for each of its calls: its worker is killed and every sample
+    scored alone, where only the hanging one times out."""
+    pid_file = tmp_path / "hung.pid"
+
+    async def main():
+        with RewardRunner(HANG, timeout_s=2.0, max_workers=1) as runner:
+            await runner("p", "warm", [], [])  # the worker started: the timeouts below are the reward's own
+            calls = [
+                (("p", "ok", [], []), {}),
+                (("p", "hang", [], []), {"pid_file": str(pid_file)}),
+                (("p", "abc", [], []), {}),
+            ]
+            values = await runner.score_many(calls)
+            return values, runner.n_timeouts, await runner("p", "after", [], [])
+
+    with caplog.at_level(logging.WARNING, logger="areal.reward.runner"):
+        values, n_timeouts, after = asyncio.run(asyncio.wait_for(main(), HANG_GUARD_S))
+    assert values == [2.0, 0.0, 3.0] and n_timeouts == 1 and after == 5.0
+    assert "a group of 3 samples ran past 2.0s each" in caplog.text
+    assert wait_gone(int(pid_file.read_text()))  # the hung workers were killed, not left running
+
+
+def test_an_exception_in_a_group_propagates():
+    async def main():
+        with RewardRunner("tests.reward.slow_rewards:raises", timeout_s=10, max_workers=1) as runner:
+            return await runner.score_many([(("p", "c", [], []), {})] * 2)
+
+    with pytest.raises(ValueError, match="bad completion 'c'"):
+        asyncio.run(main())
+
+
 def test_calls_running_when_the_pool_is_replaced_are_retried(tmp_path):
     """A call busy on the other worker when a hung one is killed is rerun, not lost or zeroed."""
 

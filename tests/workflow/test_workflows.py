@@ -168,3 +168,15 @@ def _runs(values):
         else:
             runs.append([v, 1])
     return [tuple(r) for r in runs]
+
+
+def test_score_all_calls_a_runner_without_score_many_one_call_each():
+    import asyncio
+
+    from areal.workflow.common import score_all
+
+    async def reward(prompt, completion, prompt_ids, completion_ids, bonus=0.0):
+        return len(completion) + bonus
+
+    calls = [(("p", "x" * i, [], []), {"bonus": 0.5}) for i in range(4)]
+    assert asyncio.run(score_all(reward, calls)) == [0.5, 1.5, 2.5, 3.5]
