@@ -134,5 +134,6 @@ def render_chat(
 
 
 def encode_text(tokenizer, text: str) -> list[int]:
-    """Token ids of rendered text: the template already holds the special tokens it wants."""
-    return list(tokenizer(text, add_special_tokens=False).input_ids)
+    """Token ids of rendered text: the template already holds the special tokens it wants (encode():
+    no BatchEncoding built, as areal.workflow.common.encode)."""
+    return list(tokenizer.encode(text, add_special_tokens=False))

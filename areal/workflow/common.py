@@ -97,7 +97,9 @@ def render(tokenizer, messages: list[dict], *, add_generation_prompt: bool) -> s
 
 
 def encode(tokenizer, text: str) -> list[int]:
-    return list(tokenizer(text, add_special_tokens=False).input_ids)
+    # encode(), not __call__: the same ids without building a BatchEncoding, which under transformers 5
+    # took 197 against 140 us for a GSM8K prompt, on the rollout thread that shares the trainer's GIL
+    return list(tokenizer.encode(text, add_special_tokens=False))
 
 
 def chat_prompt_ids(tokenizer, messages: list[dict]) -> list[int]:
