@@ -134,6 +134,7 @@ def render_chat(
 
 
 def encode_text(tokenizer, text: str) -> list[int]:
-    """Token ids of rendered text: the template already holds the special tokens it wants (encode():
-    no BatchEncoding built, as areal.workflow.common.encode)."""
+    """Token ids of rendered text: the template already holds the special tokens it wants."""
+    # encode(), not __call__: the same ids without building a BatchEncoding, which under transformers 5
+    # took 197 against 140 us for a GSM8K prompt, on the rollout thread that shares the trainer's GIL
     return list(tokenizer.encode(text, add_special_tokens=False))
