@@ -71,6 +71,8 @@ def summarise(path: Path, warmup: int) -> dict:
         "recompute_others_cpu_share": _cpu_share(steps, "recompute_logprob"),
         "phases_s": mean_of("timing/"),
         "handoff_s": mean_of("handoff/"),
+        # the staleness bound per step: seconds it held episodes back, and with nothing running
+        "bound_s": mean_of("rollout/bound_"),
         "weight_update_s": round(statistics.fmean(r.get("weight_update/seconds", 0.0) for r in steps), 4),
         "memory_gb_max": {k: round(max(r.get(k, 0.0) for r in steps), 3) for k in memory},
         "staleness_max": max(r.get("rollout/staleness_max", 0) for r in steps),

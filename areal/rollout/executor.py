@@ -145,6 +145,10 @@ class RolloutExecutor:
         self._running_bounded = 0  # running episodes under the staleness bound
         self._accepted = 0  # accepted episodes under the staleness bound, ever
         self._peak = {"running": 0, "started": 0}  # observed maxima, for tests and logs
+        # seconds the staleness bound held queued episodes back, and those of them with nothing
+        # running (the servers idle for want of a newer version); the current state since when
+        self._bound_s = {"held_s": 0.0, "idle_s": 0.0}
+        self._bound_state, self._bound_since = (False, False), time.monotonic()
         # filtering: rejections honoured between two handed-out batches, at most max_dropped
         self.max_overgeneration = config.max_overgeneration
         self.max_dropped = int(config.max_overgeneration * config.consumer_batch_size)
@@ -368,6 +372,23 @@ class RolloutExecutor:
                 "peak_started": self._peak["started"],
             }
 
+    def bound_seconds(self) -> dict[str, float]:
+        """Cumulative seconds (from the executor's start) during which the staleness bound held
+        queued episodes back (`held_s`), and those of them in which no episode ran at all
+        (`idle_s`: the servers had no work because the next episodes wait for a newer weight
+        version; raising rollout.max_head_offpolicyness would fill them). Pauses are not counted.
+        Measured on the loop's wake-ups: exact to _POLL_S per change of state."""
+        with self._lock:
+            return self._clock_bound(time.monotonic())
+
+    def _clock_bound(self, now: float) -> dict[str, float]:
+        """Add the time since the last change of state to its counters (under the lock)."""
+        held, idle = self._bound_state
+        elapsed, self._bound_since = now - self._bound_since, now
+        self._bound_s["held_s"] += elapsed if held else 0.0
+        self._bound_s["idle_s"] += elapsed if idle else 0.0
+        return dict(self._bound_s)
+
     def destroy(self) -> None:
         """Cancel running episodes and stop the loop thread."""
         self._stopping = True
@@ -417,6 +438,9 @@ class RolloutExecutor:
         """
         admitted = []
         if self._paused.is_set():
+            with self._lock:
+                self._clock_bound(time.monotonic())
+                self._bound_state = (False, False)
             return admitted
         version = self.engine.get_version()
         with self._lock:
@@ -439,8 +463,11 @@ class RolloutExecutor:
                 self._peak["running"] = max(self._peak["running"], self._running)
                 self._peak["started"] = max(self._peak["started"], self._running_bounded + self._accepted)
                 admitted.append(sub)
+            held = any(sub.bounded for sub in waiting)  # held by the staleness bound (see the loop)
             waiting.extend(self._inputs)
             self._inputs = waiting
+            self._clock_bound(time.monotonic())
+            self._bound_state = (held, held and self._running == 0)
         return admitted
 
     async def _episode(self, sub: _Submission) -> None:

@@ -93,6 +93,7 @@ class LiveRollouts(RolloutSource):
         self.engine, self.workflow, self.loader = rank0_engine, workflow, loader
         self._meta: WeightUpdateMeta | None = None
         self._counters: tuple[float, dict[str, float]] | None = None  # (time, servers' counters)
+        self._bound_before: dict[str, float] = {}  # the executor's bound_seconds at the last batch_metrics
         from .time_share import TimeShare
 
         self.time_share = TimeShare(cfg, actor, rank0_engine)  # colocated synchronous runs take turns
@@ -119,12 +120,21 @@ class LiveRollouts(RolloutSource):
             self.engine.control.pause_ahead()
 
     def batch_metrics(self) -> dict[str, float]:
-        """Dynamic sampling's figures for the last batch (rank 0; {} elsewhere or when it is off)."""
-        if self.engine is None or not self.cfg.rollout.dynamic_sampling:
+        """Rank 0 ({} elsewhere): the staleness bound's figures since the previous call,
+        `rollout/bound_held_s` and `rollout/bound_idle_s` (RolloutExecutor.bound_seconds: seconds
+        in which it held episodes back, and in which nothing ran meanwhile), and with
+        rollout.dynamic_sampling the filter's figures for the last batch."""
+        if self.engine is None:
             return {}
-        from areal.algo.dynamic_sampling import filter_metrics
+        executor = self.engine.executor
+        now = executor.bound_seconds()
+        before, self._bound_before = self._bound_before, now
+        out = {f"rollout/bound_{k}": v - before.get(k, 0.0) for k, v in now.items()}
+        if self.cfg.rollout.dynamic_sampling:
+            from areal.algo.dynamic_sampling import filter_metrics
 
-        return filter_metrics(self.engine.executor.last_batch_stats())
+            out.update(filter_metrics(executor.last_batch_stats()))
+        return out
 
     def push_weights(self, version: int) -> dict[str, float]:
         """Send the trainer's weights; servers then report `version`. Rank 0's server control

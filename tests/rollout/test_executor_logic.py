@@ -207,6 +207,55 @@ def test_pause_stops_admission_until_resume():
         ex.destroy()
 
 
+class Gated(RolloutWorkflow):
+    """Episodes that run until the test opens the gate."""
+
+    def __init__(self):
+        self.gate = threading.Event()
+
+    async def arun_episode(self, engine, data):
+        while not self.gate.is_set():
+            await asyncio.sleep(0.001)
+        return {"input_ids": torch.zeros(1, 1, dtype=torch.long), "rewards": torch.tensor([1.0])}
+
+
+def test_bound_seconds_count_the_time_the_staleness_bound_holds_episodes_and_the_servers_idle():
+    cfg = RolloutConfig(consumer_batch_size=2, max_concurrent_rollouts=8, max_head_offpolicyness=0)
+    engine, ex = make(cfg)
+    wf = Gated()
+    passes = count_admission_passes(ex)
+    try:
+        for i in range(4):
+            ex.submit({"i": i}, wf)
+        passes()  # two run, two are held for version 1: held, but the servers have work
+        before = ex.bound_seconds()
+        passes()
+        during = ex.bound_seconds()
+        assert during["held_s"] > before["held_s"] and during["idle_s"] == before["idle_s"] == 0.0
+        wf.gate.set()
+        ex.wait(2, timeout=HANG_GUARD_S)
+        passes()  # the first two finished; the others still wait for version 1: nothing runs
+        before = ex.bound_seconds()
+        passes()
+        idle = ex.bound_seconds()
+        assert idle["idle_s"] > before["idle_s"]
+        assert idle["held_s"] - before["held_s"] >= idle["idle_s"] - before["idle_s"]
+        engine.version = 1
+        ex.wait(2, timeout=HANG_GUARD_S)
+        passes()  # nothing queued: the bound holds nothing, whatever the time
+        before = ex.bound_seconds()
+        passes()
+        assert ex.bound_seconds() == before
+        ex.pause()  # a pause is not the bound's doing, queued episodes or not
+        ex.submit({"i": 4}, wf)
+        passes()
+        before = ex.bound_seconds()
+        passes()
+        assert ex.bound_seconds() == before
+    finally:
+        ex.destroy()
+
+
 class Failing(RolloutWorkflow):
     async def arun_episode(self, engine, data):
         if data["i"] == 3:

@@ -148,6 +148,17 @@ def test_summarise_run_counts_the_updates_that_met_requests(tmp_path):
     assert summarise_run.table([got]).splitlines()[-1].endswith("| 8.0 | 2 of 4 |")
 
 
+def test_summarise_run_gives_the_staleness_bounds_seconds_per_step(tmp_path):
+    """rollout/bound_idle_s: the servers idled for want of a newer version (the bound's cost)."""
+    bound = ((0.5, 0.2), (0.3, 0.0), (0.4, 0.1))
+    rows = [
+        step_row(s, 1.0, **{"rollout/bound_held_s": h, "rollout/bound_idle_s": i}) for s, (h, i) in enumerate(bound, 1)
+    ]
+    got = summarise_run.summarise(write_metrics(tmp_path / "m.jsonl", rows), 1)
+    assert got["bound_s"] == {"rollout/bound_held_s": 0.35, "rollout/bound_idle_s": 0.05}
+    assert summarise_run.summarise(write_metrics(tmp_path / "old.jsonl", [step_row(1, 1.0)]), 0)["bound_s"] == {}
+
+
 def test_summarise_run_gives_the_last_evaluations_standard_error(tmp_path):
     rows = [
         {"step": 0, "eval/accuracy": 0.2, "eval/n": 200},

@@ -102,6 +102,8 @@ def test_trainer_only_run_against_external_server(tmp_path, server, arith_model)
         0 <= r["rollout/staleness_mean"] <= r["rollout/staleness_max"] and 0 <= r["rollout/mixed_version_frac"] <= 1
         for r in steps
     )
+    # the staleness bound's seconds since the previous step: held episodes back, and of those none ran
+    assert all(0 <= r["rollout/bound_idle_s"] <= r["rollout/bound_held_s"] + 1e-9 for r in steps)
     # around each update: pausing (the built-in server reports its own share) and resuming
     assert all(
         0 <= r["weight_update/server_pause_s"] <= r["weight_update/pause_s"] and r["weight_update/resume_s"] >= 0

@@ -133,3 +133,6 @@ def test_async_at_staleness_0_gives_the_sync_losses_and_weights_bitwise(tmp_path
     initial = load_file(next(Path(model).glob("*.safetensors")))
     assert any(not torch.equal(initial[k], sync_w[k]) for k in sync_w)
     assert any(r["rollout/reward_std"] > 0 for r in sync_rows)
+    # at staleness 0 the next batch waits for each new version: the server idles while the trainer trains
+    assert all(0 <= r["rollout/bound_idle_s"] <= r["rollout/bound_held_s"] + 1e-9 for r in async_rows)
+    assert sum(r["rollout/bound_idle_s"] for r in async_rows) > 0
