@@ -49,7 +49,6 @@ from areal.infra.pause import cache_namespace, resolve_pause_mode, resolve_strea
 
 logger = logging.getLogger(__name__)
 
-_PAUSE_POLL_S = 0.05
 _ABORT_BACKOFF_S = (0.05, 0.1, 0.2, 0.5, 1.0)
 
 
@@ -426,8 +425,7 @@ class RemoteSGLangEngine(InferenceEngine):
         )
 
     async def _wait_unpaused(self) -> None:
-        while self._control.paused:
-            await asyncio.sleep(_PAUSE_POLL_S)
+        await self._control.wait_continued()
 
     async def _abort_backoff(self, addr: str, result, start: float, round_: int) -> None:
         """An abort without progress: servers paused by someone else, or a server that keeps

@@ -38,6 +38,7 @@ from typing import Any, Callable, Iterator
 
 from areal.api.weights import WeightUpdateMeta
 from areal.engine.sglang import protocol
+from areal.engine.sglang.gate import ContinueSignal
 from areal.engine.sglang.http import ServerError, auth_headers, fanout, get_json, post_json
 from areal.infra.discovery import normalize_addrs
 from areal.infra.pause import PAUSE_MODES, flushes_after_update
@@ -185,6 +186,7 @@ class ServerControl:
         self.ranks_per_server = ranks_per_server
         self.lora_name: str | None = None  # the adapter /generate requests name (adapter pushes)
         self._paused = threading.Event()
+        self._continued = ContinueSignal()  # wakes the answers aborted by a pause, at continue
         self._pause_used: str | None = None  # the mode of the pause in effect (None: not paused)
         self._broadcast: Any = None  # the BroadcastGroup of distributed updates, joined on first use
         self._lock = threading.Lock()
@@ -283,6 +285,12 @@ class ServerControl:
     def paused(self) -> bool:
         return self._paused.is_set()
 
+    async def wait_continued(self) -> None:
+        """On any event loop: return once generation may go on (at once when not paused). Woken at
+        continue before the listeners resume, so what waits here is resubmitted before the rollout
+        executor starts new episodes (areal/engine/sglang/gate.py says why that order matters)."""
+        await self._continued.wait(lambda: self._paused.is_set())
+
     def add_listener(self, listener: Any) -> None:
         """`listener.pause()` / `.resume()` run with every pause and continue (the rollout
         executor stops starting episodes while the servers are paused)."""
@@ -303,6 +311,7 @@ class ServerControl:
         else:
             self._paused.clear()
             self._pause_used = None
+            self._continued.notify()
 
     def watch_requests(self, requests: Any) -> None:
         """An abort-mode pause aborts these requests and waits for their answers before it asks
@@ -417,6 +426,7 @@ class ServerControl:
         self.post_all(protocol.CONTINUE, protocol.continue_payload())
         self._paused.clear()
         self._pause_used = None
+        self._continued.notify()  # before the listeners: aborted answers go on ahead of new episodes
         for listener in self._listeners:
             listener.resume()
 
