@@ -245,7 +245,8 @@ x1_modes)
     cp $run/smollm2_gsm8k_1gpu/$name/metrics.jsonl "$out/smollm2_1gpu_${name}_metrics.jsonl"
     runs+=("$out/smollm2_1gpu_${name}_metrics.jsonl")
   }
-  for spec in 0:auto $(for m in ${MODES_ASYNC_PAUSE:-auto}; do echo 1:$m; done); do
+  # MODES_SYNC=0 leaves the sync run out (an async change checked against an earlier call's runs)
+  for spec in $([ "${MODES_SYNC:-1}" = 0 ] || echo 0:auto) $(for m in ${MODES_ASYNC_PAUSE:-auto}; do echo 1:$m; done); do
     offp=${spec%%:*}; pause=${spec#*:}; name=offp$offp; [ "$pause" = auto ] || name=${name}_$pause
     modes_run $name $offp $pause
   done

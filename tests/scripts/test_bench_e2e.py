@@ -560,6 +560,16 @@ def test_recipe_modes_stage_runs_each_variant_async_with_its_own_overrides(tmp_p
     assert mps.rstrip().endswith("launcher.mps=true") and "workflow.workers" not in mps
 
 
+def test_recipe_modes_stage_leaves_the_sync_run_out_with_modes_sync_0(tmp_path):
+    import subprocess
+
+    env = {**os.environ, "PYTHON": "echo", "MODES_SYNC": "0", "MODES_TAG": "_gate"}
+    script = REPO / "scripts" / "run_gpu_benchmarks.sh"
+    subprocess.run(["bash", str(script), "x1_modes", str(tmp_path)], env=env, capture_output=True)
+    started = [line for line in (tmp_path / "stages.log").read_text().splitlines() if line.startswith("== ")]
+    assert [line.split(":")[0][3:] for line in started if ": exit" not in line] == ["smollm2_1gpu_offp1_gate"]
+
+
 def test_stage_chain_runs_each_stage_and_chaos_entries_pick_their_own_backend(tmp_path):
     """STAGE1,STAGE2 runs both stages into one results directory; an x1_chaos entry
     CONFIG:SEED:BACKEND:TRIALS sets its own, and what it leaves out comes from CHAOS_* (run with an
