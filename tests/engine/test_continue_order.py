@@ -9,6 +9,7 @@ import torch
 
 from areal.api.inference import ModelRequest
 from areal.api.workflow import RolloutWorkflow
+from areal.engine.sglang import client as client_module
 from areal.engine.sglang.client import RemoteSGLangEngine
 from areal.engine.sglang.gate import ContinueSignal
 from areal.models.tiny import make_tiny_model_dir
@@ -25,14 +26,19 @@ class OneAnswer(RolloutWorkflow):
 
 
 def test_aborted_answers_are_resubmitted_before_new_episodes_start(tmp_path, monkeypatch):
+    """Three long episodes, two generating and one queued on the server (max_running_requests 2);
+    two short ones wait for version 1. An abort-mode pause cuts the three short, and at continue
+    their remainders are posted before the two new episodes' requests. The queued one came back
+    with no token: it waits at the gate too, with no backoff (one of 600 s here would show)."""
+    monkeypatch.setattr(client_module, "_ABORT_BACKOFF_S", (600.0,))
     model = make_tiny_model_dir(tmp_path / "long", max_position=LONG + 64)
     engine = RemoteSGLangEngine.from_pretrained(
         str(model),
         cluster={"fileroot": str(tmp_path / "run")},
         launcher={"server_env": {"OMP_NUM_THREADS": "1"}},
-        # version 0 admits one batch of 2; the next 2 wait for version 1
-        rollout={"consumer_batch_size": 2, "max_concurrent_rollouts": 8, "max_head_offpolicyness": 0},
-        sglang={"dtype": "float32"},
+        # version 0 admits one batch of 3; the next 2 wait for version 1
+        rollout={"consumer_batch_size": 3, "max_concurrent_rollouts": 8, "max_head_offpolicyness": 0},
+        sglang={"dtype": "float32", "max_running_requests": 2},
     )
     posted = []  # the rid of every /generate the client sends, in order
     send = engine._apost
@@ -44,19 +50,21 @@ def test_aborted_answers_are_resubmitted_before_new_episodes_start(tmp_path, mon
     monkeypatch.setattr(engine, "_apost", recorded)
     url = f"http://{engine.addrs[0]}"
     try:
-        for tokens in (LONG, LONG, 4, 4):
+        for tokens in (LONG, LONG, LONG, 4, 4):
             engine.submit({"tokens": tokens}, OneAnswer())
-        wait_for(lambda: server_load(url)["running"] == 2, "the first two answers generating")
+        wait_for(
+            lambda: (lambda load: load["running"] == 2 and load["waiting"] == 1)(server_load(url)),
+            "two answers generating, one queued",
+        )
         report = engine.control.pause("abort")
-        assert report["requests_drained"] == 2
-        wait_for(lambda: engine.control._continued.waiting == 2, "both cut answers waiting for continue")
-        assert len(posted) == 2  # the two new episodes wait for version 1
+        assert report["requests_drained"] == 3
+        wait_for(lambda: engine.control._continued.waiting == 3, "the three cut answers waiting for continue")
+        assert len(posted) == 3  # the two new episodes wait for version 1
         engine.control.set_version(1)
         engine.control.resume()
-        wait_for(lambda: len(posted) == 6, lambda: f"the resubmissions and the new episodes' requests: {posted}")
-        assert [rid.endswith("-r1") for rid in posted[2:]] == [True, True, False, False], posted
-        short = engine.wait(4, timeout=120)["input_ids"]
-        assert short.shape[0] == 4
+        wait_for(lambda: len(posted) == 8, lambda: f"the resubmissions and the new episodes' requests: {posted}")
+        assert [rid.endswith("-r1") for rid in posted[3:]] == [True, True, True, False, False], posted
+        assert engine.wait(5, timeout=120)["input_ids"].shape[0] == 5
     finally:
         if engine.control.paused:
             engine.control.resume()

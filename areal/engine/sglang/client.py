@@ -429,7 +429,9 @@ class RemoteSGLangEngine(InferenceEngine):
 
     async def _abort_backoff(self, addr: str, result, start: float, round_: int) -> None:
         """An abort without progress: servers paused by someone else, or a server that keeps
-        aborting. Back off; give up after request_timeout_s so nothing waits forever."""
+        aborting. Back off; give up after request_timeout_s so nothing waits forever. Under this
+        control's own pause (a request still queued on the server when it was aborted) the gate
+        waits for continue instead: a backoff would let the episodes admitted at continue pass it."""
         if time.monotonic() - start > self._rcfg.request_timeout_s:
             raise ServerError(
                 addr,
@@ -437,7 +439,8 @@ class RemoteSGLangEngine(InferenceEngine):
                 f"request kept being aborted for {self._rcfg.request_timeout_s:.0f}s "
                 f"(rollout.request_timeout_s); last message: {result.message!r}",
             )
-        await asyncio.sleep(_ABORT_BACKOFF_S[min(round_, len(_ABORT_BACKOFF_S) - 1)])
+        if not self._control.paused:
+            await asyncio.sleep(_ABORT_BACKOFF_S[min(round_, len(_ABORT_BACKOFF_S) - 1)])
 
     async def _apost(self, addr: str, route: str, body: dict, stream: bool = False) -> Any:
         return await apost_json(
