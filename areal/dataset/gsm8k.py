@@ -20,6 +20,7 @@ import json
 import os
 from pathlib import Path
 
+from areal.chat.template import encode_text
 from areal.dataset.files import find_split_files, list_data_files, read_records
 from areal.reward.gsm8k import extract_hash_answer
 
@@ -121,7 +122,7 @@ def build_prompt(tokenizer, question: str, system_prompt: str | None = None) -> 
             "chat template; use an instruct model or set tokenizer.chat_template"
         )
     text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    return list(tokenizer(text, add_special_tokens=False).input_ids)
+    return encode_text(tokenizer, text)
 
 
 def main(argv: list[str] | None = None) -> None:
