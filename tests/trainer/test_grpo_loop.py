@@ -106,7 +106,8 @@ def test_trainer_only_run_against_external_server(tmp_path, server, arith_model)
     assert all(0 <= r["rollout/bound_idle_s"] <= r["rollout/bound_held_s"] + 1e-9 for r in steps)
     # around each update: pausing (the built-in server reports its own share) and resuming
     assert all(
-        0 <= r["weight_update/server_pause_s"] <= r["weight_update/pause_s"] and r["weight_update/resume_s"] >= 0
+        0 <= r["weight_update/server_pause_s"] <= r["weight_update/pause_request_s"] <= r["weight_update/pause_s"]
+        and r["weight_update/resume_s"] >= 0
         for r in steps
     )
     # how many requests the servers ran or queued as each pause began (their /v1/loads)

@@ -325,9 +325,10 @@ class ServerControl:
 
     def pause(self, mode: str | None = None) -> dict[str, float]:
         """Pause generation on every server (`mode`, default pause_mode); returns what the servers
-        say it cost (see pause_report), `requests_in_flight`, the requests they ran or queued just
-        before (see requests_in_flight), and in abort mode, where watched requests were open,
-        `requests_drained` and `drain_s` (see drain). A time-shared step pauses with abort before
+        say it cost (see pause_report), `pause_request_s`, the /pause_generation round trip,
+        `requests_in_flight`, the requests they ran or queued just before (see requests_in_flight),
+        and in abort mode, where watched requests were open, `requests_drained` and `drain_s` (see
+        drain). A time-shared step pauses with abort before
         it releases the servers' memory (SGLang releases only an idle server); the weight update
         that ends the step continues."""
         mode = mode or self.pause_mode
@@ -337,7 +338,11 @@ class ServerControl:
             listener.pause()
         in_flight = self.requests_in_flight()
         drained = self.drain() if mode == "abort" else {}
+        t0 = time.perf_counter()
         report = pause_report(self.post_all(protocol.PAUSE, protocol.pause_payload(mode)))
+        # the /pause_generation round trip: SGLang 0.5.16's abort pause sleeps a second at a time
+        # while a request handler holds its model-update lock, and says nothing of it
+        report["pause_request_s"] = time.perf_counter() - t0
         report.update(drained)
         if in_flight is not None:
             report["requests_in_flight"] = in_flight
