@@ -389,6 +389,11 @@ class RolloutExecutor:
         self._bound_s["idle_s"] += elapsed if idle else 0.0
         return dict(self._bound_s)
 
+    def _enter_bound_state(self, held: bool) -> None:
+        """Clock the state so far, then enter this one: held, and idle where nothing runs (under the lock)."""
+        self._clock_bound(time.monotonic())
+        self._bound_state = (held, held and self._running == 0)
+
     def destroy(self) -> None:
         """Cancel running episodes and stop the loop thread."""
         self._stopping = True
@@ -439,8 +444,7 @@ class RolloutExecutor:
         admitted = []
         if self._paused.is_set():
             with self._lock:
-                self._clock_bound(time.monotonic())
-                self._bound_state = (False, False)
+                self._enter_bound_state(held=False)  # a pause is not the bound's doing
             return admitted
         version = self.engine.get_version()
         with self._lock:
@@ -463,11 +467,10 @@ class RolloutExecutor:
                 self._peak["running"] = max(self._peak["running"], self._running)
                 self._peak["started"] = max(self._peak["started"], self._running_bounded + self._accepted)
                 admitted.append(sub)
-            held = any(sub.bounded for sub in waiting)  # held by the staleness bound (see the loop)
+            held = bool(waiting)  # only bounded episodes the staleness bound held back are in it
             waiting.extend(self._inputs)
             self._inputs = waiting
-            self._clock_bound(time.monotonic())
-            self._bound_state = (held, held and self._running == 0)
+            self._enter_bound_state(held)
         return admitted
 
     async def _episode(self, sub: _Submission) -> None:

@@ -382,7 +382,7 @@ class RemoteSGLangEngine(InferenceEngine):
         streamed = self.stream_interval is not None
         try:
             for round_ in itertools.count():
-                await self._wait_unpaused()
+                await self._control.wait_continued()
                 remaining = req.max_new_tokens - len(out_ids)
                 body = protocol.generate_payload(
                     req,
@@ -423,9 +423,6 @@ class RemoteSGLangEngine(InferenceEngine):
             latency=time.monotonic() - start,
             rid=req.rid,
         )
-
-    async def _wait_unpaused(self) -> None:
-        await self._control.wait_continued()
 
     async def _abort_backoff(self, addr: str, result, start: float, round_: int) -> None:
         """An abort without progress: servers paused by someone else, or a server that keeps

@@ -289,7 +289,7 @@ class ServerControl:
         """On any event loop: return once generation may go on (at once when not paused). Woken at
         continue before the listeners resume, so what waits here is resubmitted before the rollout
         executor starts new episodes (areal/engine/sglang/gate.py says why that order matters)."""
-        await self._continued.wait(lambda: self._paused.is_set())
+        await self._continued.wait(self._paused.is_set)
 
     def add_listener(self, listener: Any) -> None:
         """`listener.pause()` / `.resume()` run with every pause and continue (the rollout
@@ -328,9 +328,8 @@ class ServerControl:
         say it cost (see pause_report), `pause_request_s`, the /pause_generation round trip,
         `requests_in_flight`, the requests they ran or queued just before (see requests_in_flight),
         and in abort mode, where watched requests were open, `requests_drained` and `drain_s` (see
-        drain). A time-shared step pauses with abort before
-        it releases the servers' memory (SGLang releases only an idle server); the weight update
-        that ends the step continues."""
+        drain). A time-shared step pauses with abort before it releases the servers' memory (SGLang
+        releases only an idle server); the weight update that ends the step continues."""
         mode = mode or self.pause_mode
         self._paused.set()  # first: an aborted request must wait, not resubmit at once
         self._pause_used = mode
