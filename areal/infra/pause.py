@@ -19,8 +19,9 @@ weight update never asks for the flush itself; instead:
               update and before continue: the resubmitted remainders are prefilled afresh. This is
               the order slime (abort until idle, then update) and AReaL (pause, update, continue)
               use. The tokenizer manager checks the lock once a second, so the client first aborts
-              through /abort_request and waits for its own requests' answers (ServerControl.drain):
-              the pause then finds the lock free at its first check.
+              through /abort_request and waits for its own requests' answers (ServerControl.drain),
+              then, for a weight update, asks for retract, which finds nothing to hold, and aborts
+              once more (ServerControl._server_pause_mode says why).
     retract   retracted requests free their own KV without inserting it into the radix tree
               (`release_kv_cache(is_insert=False)`), but their prompts were inserted at prefill;
               re-prefilled after the update they would match those old-weight entries. The

@@ -16,8 +16,9 @@ its own copy of the workflow; the trainer keeps what decides which sample is tra
       resume()                                        before the servers are paused)
 
 Each worker's client counts its open /generate requests in a counter the trainer reads
-(`open_requests`): an abort-mode pause drains them as it drains the trainer's own, so SGLang's
-pause does not find a worker's request handler still holding its model-update lock (a second).
+(`open_requests`): an abort-mode pause drains them as it drains the trainer's own, and only once
+all are answered asks the servers for retract instead of SGLang's abort, which would wait a
+second for request handlers that still hold its model-update lock.
 
 Version stamps come from the servers (per token), as in the trainer; the worker's client also
 knows the trainer's weight version (each run message and every continue carry it) for the prefix

@@ -63,7 +63,7 @@ class TimeShare:
             # nothing should run in a synchronous run now, and no request may start either: abort
             # returns a stray request to the client (SGLang asserts when it must release memory with
             # a request held); the weight update that ends this step continues generation
-            self.engine.control.pause(mode="abort")
+            self.engine.control.pause(mode="abort", then_release=True)
             self._timed("release_s", lambda: self.engine.control.release_memory_occupation(list(HANDED_OFF)))
         self.released = set(HANDED_OFF)  # every rank keeps the same account as rank 0
         if self.offload:

@@ -61,7 +61,8 @@ def test_a_request_that_reaches_the_server_after_the_first_abort_is_aborted_by_a
         assert report["requests_drained"] == 1 and report["drain_aborts"] >= 2
         assert answer["meta_info"]["finish_reason"]["type"] == "abort"
         assert len(answer["output_ids"]) < LONG and late.count == 0
-        assert report["requests_aborted"] == 0  # nothing left for /pause_generation to abort
+        # nothing left for /pause_generation: asked for retract (test_control_abort_pause.py), it held nothing
+        assert report["pause_sent_as_retract"] == 1.0 and report["requests_held"] == 0
         control.resume()
     finally:
         first_abort_sent.set()

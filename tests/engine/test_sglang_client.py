@@ -226,8 +226,9 @@ def test_requests_live_through_a_paused_weight_update(engine, models, mode, monk
                 assert time.monotonic() < deadline, "no pause caught the four requests mid-generation"
             done_at_pause = {a: n - start[a] for a, n in generated().items()}
             assert report["server_pause_s"] >= 0
-            if mode == "abort":  # aborted and answered before /pause_generation: it found none to abort
-                assert report["requests_aborted"] == 0 and report["drain_s"] > 0
+            if mode == "abort":  # aborted and answered before /pause_generation, asked for retract: none held
+                assert report["pause_sent_as_retract"] == 1.0 and report["requests_held"] == 0
+                assert report["drain_s"] > 0
                 assert engine._open.count == 0
             assert report["requests_in_flight"] == len(reqs)  # /v1/loads, read just before the pause
             with engine.control.weight_update(WeightUpdateMeta("disk", version=2)) as update:  # paused already

@@ -63,7 +63,8 @@ class OpenRequests:
     request, then checks whether a request handler still holds the model-update lock and, if one
     does, sleeps a whole second before it checks again (tokenizer_manager.pause_generation). Every
     pause that found generation running cost 1.0 s that way (one H100, launcher.mps, 2026-12-06).
-    Aborting first and waiting for the answers here makes that check find the lock free."""
+    Once these requests are aborted and answered, a weight update's pause need not ask SGLang for
+    abort at all (ServerControl._server_pause_mode)."""
 
     def __init__(self) -> None:
         self._count = 0
@@ -323,13 +324,14 @@ class ServerControl:
         if requests in self._open_requests:
             self._open_requests.remove(requests)
 
-    def pause(self, mode: str | None = None) -> dict[str, float]:
+    def pause(self, mode: str | None = None, *, then_release: bool = False) -> dict[str, float]:
         """Pause generation on every server (`mode`, default pause_mode); returns what the servers
         say it cost (see pause_report), `pause_request_s`, the /pause_generation round trip,
         `requests_in_flight`, the requests they ran or queued just before (see requests_in_flight),
         and in abort mode, where watched requests were open, `requests_drained` and `drain_s` (see
-        drain). A time-shared step pauses with abort before it releases the servers' memory (SGLang
-        releases only an idle server); the weight update that ends the step continues."""
+        drain), and `pause_sent_as_retract` (see _server_pause_mode). A time-shared step pauses
+        with abort and `then_release` before it releases the servers' memory (SGLang releases only
+        an idle server); the weight update that ends the step continues."""
         mode = mode or self.pause_mode
         self._paused.set()  # first: an aborted request must wait, not resubmit at once
         self._pause_used = mode
@@ -337,15 +339,38 @@ class ServerControl:
             listener.pause()
         in_flight = self.requests_in_flight()
         drained = self.drain() if mode == "abort" else {}
+        server_mode = self._server_pause_mode(mode, then_release)
         t0 = time.perf_counter()
-        report = pause_report(self.post_all(protocol.PAUSE, protocol.pause_payload(mode)))
-        # the /pause_generation round trip: SGLang 0.5.16's abort pause sleeps a second at a time
-        # while a request handler holds its model-update lock, and says nothing of it
+        report = pause_report(self.post_all(protocol.PAUSE, protocol.pause_payload(server_mode)))
+        if server_mode != mode:
+            # a request no watched client posted was retracted to the queue: abort it there, so
+            # that nothing is held, as an abort-mode pause promises
+            self.post_all(protocol.ABORT, protocol.abort_all_payload())
+            report["pause_sent_as_retract"] = 1.0
+        elif mode == "abort":
+            report["pause_sent_as_retract"] = 0.0
+        # the round trip: SGLang 0.5.16's abort pause sleeps a second at a time while a request
+        # handler holds its model-update lock, and says nothing of it
         report["pause_request_s"] = time.perf_counter() - t0
         report.update(drained)
         if in_flight is not None:
             report["requests_in_flight"] = in_flight
         return report
+
+    def _server_pause_mode(self, mode: str, then_release: bool) -> str:
+        """The mode to ask the servers for. After a drain that got every watched request answered,
+        an abort-mode pause for a weight update asks for retract, which holds nothing when nothing
+        runs. SGLang 0.5.16's abort pause checks its model-update lock at once and, while any
+        request handler still holds it, sleeps a whole second before checking again. A handler
+        lets go of it only after its answer is sent (its generator is closed by a task of its
+        own), so a pause posted a few milliseconds after the last answer may find some still held
+        (1.003 s of /pause_generation in 2 of 12 updates, 2026-12-07; scripts/dev/
+        pause_lock_race.py reproduces it). A pause before a memory release keeps SGLang's own
+        abort, which waits until no handler is left: SGLang asserts when it must release with a
+        request held."""
+        if mode != "abort" or then_release or not self._open_requests:
+            return mode
+        return "retract" if all(r.count == 0 for r in self._open_requests) else mode
 
     def drain(self) -> dict[str, float]:
         """Abort every request on the servers (/abort_request, abort_all) until the watched clients
@@ -445,6 +470,8 @@ class ServerControl:
                 self.post_all(protocol.flush_route(left / 2), {})
                 return
             except RuntimeError as e:
+                if self._pause_used == "abort":  # nothing may be held: abort what is (_server_pause_mode)
+                    self.post_all(protocol.ABORT, protocol.abort_all_payload())
                 if time.monotonic() >= deadline:
                     raise RuntimeError(
                         f"the servers' prefix cache could not be flushed within {self.control_timeout_s:g} s "

@@ -302,12 +302,14 @@ def test_weight_update_with_requests_in_flight(mode, smollm2, other_dir, prompt,
             assert update.report["pause_ahead_s"] >= update.report["drain_s"], update.report
         # the n were running through the pause's load reading (SGLang's snapshot, at most 15 steps old)
         assert update.report["requests_in_flight"] >= n, update.report
-        if mode == "abort":  # aborted and answered before /pause_generation (ServerControl.drain)
+        if mode == "abort":  # aborted and answered before /pause_generation (ServerControl.drain), which
+            # was then asked for retract, and the flush after the update was accepted
             assert update.report["requests_drained"] == n, update.report
+            assert update.report["pause_sent_as_retract"] == 1.0 and update.report["flush_s"] >= 0, update.report
         r = update.report
         print(
             f"{mode}{' ahead' if ahead else ''}: pause {r['pause_s']:.3f} s (drain {r.get('drain_s', 0):.3f} s, "
-            f"started ahead {r.get('pause_ahead_s', 0):.3f} s)"
+            f"/pause_generation {r['pause_request_s']:.3f} s, started ahead {r.get('pause_ahead_s', 0):.3f} s)"
         )
         outs = [f.result(timeout=300) for f in futures]
         loop.call_soon_threadsafe(loop.stop)
