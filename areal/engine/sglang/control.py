@@ -462,16 +462,19 @@ class ServerControl:
     def flush_cache(self) -> None:
         """Flush every server's prefix cache once it is idle. SGLang answers 400 while requests are
         pending (from 0.5.10 on after waiting up to `timeout` for them to drain); a refusal is asked
-        again until control_timeout_s has passed, then it is an error naming the servers and the key."""
+        again until control_timeout_s has passed, then it is an error naming the servers and the key.
+        After an abort-mode pause nothing may be held, so each try first aborts whatever is (a
+        request that reached a server after the pause's own abort, see _server_pause_mode): the
+        server handles the abort before the flush, which then finds it idle at once."""
         deadline = time.monotonic() + self.control_timeout_s
         while True:
             left = max(0.0, deadline - time.monotonic())
+            if self._pause_used == "abort":
+                self.post_all(protocol.ABORT, protocol.abort_all_payload())
             try:
                 self.post_all(protocol.flush_route(left / 2), {})
                 return
             except RuntimeError as e:
-                if self._pause_used == "abort":  # nothing may be held: abort what is (_server_pause_mode)
-                    self.post_all(protocol.ABORT, protocol.abort_all_payload())
                 if time.monotonic() >= deadline:
                     raise RuntimeError(
                         f"the servers' prefix cache could not be flushed within {self.control_timeout_s:g} s "
