@@ -245,10 +245,15 @@ x1_modes)
     cp $run/smollm2_gsm8k_1gpu/$name/metrics.jsonl "$out/smollm2_1gpu_${name}_metrics.jsonl"
     runs+=("$out/smollm2_1gpu_${name}_metrics.jsonl")
   }
-  # MODES_SYNC=0 leaves the sync run out (an async change checked against an earlier call's runs)
-  for spec in $([ "${MODES_SYNC:-1}" = 0 ] || echo 0:auto) $(for m in ${MODES_ASYNC_PAUSE:-auto}; do echo 1:$m; done); do
-    offp=${spec%%:*}; pause=${spec#*:}; name=offp$offp; [ "$pause" = auto ] || name=${name}_$pause
-    modes_run $name $offp $pause
+  # MODES_SYNC=0 leaves the sync run out (an async change checked against an earlier call's runs).
+  # MODES_ROUNDS=N runs them all N times in turn (sync, async, sync, async ...; later rounds' names
+  # end in _r2, _r3 ...): two sync runs on one machine differed by 13%, one run is no baseline.
+  for round in $(seq 1 "${MODES_ROUNDS:-1}"); do
+    suffix=""; [ "$round" = 1 ] || suffix=_r$round
+    for spec in $([ "${MODES_SYNC:-1}" = 0 ] || echo 0:auto) $(for m in ${MODES_ASYNC_PAUSE:-auto}; do echo 1:$m; done); do
+      offp=${spec%%:*}; pause=${spec#*:}; name=offp$offp; [ "$pause" = auto ] || name=${name}_$pause
+      modes_run $name$suffix $offp $pause
+    done
   done
   IFS=';' read -ra variants <<<"${MODES_VARIANTS:-}"
   for v in "${variants[@]}"; do

@@ -570,6 +570,30 @@ def test_recipe_modes_stage_leaves_the_sync_run_out_with_modes_sync_0(tmp_path):
     assert [line.split(":")[0][3:] for line in started if ": exit" not in line] == ["smollm2_1gpu_offp1_gate"]
 
 
+def test_recipe_modes_stage_runs_sync_and_async_in_turn_for_each_round(tmp_path):
+    """MODES_ROUNDS=2: sync, async, then both again under names ending in _r2, before the variants."""
+    import subprocess
+
+    env = {
+        **os.environ,
+        "PYTHON": "echo",
+        "MODES_ROUNDS": "2",
+        "MODES_VARIANTS": "offp2 rollout.max_head_offpolicyness=2",
+    }
+    script = REPO / "scripts" / "run_gpu_benchmarks.sh"
+    subprocess.run(["bash", str(script), "x1_modes", str(tmp_path)], env=env, capture_output=True)
+    started = [line for line in (tmp_path / "stages.log").read_text().splitlines() if line.startswith("== ")]
+    assert [line.split(":")[0][3:] for line in started if ": exit" not in line] == [
+        "smollm2_1gpu_offp0",
+        "smollm2_1gpu_offp1",
+        "smollm2_1gpu_offp0_r2",
+        "smollm2_1gpu_offp1_r2",
+        "smollm2_1gpu_offp1_offp2",
+    ]
+    again = (tmp_path / "smollm2_1gpu_offp0_r2.log").read_text()
+    assert "rollout.max_head_offpolicyness=0 rollout.pause_mode=auto trial_name=offp0_r2 " in again
+
+
 def test_stage_chain_runs_each_stage_and_chaos_entries_pick_their_own_backend(tmp_path):
     """STAGE1,STAGE2 runs both stages into one results directory; an x1_chaos entry
     CONFIG:SEED:BACKEND:TRIALS sets its own, and what it leaves out comes from CHAOS_* (run with an
