@@ -345,10 +345,9 @@ class ServerControl:
         if server_mode != mode:
             # a request no watched client posted was retracted to the queue: abort it there, so
             # that nothing is held, as an abort-mode pause promises
-            self.post_all(protocol.ABORT, protocol.abort_all_payload())
-            report["pause_sent_as_retract"] = 1.0
-        elif mode == "abort":
-            report["pause_sent_as_retract"] = 0.0
+            self.abort_all()
+        if mode == "abort":
+            report["pause_sent_as_retract"] = float(server_mode != mode)
         # the round trip: SGLang 0.5.16's abort pause sleeps a second at a time while a request
         # handler holds its model-update lock, and says nothing of it
         report["pause_request_s"] = time.perf_counter() - t0
@@ -372,6 +371,11 @@ class ServerControl:
             return mode
         return "retract" if all(r.count == 0 for r in self._open_requests) else mode
 
+    def abort_all(self) -> None:
+        """Abort every request the servers run or queue (/abort_request, abort_all); their clients
+        get answers with finish_reason abort and the tokens so far."""
+        self.post_all(protocol.ABORT, protocol.abort_all_payload())
+
     def drain(self) -> dict[str, float]:
         """Abort every request on the servers (/abort_request, abort_all) until the watched clients
         have their answers, for up to DRAIN_TIMEOUT_S; nothing when none is open. The abort is
@@ -385,7 +389,7 @@ class ServerControl:
         deadline = t0 + min(DRAIN_TIMEOUT_S, self.control_timeout_s)
         rounds = 0
         while True:
-            self.post_all(protocol.ABORT, protocol.abort_all_payload())
+            self.abort_all()
             rounds += 1
             step_end = min(time.perf_counter() + DRAIN_RECHECK_S, deadline)
             if all(r.wait_none(step_end - time.perf_counter()) for r in watched):
@@ -470,7 +474,7 @@ class ServerControl:
         while True:
             left = max(0.0, deadline - time.monotonic())
             if self._pause_used == "abort":
-                self.post_all(protocol.ABORT, protocol.abort_all_payload())
+                self.abort_all()
             try:
                 self.post_all(protocol.flush_route(left / 2), {})
                 return
