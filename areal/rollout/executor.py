@@ -149,6 +149,7 @@ class RolloutExecutor:
         # running (the servers idle for want of a newer version); the current state since when
         self._bound_s = {"held_s": 0.0, "idle_s": 0.0}
         self._bound_state, self._bound_since = (False, False), time.monotonic()
+        self._order_wait_s = 0.0  # seconds `wait` held a batch back only for the submission order
         # filtering: rejections honoured between two handed-out batches, at most max_dropped
         self.max_overgeneration = config.max_overgeneration
         self.max_dropped = int(config.max_overgeneration * config.consumer_batch_size)
@@ -183,20 +184,27 @@ class RolloutExecutor:
         for the next call), and RolloutError as soon as an episode failed.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            with self._lock:
-                frontier = min(self._unfinished, default=None)  # oldest episode still out
-            self._collect_finished()
-            ready = len(self._ready) if frontier is None else sum(r.seq < frontier for r in self._ready)
-            if ready >= count:
-                taken, self._ready = self._ready[:count], self._ready[count:]
+        held_by_order_since = None  # when `count` episodes had finished, but not the oldest ones
+        try:
+            while True:
                 with self._lock:
-                    for r in taken:
-                        self._origins.pop(r.seq, None)
-                    self._dropped_since_batch, self._limit_warned = 0, False
-                self._count_batch(taken)
-                return concat_padded(_with_record_ids(taken))
-            self._keep(self._next_result(self._outputs, deadline, count, ready))
+                    frontier = min(self._unfinished, default=None)  # oldest episode still out
+                self._collect_finished()
+                ready = len(self._ready) if frontier is None else sum(r.seq < frontier for r in self._ready)
+                if ready >= count:
+                    taken, self._ready = self._ready[:count], self._ready[count:]
+                    with self._lock:
+                        for r in taken:
+                            self._origins.pop(r.seq, None)
+                        self._dropped_since_batch, self._limit_warned = 0, False
+                    self._count_batch(taken)
+                    return concat_padded(_with_record_ids(taken))
+                if held_by_order_since is None and len(self._ready) >= count:
+                    held_by_order_since = time.monotonic()
+                self._keep(self._next_result(self._outputs, deadline, count, ready))
+        finally:
+            if held_by_order_since is not None:
+                self._order_wait_s += time.monotonic() - held_by_order_since
 
     def _collect_finished(self) -> None:
         """Move every result already queued into `_ready` (raises on a failed episode)."""
@@ -380,6 +388,13 @@ class RolloutExecutor:
         Measured on the loop's wake-ups: exact to _POLL_S per change of state."""
         with self._lock:
             return self._clock_bound(time.monotonic())
+
+    def order_wait_seconds(self) -> float:
+        """Cumulative seconds `wait` held a batch back although enough accepted episodes had
+        finished, because an older episode had not: what consuming in submission order (the
+        module docstring) costs; taking episodes as they finish would have saved it. Measured on
+        result arrivals, so exact."""
+        return self._order_wait_s
 
     def _clock_bound(self, now: float) -> dict[str, float]:
         """Add the time since the last change of state to its counters (under the lock)."""

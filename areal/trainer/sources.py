@@ -94,6 +94,7 @@ class LiveRollouts(RolloutSource):
         self._meta: WeightUpdateMeta | None = None
         self._counters: tuple[float, dict[str, float]] | None = None  # (time, servers' counters)
         self._bound_before: dict[str, float] = {}  # the executor's bound_seconds at the last batch_metrics
+        self._order_wait_before = 0.0  # and its order_wait_seconds
         from .time_share import TimeShare
 
         self.time_share = TimeShare(cfg, actor, rank0_engine)  # colocated synchronous runs take turns
@@ -122,14 +123,17 @@ class LiveRollouts(RolloutSource):
     def batch_metrics(self) -> dict[str, float]:
         """Rank 0 ({} elsewhere): the staleness bound's figures since the previous call,
         `rollout/bound_held_s` and `rollout/bound_idle_s` (RolloutExecutor.bound_seconds: seconds
-        in which it held episodes back, and in which nothing ran meanwhile), and with
-        rollout.dynamic_sampling the filter's figures for the last batch."""
+        in which it held episodes back, and in which nothing ran meanwhile), `rollout/order_wait_s`
+        (RolloutExecutor.order_wait_seconds: the wait for older episodes while enough had finished),
+        and with rollout.dynamic_sampling the filter's figures for the last batch."""
         if self.engine is None:
             return {}
         executor = self.engine.executor
         now = executor.bound_seconds()
         before, self._bound_before = self._bound_before, now
         out = {f"rollout/bound_{k}": v - before.get(k, 0.0) for k, v in now.items()}
+        order_wait = executor.order_wait_seconds()
+        out["rollout/order_wait_s"], self._order_wait_before = order_wait - self._order_wait_before, order_wait
         if self.cfg.rollout.dynamic_sampling:
             from areal.algo.dynamic_sampling import filter_metrics
 

@@ -256,6 +256,44 @@ def test_bound_seconds_count_the_time_the_staleness_bound_holds_episodes_and_the
         ex.destroy()
 
 
+class GatedEach(RolloutWorkflow):
+    """Episode i runs until the test opens gate i."""
+
+    def __init__(self, n):
+        self.gates = [threading.Event() for _ in range(n)]
+
+    async def arun_episode(self, engine, data):
+        while not self.gates[data["i"]].is_set():
+            await asyncio.sleep(0.001)
+        return {"input_ids": torch.full((1, 1), data["i"]), "rewards": torch.tensor([1.0])}
+
+
+def test_order_wait_counts_only_the_wait_for_an_older_episode_while_enough_had_finished():
+    cfg = RolloutConfig(consumer_batch_size=2, max_concurrent_rollouts=4, max_head_offpolicyness=4)
+    _, ex = make(cfg)
+    wf = GatedEach(5)
+    try:
+        for i in range(5):
+            ex.submit({"i": i}, wf)
+        wf.gates[0].set()
+        wf.gates[1].set()  # in order: a wait for generation, not for the order
+        assert ex.wait(2, timeout=HANG_GUARD_S)["input_ids"][:, 0].tolist() == [0, 1]
+        assert ex.order_wait_seconds() == 0.0
+        wf.gates[3].set()
+        wf.gates[4].set()  # two finished, but episode 2, older, runs on
+        got = {}
+        waiter = threading.Thread(target=lambda: got.update(ex.wait(2, timeout=HANG_GUARD_S)))
+        waiter.start()
+        wait_for(lambda: ex.stats()["ready"] == 2, "episodes 3 and 4 collected by the waiting call")
+        assert waiter.is_alive()  # held for episode 2
+        wf.gates[2].set()
+        waiter.join(HANG_GUARD_S)
+        assert got["input_ids"][:, 0].tolist() == [2, 3]
+        assert ex.order_wait_seconds() > 0.0
+    finally:
+        ex.destroy()
+
+
 class Failing(RolloutWorkflow):
     async def arun_episode(self, engine, data):
         if data["i"] == 3:

@@ -104,6 +104,8 @@ def test_trainer_only_run_against_external_server(tmp_path, server, arith_model)
     )
     # the staleness bound's seconds since the previous step: held episodes back, and of those none ran
     assert all(0 <= r["rollout/bound_idle_s"] <= r["rollout/bound_held_s"] + 1e-9 for r in steps)
+    # and the wait for older episodes while enough had finished, within the step
+    assert all(0 <= r["rollout/order_wait_s"] <= r["timing/step_s"] for r in steps)
     # around each update: pausing (the built-in server reports its own share) and resuming
     assert all(
         0 <= r["weight_update/server_pause_s"] <= r["weight_update/pause_request_s"] <= r["weight_update/pause_s"]
