@@ -62,8 +62,10 @@ class TimeShare:
         if self.engine is not None:
             # nothing should run in a synchronous run now, and no request may start either: abort
             # returns a stray request to the client (SGLang asserts when it must release memory with
-            # a request held); the weight update that ends this step continues generation
-            self.engine.control.pause(mode="abort", then_release=True)
+            # a request held); the weight update that ends this step continues generation. Timed:
+            # SGLang's abort pause may sleep a second for a request handler that has not let go of
+            # its model-update lock (ServerControl._server_pause_mode)
+            self._timed("pause_s", lambda: self.engine.control.pause(mode="abort", then_release=True))
             self._timed("release_s", lambda: self.engine.control.release_memory_occupation(list(HANDED_OFF)))
         self.released = set(HANDED_OFF)  # every rank keeps the same account as rank 0
         if self.offload:

@@ -75,6 +75,7 @@ def test_sync_colocated_run_time_shares_the_device(tmp_path):
     assert "--enable-memory-saver" in json.dumps(json.loads((run_dir / "plan.json").read_text()))
     assert [r["weight_version"] for r in steps] == [1, 2, 3]
     for key in (
+        "handoff/pause_s",
         "handoff/release_s",
         "handoff/resume_weights_s",
         "handoff/resume_kv_cache_s",
