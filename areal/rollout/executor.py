@@ -391,9 +391,12 @@ class RolloutExecutor:
 
     def order_wait_seconds(self) -> float:
         """Cumulative seconds `wait` held a batch back although enough accepted episodes had
-        finished, because an older episode had not: what consuming in submission order (the
-        module docstring) costs; taking episodes as they finish would have saved it. Measured on
-        result arrivals, so exact."""
+        finished, because an older episode had not: the share of a rollout wait spent on the
+        batch's own slowest episodes (long answers) rather than on generation throughput.
+        Another order would rarely save it: with max_head_offpolicyness 1 a batch's episodes
+        mostly started one version back, so they are due at this one (trained later, they would
+        break the bound), and only an episode started at the current version could wait for the
+        next batch in favour of one of its own version. Measured on result arrivals, so exact."""
         return self._order_wait_s
 
     def _clock_bound(self, now: float) -> dict[str, float]:
