@@ -20,12 +20,10 @@ from areal.rollout.seeds import request_seed
 from areal.workflow.common import (
     RewardedWorkflow,
     chat_prompt_ids,
-    generated,
     record_messages,
     reward_fields,
     score_all,
-    stack_samples,
-    trajectory,
+    stack_group,
 )
 
 
@@ -41,5 +39,5 @@ class RLVRWorkflow(RewardedWorkflow):
         texts = [self.tokenizer.decode(r.output_tokens, skip_special_tokens=True) for r in resps]
         calls = [((prompt_text, text, prompt_ids, r.output_tokens), fields) for text, r in zip(texts, resps)]
         rewards = await score_all(self.reward, calls)
-        samples = [trajectory(prompt_ids, [generated(r)]) for r in resps]
-        return stack_samples(samples, [float(x) for x in rewards])
+        outputs = [(r.output_tokens, r.output_logprobs, r.output_versions) for r in resps]
+        return stack_group(prompt_ids, outputs, [float(x) for x in rewards])
