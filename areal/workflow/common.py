@@ -149,8 +149,8 @@ def stack_group(
     """What stack_samples gives for samples [trajectory(prompt_ids, [(ids, logprobs, versions,
     True)]) ...], built without per-token Python lists: a GRPO group's samples share their
     prompt, converted once. In an async run this runs on the rollout thread, and every
-    millisecond it holds the GIL is one the training thread waits (the per-sample lists and their
-    conversion were a quarter of the client's CPU in scripts/bench_rollout_client.py)."""
+    millisecond it holds the GIL is one the training thread waits (4-5% of the client's CPU a
+    sample in scripts/bench_rollout_client.py, docs/benchmarks.md section 8)."""
     import numpy as np
     import torch
 
