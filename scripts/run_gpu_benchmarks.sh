@@ -44,6 +44,8 @@
 #   scripts/run_gpu_benchmarks.sh x1_sglang_perf RESULTS_DIR  # SGLang beside the built-in server: decode
 #                                                           # tok/s (SmolLM2, 0.5B shape), the colocated
 #                                                           # pipeline async vs time-shared sync (~10 min)
+#   scripts/run_gpu_benchmarks.sh x1_server_settings RESULTS_DIR  # SGLang's settings for RL, one server each:
+#                                                           # the SmolLM2 recipe's rollout waves (~40 s a variant)
 #   scripts/run_gpu_benchmarks.sh x1_pipeline_ab RESULTS_DIR  # the colocated 0.5B pipeline on SGLang at
 #                                                           # x1_sglang_perf's settings, once per AB_VARIANTS
 #                                                           # entry (trainer and server options), side by
@@ -67,7 +69,7 @@ if [[ ${1:-} == *,* ]]; then  # STAGE1,STAGE2,...: one after another into the sa
   for s in "${chain[@]}"; do bash "$0" "$s" "${2:?results directory}" || rc=$?; done
   exit $rc
 fi
-stage=${1:?stage: kernels, server, e2e, learning, x1_colocated, x1_learning, x1_modes, x1_agent, x1_agent_vs_rlvr, x1_recipe, x1_stall, x1_chaos, x1_chaos_restart, x1_gpu_tests, x1_profile, x1_logprobs, x1_sglang, x1_sglang_perf, x1_pipeline_ab, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
+stage=${1:?stage: kernels, server, e2e, learning, x1_colocated, x1_learning, x1_modes, x1_agent, x1_agent_vs_rlvr, x1_recipe, x1_stall, x1_chaos, x1_chaos_restart, x1_gpu_tests, x1_profile, x1_logprobs, x1_sglang, x1_sglang_perf, x1_server_settings, x1_pipeline_ab, x4_train, x4_e2e_fsdp, x4_e2e_hsdp, x4_e2e_tp or x4}
 out=${2:?results directory}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -398,6 +400,21 @@ x1_sglang_perf)
     --server sglang --override sglang.attention_backend="$attn" --colocate --mem-fraction 0.5 --n-samples 8 \
     --max-new-tokens 192 --max-tokens-per-mb 40960 --steps 3 --warmup 1 --offpolicyness 0 2 --budget 295 \
     --run-timeout 140 --out "$out/e2e_colocated_sglang_0.5b.json" ${E2E_ARGS:-}
+  ;;
+x1_server_settings)
+  # Issue 39, the server: the SmolLM2 recipe's rollout (64 prompts x 8 answers, 192 tokens, 256 open
+  # requests) against one SGLang server per variant at the recipe's settings (SETTINGS_COMMON),
+  # one change each (SETTINGS_VARIANTS, "NAME WORD...; NAME ..."; scripts/bench_sglang_settings.py);
+  # base runs first and last, so the two say how far a machine drifts within the call.
+  convert_smollm2
+  dflt="base; no_tokenizer skip_tokenizer_init=true; no_seeds seeds=false; no_logprobs logprobs=false"
+  dflt="$dflt; no_radix disable_radix_cache=true; lpm --schedule-policy lpm; base_again"
+  IFS=';' read -ra variants <<<"${SETTINGS_VARIANTS:-$dflt}"
+  vargs=(); for v in "${variants[@]}"; do v=$(echo $v); [ -n "$v" ] && vargs+=(--variant "$v"); done
+  step server_settings_smollm2 "${SETTINGS_TIMEOUT:-540}" $py scripts/bench_sglang_settings.py --server sglang \
+    --model-path smollm2:135m-instruct --set ${SETTINGS_COMMON:-attention_backend=$attn mem_fraction_static=0.3 \
+    max_running_requests=256 context_length=1024 dtype=bfloat16 log_level=info} "${vargs[@]}" \
+    --log-dir "$out/server_settings_logs" --out "$out/server_settings_smollm2.json"
   ;;
 x1_pipeline_ab)
   # Issue 39: one change per measured pair. AB_VARIANTS: "NAME KEY=VALUE ...; NAME ..." (the first is

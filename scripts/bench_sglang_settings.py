@@ -1,0 +1,275 @@
+"""A GRPO rollout's waves against one inference server per setting: which server settings make
+generation fast for RL (issue 39, "choose the SGLang settings for RL and measure each one").
+
+Each variant starts its own server with the command the launcher builds (`server_command`, so a
+setting that the launcher would refuse is refused here too), sends one warm-up wave, then
+`--waves` timed waves of GROUPS prompts x GROUP_SIZE answers (the answers of a group share their
+prompt, as GRPO's do; the server's prefix cache sees that), at most `--concurrency` requests open at
+once (the recipe's rollout.max_concurrent_rollouts). Requests are the rollout client's
+(`generate_payload`: logprobs returned, a sampling seed each as the rollout executor gives them,
+sampling at `--temperature`), with ignore_eos so that every variant decodes the same number of tokens.
+
+    # SGLang (GPU, the device kit), the SmolLM2 recipe's shape and settings, one variant per flag:
+    python scripts/bench_sglang_settings.py --server sglang --model-path smollm2:135m-instruct \
+        --set attention_backend=triton mem_fraction_static=0.3 max_running_requests=256 \
+        --variant base --variant "no_tokenizer skip_tokenizer_init=true" \
+        --variant "torch_sampler sampling_backend=pytorch" --variant "lpm --schedule-policy lpm" \
+        --out settings.json
+    # CPU, the built-in server and a tiny model (what the test runs)
+    .venv/bin/python scripts/bench_sglang_settings.py --server builtin --groups 4 --group-size 2 \
+        --new-tokens 8 --variant base --variant "running2 max_running_requests=2" --out /tmp/s.json
+
+A variant is "NAME WORD...": `key=value` sets that field of the `sglang` config section, `--flag
+[value]` is passed to the server as it is (SGLang flags the project has no field for), and
+`logprobs=false` leaves return_logprob out of the requests (what the logprobs cost; the trainer
+needs them), `seeds=false` their sampling seeds (SGLang then samples from its own generator).
+`--set` applies to every variant. Each variant reports the waves' wall seconds and generated
+tokens/s; `x first` compares the median with the first variant's. With `log_level=info` SGLang logs
+its decode rate every 40 steps; the report keeps the median over full batches (at least 90% of
+`--concurrency` running) and the decode step's milliseconds it implies, which leave out the HTTP
+round trips, prefills and the wave's tail. Compare variants of one call only: machines differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import re
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True, help="Where to write the JSON result.")
+    p.add_argument("--server", choices=("builtin", "sglang"), default="builtin")
+    p.add_argument("--model-path", default=None, help="Model (a folder or a project name); default: a tiny model.")
+    p.add_argument("--groups", type=int, default=64, help="Prompts a wave (train_dataset.batch_size).")
+    p.add_argument("--group-size", type=int, default=8, help="Answers a prompt (gconfig.n_samples).")
+    p.add_argument("--prompt-len", type=int, default=120)
+    p.add_argument("--new-tokens", type=int, default=192)
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--concurrency", type=int, default=256, help="Requests open at once.")
+    p.add_argument("--waves", type=int, default=3, help="Timed waves a variant.")
+    p.add_argument("--set", nargs="*", default=[], help="key=value settings of every variant.")
+    p.add_argument("--variant", action="append", default=[], help='"NAME WORD...", in order; default: "base".')
+    p.add_argument("--start-timeout", type=float, default=900.0, help="Seconds a server may take to answer /health.")
+    p.add_argument("--log-dir", default=None, help="Where the servers' logs go; default: a new temporary folder.")
+    return p.parse_args(argv)
+
+
+def parse_variant(spec: str, common: list[str]) -> dict:
+    """{"name", "fields", "flags", "logprobs", "seeds"} of one --variant (after --set's words)."""
+    words = shlex.split(spec)
+    if not words:
+        raise SystemExit("--variant: empty; give a name, then key=value or --flag words")
+    name, fields, flags, request = words[0], {}, [], {"logprobs": True, "seeds": True}
+    for word in [*common, *words[1:]]:
+        if word.startswith("--"):
+            flags.append(word)
+        elif flags and flags[-1].startswith("--") and "=" not in word:
+            flags.append(word)  # the value of the flag before
+        elif word.split("=", 1)[0] in request:
+            key, value = word.split("=", 1)
+            request[key] = value.lower() not in ("false", "0", "no")
+        elif "=" in word:
+            key, value = word.split("=", 1)
+            fields[key] = value
+        else:
+            raise SystemExit(f"--variant {spec!r}: {word!r} is neither key=value nor a --flag")
+    return {"name": name, "fields": fields, "flags": flags, **request}
+
+
+def server_config(model_path: str, fields: dict):
+    """The `sglang` section of a variant, validated as the launcher validates it."""
+    from pydantic import ValidationError
+
+    from areal.config.sglang import SGLangConfig
+
+    try:
+        return SGLangConfig(model_path=model_path, **fields)
+    except ValidationError as e:
+        raise SystemExit(f"--set/--variant: sglang settings {fields} are invalid:\n{e}") from None
+
+
+def start(kind: str, cfg, flags: list[str], log_dir: Path, timeout_s: float):
+    """The server of one variant, started with the launcher's command line."""
+    from areal.infra.host import detect_host_facts
+    from areal.infra.ports import free_port
+    from areal.infra.server_process import start_server_process, wait_until_serving
+    from areal.infra.servers import server_command
+
+    port = free_port()
+    facts = detect_host_facts()
+    command = server_command(
+        cfg,
+        port=port,
+        kind=kind,
+        python=sys.executable,
+        sglang_version=facts.sglang_version,
+        sglang_flags=facts.sglang_flags,
+        extra_flags=flags,
+    )
+    log = log_dir / f"{kind}-{port}.log"
+    server = start_server_process(command, addr=f"127.0.0.1:{port}", log_path=log, name=f"{kind} server")
+    try:
+        wait_until_serving([server], timeout_s, timeout_key="--start-timeout", kind="bench")
+    except BaseException:
+        server.stop()
+        raise
+    return server, command
+
+
+def wave_bodies(args, vocab: int, seed: int, new_tokens: int, variant: dict) -> list[dict]:
+    """The rollout client's /generate bodies for GROUPS x GROUP_SIZE answers, grouped by prompt."""
+    from areal.api.inference import ModelRequest
+    from areal.engine.sglang.protocol import generate_payload
+    from areal.rollout.seeds import mix
+
+    rng = random.Random(seed)
+    bodies = []
+    for g in range(args.groups):
+        prompt = [rng.randrange(3, vocab) for _ in range(args.prompt_len)]
+        req = ModelRequest(input_ids=prompt, temperature=args.temperature, ignore_eos=True, max_new_tokens=new_tokens)
+        for k in range(args.group_size):
+            answer = req.copy(sampling_seed=mix(seed, g, k) if variant["seeds"] else None)
+            body = generate_payload(
+                answer, rid=f"w{seed}-g{g}-{k}", input_ids=prompt, max_new_tokens=new_tokens, min_new_tokens=0
+            )
+            if not variant["logprobs"]:
+                body.pop("return_logprob")
+            bodies.append(body)
+    return bodies
+
+
+async def run_wave(url: str, bodies: list[dict], concurrency: int, timeout_s: float) -> dict:
+    """All bodies, at most `concurrency` open; wall seconds until the last answer."""
+    import aiohttp
+
+    gate = asyncio.Semaphore(concurrency)
+    timeout = aiohttp.ClientTimeout(total=timeout_s)
+    async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as session:
+
+        async def one(body):
+            async with gate, session.post(url + "/generate", json=body) as r:
+                if r.status != 200:
+                    raise RuntimeError(f"/generate answered {r.status}: {(await r.text())[:300]}")
+                return len((await r.json())["output_ids"])
+
+        begin = time.perf_counter()
+        counts = await asyncio.gather(*(one(b) for b in bodies))
+        wall = time.perf_counter() - begin
+    return {"wall_s": round(wall, 3), "tokens": sum(counts), "tokens_per_s": round(sum(counts) / wall, 1)}
+
+
+def measure(args, variant: dict, model_path: str, vocab: int, log_dir: Path) -> dict:
+    cfg = server_config(model_path, variant["fields"])
+    begin = time.perf_counter()
+    server, command = start(args.server, cfg, variant["flags"], log_dir, args.start_timeout)
+    started = time.perf_counter() - begin
+    try:
+        wave_timeout = max(600.0, args.start_timeout)
+        warm = wave_bodies(args, vocab, 0, min(16, args.new_tokens), variant)
+        asyncio.run(run_wave(server.url, warm, args.concurrency, wave_timeout))
+        waves = [
+            asyncio.run(
+                run_wave(
+                    server.url,
+                    wave_bodies(args, vocab, i + 1, args.new_tokens, variant),
+                    args.concurrency,
+                    wave_timeout,
+                )
+            )
+            for i in range(args.waves)
+        ]
+    finally:
+        server.stop()
+    rates = [w["tokens_per_s"] for w in waves]
+    decode = full_batch_decode_rate(Path(server.log_path).read_text(errors="replace"), args.concurrency)
+    return {
+        **variant,
+        "command": command,
+        "start_s": round(started, 1),
+        "waves": waves,
+        "median_tokens_per_s": statistics.median(rates),
+        "median_wall_s": statistics.median(w["wall_s"] for w in waves),
+        **decode,
+        "log": server.log_path,
+    }
+
+
+DECODE_LINE = re.compile(r"Decode batch.*?#running-req:\s*(\d+),.*?gen throughput \(token/s\):\s*([0-9.]+)")
+
+
+def full_batch_decode_rate(log: str, concurrency: int) -> dict:
+    """SGLang's logged decode rate over batches of at least 90% of `concurrency` running: the
+    median tokens/s and the decode step's ms it implies (None without such lines)."""
+    full = [(int(n), float(r)) for n, r in DECODE_LINE.findall(log) if int(n) >= 0.9 * concurrency and float(r) > 0]
+    if not full:
+        return {"decode_tokens_per_s": None, "decode_step_ms": None, "decode_lines": 0}
+    rate = statistics.median(r for _, r in full)
+    running = statistics.median(n for n, _ in full)
+    return {"decode_tokens_per_s": rate, "decode_step_ms": round(1000 * running / rate, 3), "decode_lines": len(full)}
+
+
+def model_and_vocab(args) -> tuple[str, int]:
+    from transformers import AutoConfig
+
+    from areal.models.resolve import resolve_model_path
+    from areal.models.tiny import make_tiny_model_dir
+
+    if args.model_path:
+        path = resolve_model_path(args.model_path)
+        name = args.model_path  # SGLang reaches a project name through areal.models.serve
+    else:
+        folder = Path(tempfile.gettempdir()) / "bench-settings-tiny"
+        path = name = str(make_tiny_model_dir(folder, max_position=args.prompt_len + args.new_tokens + 8))
+    return name, AutoConfig.from_pretrained(path).vocab_size
+
+
+def main(argv=None) -> dict:
+    args = parse_args(argv)
+    variants = [parse_variant(v, args.set) for v in args.variant or ["base"]]
+    if len({v["name"] for v in variants}) != len(variants):
+        raise SystemExit("--variant: names must differ")
+    model_path, vocab = model_and_vocab(args)
+    log_dir = Path(args.log_dir) if args.log_dir else Path(tempfile.mkdtemp(prefix="bench-settings-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    results = []
+    for variant in variants:
+        r = measure(args, variant, model_path, vocab, log_dir)
+        results.append(r)
+        ratio = r["median_tokens_per_s"] / results[0]["median_tokens_per_s"]
+        walls = [w["wall_s"] for w in r["waves"]]
+        print(
+            f"{r['name']:>16}: {r['median_tokens_per_s']:>10.1f} tok/s  x{ratio:.3f}  wave {r['median_wall_s']:.3f} s"
+            f"  decode step {r['decode_step_ms']} ms  (waves {walls}, start {r['start_s']} s)",
+            flush=True,
+        )
+        r["x_first"] = round(ratio, 3)
+    report = {
+        "server": args.server,
+        "model_path": model_path,
+        "shape": {
+            "groups": args.groups,
+            "group_size": args.group_size,
+            "prompt_len": args.prompt_len,
+            "new_tokens": args.new_tokens,
+            "temperature": args.temperature,
+            "concurrency": args.concurrency,
+        },
+        "variants": results,
+    }
+    Path(args.out).write_text(json.dumps(report, indent=2))
+    print(f"wrote {args.out}")
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""scripts/bench_sglang_settings.py against real built-in servers, one per variant: each variant's
+settings reach its server's command line, every wave decodes the whole fixed-length budget, and
+the requests are the rollout client's (grouped prompts, seeds, logprobs). No timing asserts."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from argparse import Namespace
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_sglang_settings.py"
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("bench_sglang_settings", SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_variants_parse_into_fields_flags_and_request_options():
+    bench = load()
+    v = bench.parse_variant("lpm --schedule-policy lpm max_running_requests=512 seeds=false", ["log_level=info"])
+    assert v == {
+        "name": "lpm",
+        "fields": {"log_level": "info", "max_running_requests": "512"},
+        "flags": ["--schedule-policy", "lpm"],
+        "logprobs": True,
+        "seeds": False,
+    }
+    with pytest.raises(SystemExit, match="neither key=value nor a --flag"):
+        bench.parse_variant("bad word", [])
+    with pytest.raises(SystemExit, match="max_running_requests"):
+        bench.server_config("m", {"max_running_requests": "zero"})
+
+
+def test_wave_bodies_group_answers_by_prompt_with_distinct_seeds():
+    bench = load()
+    args = Namespace(groups=3, group_size=4, prompt_len=5, temperature=0.7)
+    variant = {"logprobs": True, "seeds": True}
+    bodies = bench.wave_bodies(args, 50, 1, 8, variant)
+    assert len(bodies) == 12 and len({b["rid"] for b in bodies}) == 12
+    prompts = [tuple(b["input_ids"]) for b in bodies]
+    assert len(set(prompts[:4])) == 1 and len(set(prompts)) == 3
+    seeds = [b["sampling_params"]["sampling_seed"] for b in bodies]
+    assert len(set(seeds)) == 12
+    assert all(b["return_logprob"] and b["sampling_params"]["ignore_eos"] for b in bodies)
+    plain = bench.wave_bodies(args, 50, 1, 8, {"logprobs": False, "seeds": False})
+    assert all("return_logprob" not in b and "sampling_seed" not in b["sampling_params"] for b in plain)
+
+
+def test_each_variant_runs_its_own_server_with_its_settings(tmp_path):
+    bench = load()
+    out = tmp_path / "settings.json"
+    r = bench.main(
+        [
+            "--server",
+            "builtin",
+            "--groups",
+            "3",
+            "--group-size",
+            "2",
+            "--prompt-len",
+            "12",
+            "--new-tokens",
+            "6",
+            "--waves",
+            "2",
+            "--set",
+            "max_queued_requests=32",
+            "--variant",
+            "base",
+            "--variant",
+            "running2 max_running_requests=2 logprobs=false",
+            "--out",
+            str(out),
+        ]
+    )
+    assert json.loads(out.read_text()) == r
+    base, running2 = r["variants"]
+    for v in (base, running2):
+        assert [w["tokens"] for w in v["waves"]] == [3 * 2 * 6] * 2
+        assert "--max-queued-requests" in v["command"]
+    flag = running2["command"].index("--max-running-requests")
+    assert running2["command"][flag + 1] == "2" and "--max-running-requests" not in base["command"]
+    assert base["x_first"] == 1.0 and running2["x_first"] > 0
+
+
+def test_decode_rate_is_read_from_full_batches_of_sglang_s_log():
+    bench = load()
+    line = (
+        "[2026-12-07 23:10:01] Decode batch, #running-req: {n}, #token: 30000, token usage: 0.10, "
+        "cuda graph: True, gen throughput (token/s): {r}, #queue-req: 0, "
+    )
+    log = "\n".join(line.format(n=n, r=r) for n, r in [(256, 25600.0), (250, 20000.0), (12, 900.0), (256, 0.0)])
+    got = bench.full_batch_decode_rate(log, 256)
+    assert got == {"decode_tokens_per_s": 22800.0, "decode_step_ms": 11.096, "decode_lines": 2}  # 253 running
+    assert bench.full_batch_decode_rate("no such lines", 256)["decode_step_ms"] is None
