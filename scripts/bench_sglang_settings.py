@@ -7,7 +7,9 @@ setting that the launcher would refuse is refused here too), sends one warm-up w
 prompt, as GRPO's do; the server's prefix cache sees that), at most `--concurrency` requests open at
 once (the recipe's rollout.max_concurrent_rollouts). Requests are the rollout client's
 (`generate_payload`: logprobs returned, a sampling seed each as the rollout executor gives them,
-sampling at `--temperature`), with ignore_eos so that every variant decodes the same number of tokens.
+sampling at `--temperature`), with ignore_eos so that every variant decodes the same number of tokens
+(`--min-new-tokens` gives the answers lengths drawn between it and `--new-tokens`, the same in
+every variant).
 
     # SGLang (GPU, the device kit), the SmolLM2 recipe's shape and settings, one variant per flag:
     python scripts/bench_sglang_settings.py --server sglang --model-path smollm2:135m-instruct \
@@ -53,7 +55,15 @@ def parse_args(argv=None):
     p.add_argument("--groups", type=int, default=64, help="Prompts a wave (train_dataset.batch_size).")
     p.add_argument("--group-size", type=int, default=8, help="Answers a prompt (gconfig.n_samples).")
     p.add_argument("--prompt-len", type=int, default=120)
-    p.add_argument("--new-tokens", type=int, default=192)
+    p.add_argument("--new-tokens", type=int, default=192, help="The longest answer's tokens.")
+    p.add_argument(
+        "--min-new-tokens",
+        type=int,
+        default=None,
+        help="Answers of a random length from this to --new-tokens (the same lengths in every variant), "
+        "so that they end at different steps and new requests join a running batch, as a rollout's do; "
+        "default: all of --new-tokens.",
+    )
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--concurrency", type=int, default=256, help="Requests open at once.")
     p.add_argument("--waves", type=int, default=3, help="Timed waves a variant.")
@@ -133,14 +143,16 @@ def wave_bodies(args, vocab: int, seed: int, new_tokens: int, variant: dict) -> 
     from areal.rollout.seeds import mix
 
     rng = random.Random(seed)
+    shortest = min(new_tokens, args.min_new_tokens or new_tokens)
     bodies = []
     for g in range(args.groups):
         prompt = [rng.randrange(3, vocab) for _ in range(args.prompt_len)]
-        req = ModelRequest(input_ids=prompt, temperature=args.temperature, ignore_eos=True, max_new_tokens=new_tokens)
+        req = ModelRequest(input_ids=prompt, temperature=args.temperature, ignore_eos=True)
         for k in range(args.group_size):
             answer = req.copy(sampling_seed=mix(seed, g, k) if variant["seeds"] else None)
+            length = rng.randint(shortest, new_tokens)
             body = generate_payload(
-                answer, rid=f"w{seed}-g{g}-{k}", input_ids=prompt, max_new_tokens=new_tokens, min_new_tokens=0
+                answer, rid=f"w{seed}-g{g}-{k}", input_ids=prompt, max_new_tokens=length, min_new_tokens=0
             )
             if not variant["logprobs"]:
                 body.pop("return_logprob")
@@ -261,6 +273,7 @@ def main(argv=None) -> dict:
             "group_size": args.group_size,
             "prompt_len": args.prompt_len,
             "new_tokens": args.new_tokens,
+            "min_new_tokens": args.min_new_tokens,
             "temperature": args.temperature,
             "concurrency": args.concurrency,
         },

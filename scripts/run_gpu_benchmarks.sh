@@ -402,17 +402,18 @@ x1_sglang_perf)
     --run-timeout 140 --out "$out/e2e_colocated_sglang_0.5b.json" ${E2E_ARGS:-}
   ;;
 x1_server_settings)
-  # Issue 39, the server: the SmolLM2 recipe's rollout (64 prompts x 8 answers, 192 tokens, 256 open
+  # Issue 39, the server: the SmolLM2 recipe's rollout (64 prompts x 8 answers of 64-192 tokens, 256 open
   # requests) against one SGLang server per variant at the recipe's settings (SETTINGS_COMMON),
   # one change each (SETTINGS_VARIANTS, "NAME WORD...; NAME ..."; scripts/bench_sglang_settings.py);
   # base runs first and last, so the two say how far a machine drifts within the call.
   convert_smollm2
+  # mixed_chunk: a newcomer's prefill inside the decode batch instead of a forward pass of its own
   dflt="base; no_tokenizer skip_tokenizer_init=true; no_seeds seeds=false; no_logprobs logprobs=false"
-  dflt="$dflt; no_radix disable_radix_cache=true; lpm --schedule-policy lpm; base_again"
+  dflt="$dflt; no_radix disable_radix_cache=true; mixed_chunk --enable-mixed-chunk; base_again"
   IFS=';' read -ra variants <<<"${SETTINGS_VARIANTS:-$dflt}"
   vargs=(); for v in "${variants[@]}"; do v=$(echo $v); [ -n "$v" ] && vargs+=(--variant "$v"); done
   step server_settings_smollm2 "${SETTINGS_TIMEOUT:-540}" $py scripts/bench_sglang_settings.py --server sglang \
-    --model-path smollm2:135m-instruct --set ${SETTINGS_COMMON:-attention_backend=$attn mem_fraction_static=0.3 \
+    --model-path smollm2:135m-instruct --min-new-tokens 64 --set ${SETTINGS_COMMON:-attention_backend=$attn mem_fraction_static=0.3 \
     max_running_requests=256 context_length=1024 dtype=bfloat16 log_level=info} "${vargs[@]}" \
     --log-dir "$out/server_settings_logs" --out "$out/server_settings_smollm2.json"
   ;;

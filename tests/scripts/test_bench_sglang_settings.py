@@ -39,7 +39,7 @@ def test_variants_parse_into_fields_flags_and_request_options():
 
 def test_wave_bodies_group_answers_by_prompt_with_distinct_seeds():
     bench = load()
-    args = Namespace(groups=3, group_size=4, prompt_len=5, temperature=0.7)
+    args = Namespace(groups=3, group_size=4, prompt_len=5, temperature=0.7, min_new_tokens=None)
     variant = {"logprobs": True, "seeds": True}
     bodies = bench.wave_bodies(args, 50, 1, 8, variant)
     assert len(bodies) == 12 and len({b["rid"] for b in bodies}) == 12
@@ -48,8 +48,14 @@ def test_wave_bodies_group_answers_by_prompt_with_distinct_seeds():
     seeds = [b["sampling_params"]["sampling_seed"] for b in bodies]
     assert len(set(seeds)) == 12
     assert all(b["return_logprob"] and b["sampling_params"]["ignore_eos"] for b in bodies)
+    assert {b["sampling_params"]["max_new_tokens"] for b in bodies} == {8}
     plain = bench.wave_bodies(args, 50, 1, 8, {"logprobs": False, "seeds": False})
     assert all("return_logprob" not in b and "sampling_seed" not in b["sampling_params"] for b in plain)
+    args.min_new_tokens = 2
+    varied = [b["sampling_params"]["max_new_tokens"] for b in bench.wave_bodies(args, 50, 1, 8, variant)]
+    assert min(varied) >= 2 and max(varied) <= 8 and len(set(varied)) > 1
+    other = bench.wave_bodies(args, 50, 1, 8, {"logprobs": False, "seeds": False})  # another variant's wave
+    assert varied == [b["sampling_params"]["max_new_tokens"] for b in other]
 
 
 def test_each_variant_runs_its_own_server_with_its_settings(tmp_path):
@@ -67,6 +73,8 @@ def test_each_variant_runs_its_own_server_with_its_settings(tmp_path):
             "12",
             "--new-tokens",
             "6",
+            "--min-new-tokens",
+            "2",
             "--waves",
             "2",
             "--set",
@@ -81,8 +89,9 @@ def test_each_variant_runs_its_own_server_with_its_settings(tmp_path):
     )
     assert json.loads(out.read_text()) == r
     base, running2 = r["variants"]
+    assert [w["tokens"] for w in base["waves"]] == [w["tokens"] for w in running2["waves"]]
     for v in (base, running2):
-        assert [w["tokens"] for w in v["waves"]] == [3 * 2 * 6] * 2
+        assert all(3 * 2 * 2 <= w["tokens"] < 3 * 2 * 6 for w in v["waves"])  # lengths of 2..6, not all 6
         assert "--max-queued-requests" in v["command"]
     flag = running2["command"].index("--max-running-requests")
     assert running2["command"][flag + 1] == "2" and "--max-running-requests" not in base["command"]
