@@ -466,6 +466,7 @@ def test_gpu_benchmarks_script_parses_and_has_its_stages(tmp_path):
         "x1_gpu_tests",
         "x1_sglang",
         "x1_sglang_perf",
+        "x1_server_settings",
         "x1_pipeline_ab",
         "x1_profile",
         "x1_logprobs",
@@ -491,6 +492,7 @@ def test_gpu_benchmarks_script_parses_and_has_its_stages(tmp_path):
         "x1_gpu_tests",
         "x1_sglang",
         "x1_sglang_perf",
+        "x1_server_settings",
         "x1_pipeline_ab",
         "x1_profile",
         "x1_logprobs",
@@ -505,6 +507,22 @@ def test_gpu_benchmarks_script_parses_and_has_its_stages(tmp_path):
     assert chained.returncode == 2 and "unknown stage recipe" in chained.stderr
     for layout in ("fsdp:d2", "fsdp:d2r2", "fsdp:d1t2"):
         assert layout in text
+
+
+def test_server_settings_stage_passes_each_variant_whole_base_first_and_last(tmp_path):
+    import subprocess
+
+    args = tmp_path / "args.sh"  # stands in for python: one argument a line
+    args.write_text('printf "%s\\n" "$@"\n')
+    env = {**os.environ, "PYTHON": f"bash {args}"}
+    env.pop("SETTINGS_VARIANTS", None)
+    script = REPO / "scripts" / "run_gpu_benchmarks.sh"
+    subprocess.run(["bash", str(script), "x1_server_settings", str(tmp_path)], env=env, capture_output=True)
+    words = (tmp_path / "server_settings_smollm2.log").read_text().splitlines()
+    assert "--min-new-tokens" in words and "attention_backend=triton" in words
+    variants = [words[i + 1] for i, w in enumerate(words) if w == "--variant"]
+    assert variants[0] == "base" and variants[-1] == "base_again"
+    assert "mixed_chunk --enable-mixed-chunk" in variants and "no_tokenizer skip_tokenizer_init=true" in variants
 
 
 def test_recipe_modes_stage_runs_sync_then_each_async_pause_mode_on_sglangs_backend(tmp_path):
