@@ -337,6 +337,19 @@ def _lora_push(cfg):
         )
 
 
+def _stop_strings_need_tokenizer(cfg):
+    # both servers refuse each such request at run time (SGLang: sampling_params.py; built-in:
+    # routes_generate.py); the workflows send gconfig.stop with every request
+    if cfg.sglang.skip_tokenizer_init and cfg.gconfig.stop and servers_run(cfg):
+        yield ConfigIssue(
+            "gconfig.stop",
+            cfg.gconfig.stop,
+            "stop strings are matched on the servers' decoded text, and sglang.skip_tokenizer_init=true "
+            "leaves them without a tokenizer",
+            "list the stop tokens' ids in gconfig.stop_token_ids instead, or set sglang.skip_tokenizer_init=false",
+        )
+
+
 def _restart_needs_full_disk_updates(cfg):
     """A restarted server loads the folder of the last disk weight update (launcher/supervisor.py);
     a distributed broadcast group or a LoRA adapter cannot be given back to it."""
@@ -620,6 +633,7 @@ RULES = [
     _trainer_only_source,
     _datasets,
     _lora_push,
+    _stop_strings_need_tokenizer,
     _restart_needs_full_disk_updates,
     _colocation,
     _mps,
