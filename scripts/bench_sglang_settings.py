@@ -24,7 +24,9 @@ every variant).
 A variant is "NAME WORD...": `key=value` sets that field of the `sglang` config section, `--flag
 [value]` is passed to the server as it is (SGLang flags the project has no field for), and
 `logprobs=false` leaves return_logprob out of the requests (what the logprobs cost; the trainer
-needs them), `seeds=false` their sampling seeds (SGLang then samples from its own generator).
+needs them), `seeds=false` their sampling seeds (SGLang then samples from its own generator),
+`concurrency=N` another number of open requests (with max_running_requests=N: a wave's requests
+admitted together instead of one as each answer ends).
 `--set` applies to every variant. Each variant reports the waves' wall seconds and generated
 tokens/s; `x first` compares the median with the first variant's. With `log_level=info` SGLang logs
 its decode rate every 40 steps; the report keeps the median over full batches (at least 90% of
@@ -75,16 +77,19 @@ def parse_args(argv=None):
 
 
 def parse_variant(spec: str, common: list[str]) -> dict:
-    """{"name", "fields", "flags", "logprobs", "seeds"} of one --variant (after --set's words)."""
+    """{"name", "fields", "flags", "logprobs", "seeds", "concurrency"} of one --variant (after --set's
+    words; concurrency None: --concurrency)."""
     words = shlex.split(spec)
     if not words:
         raise SystemExit("--variant: empty; give a name, then key=value or --flag words")
-    name, fields, flags, request = words[0], {}, [], {"logprobs": True, "seeds": True}
+    name, fields, flags, request = words[0], {}, [], {"logprobs": True, "seeds": True, "concurrency": None}
     for word in [*common, *words[1:]]:
         if word.startswith("--"):
             flags.append(word)
         elif flags and flags[-1].startswith("--") and "=" not in word:
             flags.append(word)  # the value of the flag before
+        elif word.startswith("concurrency="):
+            request["concurrency"] = _positive_int(word.split("=", 1)[1], f"--variant {spec!r}: concurrency")
         elif word.split("=", 1)[0] in request:
             key, value = word.split("=", 1)
             request[key] = value.lower() not in ("false", "0", "no")
@@ -94,6 +99,12 @@ def parse_variant(spec: str, common: list[str]) -> dict:
         else:
             raise SystemExit(f"--variant {spec!r}: {word!r} is neither key=value nor a --flag")
     return {"name": name, "fields": fields, "flags": flags, **request}
+
+
+def _positive_int(text: str, what: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise SystemExit(f"{what}={text!r}: give a whole number of requests, 1 or more")
+    return int(text)
 
 
 def server_config(model_path: str, fields: dict):
@@ -182,19 +193,20 @@ async def run_wave(url: str, bodies: list[dict], concurrency: int, timeout_s: fl
 
 def measure(args, variant: dict, model_path: str, vocab: int, log_dir: Path) -> dict:
     cfg = server_config(model_path, variant["fields"])
+    concurrency = variant["concurrency"] or args.concurrency
     begin = time.perf_counter()
     server, command = start(args.server, cfg, variant["flags"], log_dir, args.start_timeout)
     started = time.perf_counter() - begin
     try:
         wave_timeout = max(600.0, args.start_timeout)
         warm = wave_bodies(args, vocab, 0, min(16, args.new_tokens), variant)
-        asyncio.run(run_wave(server.url, warm, args.concurrency, wave_timeout))
+        asyncio.run(run_wave(server.url, warm, concurrency, wave_timeout))
         waves = [
             asyncio.run(
                 run_wave(
                     server.url,
                     wave_bodies(args, vocab, i + 1, args.new_tokens, variant),
-                    args.concurrency,
+                    concurrency,
                     wave_timeout,
                 )
             )
@@ -203,7 +215,8 @@ def measure(args, variant: dict, model_path: str, vocab: int, log_dir: Path) -> 
     finally:
         server.stop()
     rates = [w["tokens_per_s"] for w in waves]
-    decode = full_batch_decode_rate(Path(server.log_path).read_text(errors="replace"), args.concurrency)
+    log = Path(server.log_path).read_text(errors="replace")
+    decode = full_batch_decode_rate(log, min(concurrency, int(cfg.max_running_requests or concurrency)))
     return {
         **variant,
         "command": command,
@@ -212,10 +225,12 @@ def measure(args, variant: dict, model_path: str, vocab: int, log_dir: Path) -> 
         "median_tokens_per_s": statistics.median(rates),
         "median_wall_s": statistics.median(w["wall_s"] for w in waves),
         **decode,
+        "prefill_passes": len(PREFILL_LINE.findall(log)),  # warm-up wave included
         "log": server.log_path,
     }
 
 
+PREFILL_LINE = re.compile(r"Prefill batch")  # one a prefill forward pass (log_level=info)
 DECODE_LINE = re.compile(r"Decode batch.*?#running-req:\s*(\d+),.*?gen throughput \(token/s\):\s*([0-9.]+)")
 
 
@@ -224,10 +239,15 @@ def full_batch_decode_rate(log: str, concurrency: int) -> dict:
     median tokens/s and the decode step's ms it implies (None without such lines)."""
     full = [(int(n), float(r)) for n, r in DECODE_LINE.findall(log) if int(n) >= 0.9 * concurrency and float(r) > 0]
     if not full:
-        return {"decode_tokens_per_s": None, "decode_step_ms": None, "decode_lines": 0}
+        return {"decode_tokens_per_s": None, "decode_step_ms": None, "decode_lines": 0, "decode_window_rates": []}
     rate = statistics.median(r for _, r in full)
     running = statistics.median(n for n, _ in full)
-    return {"decode_tokens_per_s": rate, "decode_step_ms": round(1000 * running / rate, 3), "decode_lines": len(full)}
+    return {
+        "decode_tokens_per_s": rate,
+        "decode_step_ms": round(1000 * running / rate, 3),
+        "decode_lines": len(full),
+        "decode_window_rates": [round(r) for _, r in full],  # each over 40 steps, prefills between included
+    }
 
 
 def model_and_vocab(args) -> tuple[str, int]:
@@ -245,8 +265,19 @@ def model_and_vocab(args) -> tuple[str, int]:
     return name, AutoConfig.from_pretrained(path).vocab_size
 
 
+def _exit_on_sigterm() -> None:
+    """A `timeout` around this script sends SIGTERM: leave through the `finally` that stops the
+    variant's server (its own process group), not past it with the server still holding the GPU."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+
 def main(argv=None) -> dict:
     args = parse_args(argv)
+    _exit_on_sigterm()
     variants = [parse_variant(v, args.set) for v in args.variant or ["base"]]
     if len({v["name"] for v in variants}) != len(variants):
         raise SystemExit("--variant: names must differ")

@@ -30,7 +30,11 @@ def test_variants_parse_into_fields_flags_and_request_options():
         "flags": ["--schedule-policy", "lpm"],
         "logprobs": True,
         "seeds": False,
+        "concurrency": None,
     }
+    assert bench.parse_variant("all512 concurrency=512", [])["concurrency"] == 512
+    with pytest.raises(SystemExit, match="whole number"):
+        bench.parse_variant("bad concurrency=0", [])
     with pytest.raises(SystemExit, match="neither key=value nor a --flag"):
         bench.parse_variant("bad word", [])
     with pytest.raises(SystemExit, match="max_running_requests"):
@@ -96,6 +100,44 @@ def test_each_variant_runs_its_own_server_with_its_settings(tmp_path):
     flag = running2["command"].index("--max-running-requests")
     assert running2["command"][flag + 1] == "2" and "--max-running-requests" not in base["command"]
     assert base["x_first"] == 1.0 and running2["x_first"] > 0
+    assert base["prefill_passes"] == 0  # the built-in server logs no prefill lines
+
+
+def test_a_terminated_bench_stops_its_server(tmp_path):
+    """`timeout` around the bench (the GPU stage) sends SIGTERM; the variant's server, in its own
+    process group, must not outlive it holding the device."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import requests
+
+    logs = tmp_path / "logs"
+    argv = [sys.executable, str(SCRIPT), "--server", "builtin", "--groups", "2", "--group-size", "2"]
+    argv += ["--prompt-len", "8", "--new-tokens", "4", "--waves", "100000", "--log-dir", str(logs)]
+    bench = subprocess.Popen([*argv, "--out", str(tmp_path / "s.json")], cwd=SCRIPT.parents[1])
+    try:
+        deadline = time.monotonic() + 120
+        port = None
+        while port is None:  # the server's log is named after its port; wait until it answers
+            assert time.monotonic() < deadline, "no server answered /health within 120 s"
+            assert bench.poll() is None, f"the bench exited early ({bench.returncode})"
+            for log in logs.glob("builtin-*.log"):
+                try:
+                    if requests.get(f"http://127.0.0.1:{log.stem.split('-')[1]}/health", timeout=2).ok:
+                        port = int(log.stem.split("-")[1])
+                except requests.ConnectionError:
+                    pass
+            time.sleep(0.2)
+        os.kill(bench.pid, signal.SIGTERM)
+        assert bench.wait(timeout=90) == 143
+        with pytest.raises(requests.ConnectionError):
+            requests.get(f"http://127.0.0.1:{port}/health", timeout=2)
+    finally:
+        if bench.poll() is None:
+            bench.kill()
 
 
 def test_decode_rate_is_read_from_full_batches_of_sglang_s_log():
@@ -106,5 +148,10 @@ def test_decode_rate_is_read_from_full_batches_of_sglang_s_log():
     )
     log = "\n".join(line.format(n=n, r=r) for n, r in [(256, 25600.0), (250, 20000.0), (12, 900.0), (256, 0.0)])
     got = bench.full_batch_decode_rate(log, 256)
-    assert got == {"decode_tokens_per_s": 22800.0, "decode_step_ms": 11.096, "decode_lines": 2}  # 253 running
+    assert got == {  # 253 running
+        "decode_tokens_per_s": 22800.0,
+        "decode_step_ms": 11.096,
+        "decode_lines": 2,
+        "decode_window_rates": [25600, 20000],
+    }
     assert bench.full_batch_decode_rate("no such lines", 256)["decode_step_ms"] is None
