@@ -405,14 +405,20 @@ x1_server_settings)
   # Issue 39, the server: the SmolLM2 recipe's rollout (64 prompts x 8 answers of 64-192 tokens, 256 open
   # requests) against one SGLang server per variant at the recipe's settings (SETTINGS_COMMON),
   # one change each (SETTINGS_VARIANTS, "NAME WORD...; NAME ..."; scripts/bench_sglang_settings.py);
-  # base runs first and last, so the two say how far a machine drifts within the call.
+  # base runs first and last, so the two say how far a machine drifts within the call. About 75 s a
+  # variant, most of it SGLang's start (50-60 s warm), the first 150 s on cold JIT caches.
+  # 2026-12-08 (docs/benchmarks.md section 10): while answers end one by one, each freed slot admits a
+  # queued request through a prefill pass of its own, and SGLang's 40-step decode windows fall from
+  # 50-80k to 9-18k tokens/s. So the defaults measure admitting a wave at once: all512 (every request
+  # running), free_slots (SGLang holds admissions until 4 slots are free, its cap), and the logprobs'
+  # cost for scale. Measured already, no gain: skip_tokenizer_init=true, seeds=false,
+  # --enable-mixed-chunk (0.80x).
   convert_smollm2
-  # mixed_chunk: a newcomer's prefill inside the decode batch instead of a forward pass of its own
-  dflt="base; no_tokenizer skip_tokenizer_init=true; no_seeds seeds=false; no_logprobs logprobs=false"
-  dflt="$dflt; no_radix disable_radix_cache=true; mixed_chunk --enable-mixed-chunk; base_again"
+  dflt="base; all512 max_running_requests=512 concurrency=512; free_slots --min-free-slots-delay 4"
+  dflt="$dflt; no_logprobs logprobs=false; base_again"
   IFS=';' read -ra variants <<<"${SETTINGS_VARIANTS:-$dflt}"
   vargs=(); for v in "${variants[@]}"; do v=$(echo $v); [ -n "$v" ] && vargs+=(--variant "$v"); done
-  step server_settings_smollm2 "${SETTINGS_TIMEOUT:-540}" $py scripts/bench_sglang_settings.py --server sglang \
+  step server_settings_smollm2 "${SETTINGS_TIMEOUT:-900}" $py scripts/bench_sglang_settings.py --server sglang \
     --model-path smollm2:135m-instruct --min-new-tokens 64 --set ${SETTINGS_COMMON:-attention_backend=$attn mem_fraction_static=0.3 \
     max_running_requests=256 context_length=1024 dtype=bfloat16 log_level=info} "${vargs[@]}" \
     --log-dir "$out/server_settings_logs" --out "$out/server_settings_smollm2.json"

@@ -11,7 +11,8 @@
 # stage's own variables pass through the environment), then polls. poll: waits for the stage to
 # end until POLL_S seconds (default 420) after the call began (the install and any wait count, so a
 # call's own limit can be POLL_S plus the tarring), prints each run's last step, and puts the stage's
-# files, with the metrics of runs still going, in $OUT/STAGE.tgz. GSM8K comes from
+# files, with the metrics of runs still going, in $OUT/STAGE.tgz (a chain's commas become dashes:
+# x1_a,x1_b -> x1_a-x1_b.tgz). GSM8K comes from
 # .sgl-parts/c4/gsm8k (copy ../shared/data/gsm8k there before the call) or $AREAL_GSM8K_DIR.
 # also: starts STAGE in the environment an earlier start prepared, without installing again (a
 # reinstall would replace SmolLM2's files while the first stage reads them), then polls; a stage
@@ -151,7 +152,8 @@ poll() {
     m=$(ls "$d"/*/"$n"/metrics.jsonl 2>/dev/null | head -1)
     [ -n "$m" ] && cp "$m" "$res/${n}_metrics.jsonl.partial"
   done
-  tar czf "$OUT/$stage.tgz" -C /tmp/results "$stage" "$stage.stage.log" "$stage.pid"
+  # a chained stage's name has commas, which the device tool does not return in a file name
+  tar czf "$OUT/${stage//,/-}.tgz" -C /tmp/results "$stage" "$stage.stage.log" "$stage.pid"
   local caches
   # which caches a cold start fills (.nv/ComputeCache: the CUDA driver's, of kernels it compiled from PTX)
   du -sh ~/.cache/* ~/.triton ~/.nv/ComputeCache 2>/dev/null

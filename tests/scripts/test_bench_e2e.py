@@ -522,7 +522,8 @@ def test_server_settings_stage_passes_each_variant_whole_base_first_and_last(tmp
     assert "--min-new-tokens" in words and "attention_backend=triton" in words
     variants = [words[i + 1] for i, w in enumerate(words) if w == "--variant"]
     assert variants[0] == "base" and variants[-1] == "base_again"
-    assert "mixed_chunk --enable-mixed-chunk" in variants and "no_tokenizer skip_tokenizer_init=true" in variants
+    assert "all512 max_running_requests=512 concurrency=512" in variants
+    assert "free_slots --min-free-slots-delay 4" in variants
 
 
 def test_recipe_modes_stage_runs_sync_then_each_async_pause_mode_on_sglangs_backend(tmp_path):
