@@ -235,13 +235,17 @@ x1_modes)
   # MODES_ARGS keeps the first one's files (e.g. MODES_TAG=_c512).
   # MODES_VARIANTS: "NAME KEY=VALUE ...; NAME ..." more async runs (pause auto) after those, each with
   # its own overrides, one after another in this stage (e.g. "workers workflow.workers=1; mps
-  # launcher.mps=true"): one call's poll then never starts a run beside another's.
+  # launcher.mps=true"): one call's poll then never starts a run beside another's. A NAME starting
+  # with sync_ runs time-shared instead (offp0_NAME): a server setting measured in both schedules
+  # in one stage, e.g. "sync_mrr1024 sglang.max_running_requests=1024; mrr1024 sglang.max_...".
+  # MODES_TIMEOUT: seconds a run may take (default 300: a cold machine's first run spent 107 s
+  # warming SGLang's kernels up, 2026-12-08).
   convert_smollm2
   runs=()
   modes_run() {  # modes_run NAME OFFPOLICYNESS PAUSE OVERRIDES...
     local name=$1${MODES_TAG:-} offp=$2 pause=$3; shift 3
     local run=/tmp/areal-smollm2-1gpu-$name
-    step smollm2_1gpu_$name "${MODES_TIMEOUT:-200}" $py -m launcher.cli --config smollm2_gsm8k_1gpu.yaml \
+    step smollm2_1gpu_$name "${MODES_TIMEOUT:-300}" $py -m launcher.cli --config smollm2_gsm8k_1gpu.yaml \
       cluster.fileroot=$run rollout.max_head_offpolicyness=$offp rollout.pause_mode=$pause trial_name=$name \
       total_train_steps=${MODES_STEPS:-12} evaluator.freq_steps=1000 sglang.attention_backend="$attn" ${MODES_ARGS:-} "$@"
     cp $run/smollm2_gsm8k_1gpu/$name/metrics.jsonl "$out/smollm2_1gpu_${name}_metrics.jsonl"
@@ -260,7 +264,9 @@ x1_modes)
   IFS=';' read -ra variants <<<"${MODES_VARIANTS:-}"
   for v in "${variants[@]}"; do
     read -ra words <<<"$v"
-    [ ${#words[@]} -gt 0 ] && modes_run offp1_${words[0]} 1 auto "${words[@]:1}"
+    [ ${#words[@]} -gt 0 ] || continue
+    if [[ ${words[0]} == sync_* ]]; then modes_run offp0_${words[0]#sync_} 0 auto "${words[@]:1}"
+    else modes_run offp1_${words[0]} 1 auto "${words[@]:1}"; fi
   done
   $py scripts/summarise_run.py "${runs[@]}" --warmup 2 --out "$out/smollm2_1gpu_modes${MODES_TAG:-}.json" >/dev/null
   ;;

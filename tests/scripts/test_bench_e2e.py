@@ -579,6 +579,27 @@ def test_recipe_modes_stage_runs_each_variant_async_with_its_own_overrides(tmp_p
     assert mps.rstrip().endswith("launcher.mps=true") and "workflow.workers" not in mps
 
 
+def test_recipe_modes_stage_runs_a_sync_variant_time_shared(tmp_path):
+    """A MODES_VARIANTS name starting with sync_ runs time-shared (offp0_NAME), so a server setting
+    is measured in both schedules in one stage."""
+    import subprocess
+
+    variants = "sync_mrr1024 sglang.max_running_requests=1024; mrr1024 sglang.max_running_requests=1024"
+    env = {**os.environ, "PYTHON": "echo", "MODES_VARIANTS": variants}
+    script = REPO / "scripts" / "run_gpu_benchmarks.sh"
+    subprocess.run(["bash", str(script), "x1_modes", str(tmp_path)], env=env, capture_output=True)
+    started = [line for line in (tmp_path / "stages.log").read_text().splitlines() if line.startswith("== ")]
+    assert [line.split(":")[0][3:] for line in started if ": exit" not in line] == [
+        "smollm2_1gpu_offp0",
+        "smollm2_1gpu_offp1",
+        "smollm2_1gpu_offp0_mrr1024",
+        "smollm2_1gpu_offp1_mrr1024",
+    ]
+    sync = (tmp_path / "smollm2_1gpu_offp0_mrr1024.log").read_text()
+    assert "rollout.max_head_offpolicyness=0 rollout.pause_mode=auto trial_name=offp0_mrr1024 " in sync
+    assert sync.rstrip().endswith("sglang.max_running_requests=1024")
+
+
 def test_recipe_modes_stage_leaves_the_sync_run_out_with_modes_sync_0(tmp_path):
     import subprocess
 
