@@ -29,9 +29,13 @@ needs them), `seeds=false` their sampling seeds (SGLang then samples from its ow
 admitted together instead of one as each answer ends).
 `--set` applies to every variant. Each variant reports the waves' wall seconds and generated
 tokens/s; `x first` compares the median with the first variant's. With `log_level=info` SGLang logs
-its decode rate every 40 steps; the report keeps the median over full batches (at least 90% of
-`--concurrency` running) and the decode step's milliseconds it implies, which leave out the HTTP
-round trips, prefills and the wave's tail. Compare variants of one call only: machines differ.
+its decode rate every 40 steps; the report keeps those windows' rates at a full batch (at least 90%
+of the open requests running), their median and the decode step's milliseconds it implies (no
+HTTP round trips or wave tails in it, but a window's time includes the prefill passes between its
+steps: windows right after a batch was admitted at once run several times faster than windows
+while requests are admitted one by one), and the count of prefill passes. The report is written
+after every variant, so a run cut short keeps the variants it finished. Compare variants of one
+call only: machines differ.
 """
 
 from __future__ import annotations
@@ -284,18 +288,6 @@ def main(argv=None) -> dict:
     model_path, vocab = model_and_vocab(args)
     log_dir = Path(args.log_dir) if args.log_dir else Path(tempfile.mkdtemp(prefix="bench-settings-"))
     log_dir.mkdir(parents=True, exist_ok=True)
-    results = []
-    for variant in variants:
-        r = measure(args, variant, model_path, vocab, log_dir)
-        results.append(r)
-        ratio = r["median_tokens_per_s"] / results[0]["median_tokens_per_s"]
-        walls = [w["wall_s"] for w in r["waves"]]
-        print(
-            f"{r['name']:>16}: {r['median_tokens_per_s']:>10.1f} tok/s  x{ratio:.3f}  wave {r['median_wall_s']:.3f} s"
-            f"  decode step {r['decode_step_ms']} ms  (waves {walls}, start {r['start_s']} s)",
-            flush=True,
-        )
-        r["x_first"] = round(ratio, 3)
     report = {
         "server": args.server,
         "model_path": model_path,
@@ -308,9 +300,20 @@ def main(argv=None) -> dict:
             "temperature": args.temperature,
             "concurrency": args.concurrency,
         },
-        "variants": results,
+        "variants": [],
     }
-    Path(args.out).write_text(json.dumps(report, indent=2))
+    for variant in variants:
+        r = measure(args, variant, model_path, vocab, log_dir)
+        r["x_first"] = round(r["median_tokens_per_s"] / (report["variants"] or [r])[0]["median_tokens_per_s"], 3)
+        report["variants"].append(r)
+        Path(args.out).write_text(json.dumps(report, indent=2))
+        walls = [w["wall_s"] for w in r["waves"]]
+        print(
+            f"{r['name']:>16}: {r['median_tokens_per_s']:>10.1f} tok/s  x{r['x_first']:.3f}  "
+            f"wave {r['median_wall_s']:.3f} s  decode step {r['decode_step_ms']} ms  prefill passes "
+            f"{r['prefill_passes']}  (waves {walls}, start {r['start_s']} s)",
+            flush=True,
+        )
     print(f"wrote {args.out}")
     return report
 

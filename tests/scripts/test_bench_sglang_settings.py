@@ -155,3 +155,15 @@ def test_decode_rate_is_read_from_full_batches_of_sglang_s_log():
         "decode_window_rates": [25600, 20000],
     }
     assert bench.full_batch_decode_rate("no such lines", 256)["decode_step_ms"] is None
+
+
+def test_the_report_keeps_the_variants_finished_before_one_fails(tmp_path):
+    from areal.infra.health import ServerStartupError
+
+    bench = load()
+    out = tmp_path / "settings.json"
+    argv = ["--server", "builtin", "--groups", "2", "--group-size", "2", "--prompt-len", "8"]
+    argv += ["--new-tokens", "4", "--waves", "1", "--out", str(out)]
+    with pytest.raises(ServerStartupError):
+        bench.main([*argv, "--variant", "base", "--variant", "broken --no-such-flag"])
+    assert [v["name"] for v in json.loads(out.read_text())["variants"]] == ["base"]
