@@ -579,17 +579,22 @@ def test_recipe_modes_stage_runs_each_variant_async_with_its_own_overrides(tmp_p
     assert mps.rstrip().endswith("launcher.mps=true") and "workflow.workers" not in mps
 
 
-def test_recipe_modes_stage_runs_a_sync_variant_time_shared(tmp_path):
-    """A MODES_VARIANTS name starting with sync_ runs time-shared (offp0_NAME), so a server setting
-    is measured in both schedules in one stage."""
+def started_modes_runs(tmp_path, **env_vars) -> list[str]:
+    """The x1_modes stage run with an echo for python: the names of the runs it started, in order."""
     import subprocess
 
-    variants = "sync_mrr1024 sglang.max_running_requests=1024; mrr1024 sglang.max_running_requests=1024"
-    env = {**os.environ, "PYTHON": "echo", "MODES_VARIANTS": variants}
+    env = {**os.environ, "PYTHON": "echo", **env_vars}
     script = REPO / "scripts" / "run_gpu_benchmarks.sh"
     subprocess.run(["bash", str(script), "x1_modes", str(tmp_path)], env=env, capture_output=True)
     started = [line for line in (tmp_path / "stages.log").read_text().splitlines() if line.startswith("== ")]
-    assert [line.split(":")[0][3:] for line in started if ": exit" not in line] == [
+    return [line.split(":")[0][3:] for line in started if ": exit" not in line]
+
+
+def test_recipe_modes_stage_runs_a_sync_variant_time_shared(tmp_path):
+    """A MODES_VARIANTS name starting with sync_ runs time-shared (offp0_NAME), so a server setting
+    is measured in both schedules in one stage."""
+    variants = "sync_mrr1024 sglang.max_running_requests=1024; mrr1024 sglang.max_running_requests=1024"
+    assert started_modes_runs(tmp_path, MODES_VARIANTS=variants) == [
         "smollm2_1gpu_offp0",
         "smollm2_1gpu_offp1",
         "smollm2_1gpu_offp0_mrr1024",
@@ -601,29 +606,13 @@ def test_recipe_modes_stage_runs_a_sync_variant_time_shared(tmp_path):
 
 
 def test_recipe_modes_stage_leaves_the_sync_run_out_with_modes_sync_0(tmp_path):
-    import subprocess
-
-    env = {**os.environ, "PYTHON": "echo", "MODES_SYNC": "0", "MODES_TAG": "_gate"}
-    script = REPO / "scripts" / "run_gpu_benchmarks.sh"
-    subprocess.run(["bash", str(script), "x1_modes", str(tmp_path)], env=env, capture_output=True)
-    started = [line for line in (tmp_path / "stages.log").read_text().splitlines() if line.startswith("== ")]
-    assert [line.split(":")[0][3:] for line in started if ": exit" not in line] == ["smollm2_1gpu_offp1_gate"]
+    assert started_modes_runs(tmp_path, MODES_SYNC="0", MODES_TAG="_gate") == ["smollm2_1gpu_offp1_gate"]
 
 
 def test_recipe_modes_stage_runs_sync_and_async_in_turn_for_each_round(tmp_path):
     """MODES_ROUNDS=2: sync, async, then both again under names ending in _r2, before the variants."""
-    import subprocess
-
-    env = {
-        **os.environ,
-        "PYTHON": "echo",
-        "MODES_ROUNDS": "2",
-        "MODES_VARIANTS": "offp2 rollout.max_head_offpolicyness=2",
-    }
-    script = REPO / "scripts" / "run_gpu_benchmarks.sh"
-    subprocess.run(["bash", str(script), "x1_modes", str(tmp_path)], env=env, capture_output=True)
-    started = [line for line in (tmp_path / "stages.log").read_text().splitlines() if line.startswith("== ")]
-    assert [line.split(":")[0][3:] for line in started if ": exit" not in line] == [
+    runs = started_modes_runs(tmp_path, MODES_ROUNDS="2", MODES_VARIANTS="offp2 rollout.max_head_offpolicyness=2")
+    assert runs == [
         "smollm2_1gpu_offp0",
         "smollm2_1gpu_offp1",
         "smollm2_1gpu_offp0_r2",
