@@ -264,8 +264,10 @@ def model_and_vocab(args) -> tuple[str, int]:
         path = resolve_model_path(args.model_path)
         name = args.model_path  # SGLang reaches a project name through areal.models.serve
     else:
-        folder = Path(tempfile.gettempdir()) / "bench-settings-tiny"
-        path = name = str(make_tiny_model_dir(folder, max_position=args.prompt_len + args.new_tokens + 8))
+        positions = args.prompt_len + args.new_tokens + 8
+        # one folder per context length: an existing folder is reused as it is (make_tiny_model_dir)
+        folder = Path(tempfile.gettempdir()) / f"bench-settings-tiny-p{positions}"
+        path = name = str(make_tiny_model_dir(folder, max_position=positions))
     return name, AutoConfig.from_pretrained(path).vocab_size
 
 

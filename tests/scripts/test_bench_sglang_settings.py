@@ -167,3 +167,14 @@ def test_the_report_keeps_the_variants_finished_before_one_fails(tmp_path):
     with pytest.raises(ServerStartupError):
         bench.main([*argv, "--variant", "base", "--variant", "broken --no-such-flag"])
     assert [v["name"] for v in json.loads(out.read_text())["variants"]] == ["base"]
+
+
+def test_the_tiny_model_fits_each_runs_prompt_and_answers():
+    """The tiny model's folder is reused when it exists: a longer prompt must get its own."""
+    from transformers import AutoConfig
+
+    bench = load()
+    for prompt_len in (8, 40):
+        args = Namespace(model_path=None, prompt_len=prompt_len, new_tokens=4)
+        path, _ = bench.model_and_vocab(args)
+        assert AutoConfig.from_pretrained(path).max_position_embeddings >= prompt_len + 4
