@@ -123,15 +123,13 @@ def server_config(model_path: str, fields: dict):
         raise SystemExit(f"--set/--variant: sglang settings {fields} are invalid:\n{e}") from None
 
 
-def start(kind: str, cfg, flags: list[str], log_dir: Path, timeout_s: float):
-    """The server of one variant, started with the launcher's command line."""
-    from areal.infra.host import detect_host_facts
+def start(kind: str, cfg, flags: list[str], log_dir: Path, timeout_s: float, facts):
+    """The server of one variant, started with the launcher's command line (`facts`: HostFacts)."""
     from areal.infra.ports import free_port
     from areal.infra.server_process import start_server_process, wait_until_serving
     from areal.infra.servers import server_command
 
     port = free_port()
-    facts = detect_host_facts()
     command = server_command(
         cfg,
         port=port,
@@ -195,11 +193,11 @@ async def run_wave(url: str, bodies: list[dict], concurrency: int, timeout_s: fl
     return {"wall_s": round(wall, 3), "tokens": sum(counts), "tokens_per_s": round(sum(counts) / wall, 1)}
 
 
-def measure(args, variant: dict, model_path: str, vocab: int, log_dir: Path) -> dict:
+def measure(args, variant: dict, model_path: str, vocab: int, log_dir: Path, facts) -> dict:
     cfg = server_config(model_path, variant["fields"])
     concurrency = variant["concurrency"] or args.concurrency
     begin = time.perf_counter()
-    server, command = start(args.server, cfg, variant["flags"], log_dir, args.start_timeout)
+    server, command = start(args.server, cfg, variant["flags"], log_dir, args.start_timeout, facts)
     started = time.perf_counter() - begin
     try:
         wave_timeout = max(600.0, args.start_timeout)
@@ -304,8 +302,11 @@ def main(argv=None) -> dict:
         },
         "variants": [],
     }
+    from areal.infra.host import detect_host_facts
+
+    facts = detect_host_facts()  # the installed SGLang and its flags, read once for every variant
     for variant in variants:
-        r = measure(args, variant, model_path, vocab, log_dir)
+        r = measure(args, variant, model_path, vocab, log_dir, facts)
         r["x_first"] = round(r["median_tokens_per_s"] / (report["variants"] or [r])[0]["median_tokens_per_s"], 3)
         report["variants"].append(r)
         Path(args.out).write_text(json.dumps(report, indent=2))

@@ -45,7 +45,7 @@
 #                                                           # tok/s (SmolLM2, 0.5B shape), the colocated
 #                                                           # pipeline async vs time-shared sync (~10 min)
 #   scripts/run_gpu_benchmarks.sh x1_server_settings RESULTS_DIR  # SGLang's settings for RL, one server each:
-#                                                           # the SmolLM2 recipe's rollout waves (~40 s a variant)
+#                                                           # the SmolLM2 recipe's rollout waves (~75 s a variant)
 #   scripts/run_gpu_benchmarks.sh x1_pipeline_ab RESULTS_DIR  # the colocated 0.5B pipeline on SGLang at
 #                                                           # x1_sglang_perf's settings, once per AB_VARIANTS
 #                                                           # entry (trainer and server options), side by
@@ -415,7 +415,7 @@ x1_server_settings)
   # variant, most of it SGLang's start (50-60 s warm), the first 150 s on cold JIT caches.
   # 2026-12-08 (docs/benchmarks.md section 10): while answers end one by one, each freed slot admits a
   # queued request through a prefill pass of its own, and SGLang's 40-step decode windows fall from
-  # 50-80k to 9-18k tokens/s. So the defaults measure admitting a wave at once: all512 (every request
+  # 66-98k to mostly 11-19k tokens/s. So the defaults measure admitting a wave at once: all512 (every request
   # running), free_slots (SGLang holds admissions until 4 slots are free, its cap), and the logprobs'
   # cost for scale. Measured already, no gain: skip_tokenizer_init=true, seeds=false,
   # --enable-mixed-chunk (0.80x).
