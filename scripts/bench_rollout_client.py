@@ -7,9 +7,11 @@ process serves a tiny model, and this process runs the GSM8K RLVR workflow for a
 
     python scripts/bench_rollout_client.py --out /tmp/bench_rollout_client.json
     python scripts/bench_rollout_client.py --batches 3 --batch-size 64 --n-samples 8 --out ...
+    python scripts/bench_rollout_client.py --workers 1 --out ...   # the episodes in a worker process
 
-Reports, per sample: the CPU seconds of this process while batches ran (the client's work; the
-main thread only waits), the wall time per batch, and the time spent in garbage collection by
+Reports, per sample: the CPU seconds of this process while batches ran (the client's work, the
+main thread only waits; with --workers, what the trainer keeps of it: admission, the workers'
+messages, the batches), the wall time per batch, and the time spent in garbage collection by
 generation (a stop-the-world pause for every thread of the process, the training thread included).
 """
 
@@ -39,6 +41,13 @@ def parse_args(argv=None):
         action="store_true",
         help="gc.freeze() after the warm-up batch (what the trainer does after building its engines)",
     )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="run the episodes in this many worker processes (workflow.workers): this process's CPU is "
+        "then what the trainer keeps (admission, messages, batches)",
+    )
     return p.parse_args(argv)
 
 
@@ -63,6 +72,7 @@ class GcClock:
 
 
 def main(argv=None) -> dict:
+    import functools
     import tempfile
 
     from areal.api.weights import WeightUpdateMeta
@@ -71,6 +81,7 @@ def main(argv=None) -> dict:
     from areal.infra.server_process import start_builtin_server as start_server
     from areal.models.tiny import make_tiny_model_dir
     from areal.utils.gil import shorten_gil_switch_interval
+    from areal.workflow.in_workers import WorkflowInWorkers
     from areal.workflow.rlvr import RLVRWorkflow
 
     args = parse_args(argv)
@@ -104,7 +115,8 @@ def main(argv=None) -> dict:
         },
     )
     shorten_gil_switch_interval(engine.config.rollout.gil_switch_interval_ms)  # as a trainer's rank 0 does
-    workflow = RLVRWorkflow("gsm8k", engine.config.gconfig, model_dir)
+    recipe = functools.partial(RLVRWorkflow, "gsm8k", engine.config.gconfig, model_dir)
+    workflow = WorkflowInWorkers(recipe, args.workers, inner_name="RLVRWorkflow") if args.workers else recipe()
     rows = []
     gc_clock = GcClock()
     try:
@@ -145,6 +157,7 @@ def main(argv=None) -> dict:
         "batch_size": args.batch_size,
         "n_samples": args.n_samples,
         "max_new_tokens": args.max_new_tokens,
+        "workers": args.workers,
         "rows": rows,
         "median_client_cpu_ms_per_sample": per_sample,
     }

@@ -29,12 +29,15 @@ code; the executor raises it as a RolloutError. Workers end with the trainer (li
 `close()`: each closes its workflow (proxy, client) and its HTTP session, then exits.
 
 Messages are pickled by `pickle` itself, not multiprocessing's ForkingPickler, so torch tensors
-travel as bytes rather than as shared-memory handles that would outlive the message.
+travel as bytes rather than as shared-memory handles that would outlive the message; CPU tensors
+as their dtype, shape and raw bytes (`dumps`), which the trainer's reader thread loads in a
+sixteenth of the time torch's own reduction takes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
 import itertools
 import logging
 import multiprocessing
@@ -176,9 +179,42 @@ def start_resource_tracker_quietly() -> None:
 
 def _send(conn, message: tuple, lock: threading.Lock) -> None:
     """One message on a pipe that several threads write to."""
-    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    data = dumps(message)
     with lock:
         conn.send_bytes(data)
+
+
+def dumps(message: Any) -> bytes:
+    """`message` pickled, its CPU tensors as their raw bytes (see _TensorBytesPickler)."""
+    buffer = io.BytesIO()
+    _TensorBytesPickler(buffer, protocol=pickle.HIGHEST_PROTOCOL).dump(message)
+    return buffer.getvalue()
+
+
+class _TensorBytesPickler(pickle.Pickler):
+    """A plain tensor pickles through torch.save, and each of its storages unpickles through a
+    torch.load of its own: an RLVR group of 8 answers (six tensors) took 0.35 ms to load on the
+    trainer's reader thread, holding the GIL the training thread needs, and 0.22 ms to dump. As
+    dtype, shape and bytes it takes 0.02 ms each way. Tensors off the CPU, with autograd history,
+    sparse, quantized or of a subclass keep torch's own reduction."""
+
+    def reducer_override(self, obj):
+        torch = sys.modules.get("torch")  # no torch imported, no tensor to find
+        if torch is None or type(obj) is not torch.Tensor:
+            return NotImplemented
+        if obj.device.type != "cpu" or obj.requires_grad or obj.layout != torch.strided or obj.is_quantized:
+            return NotImplemented
+        flat = obj.detach().contiguous().reshape(-1)
+        raw = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+        return _tensor_from_bytes, (obj.dtype, tuple(obj.shape), raw)
+
+
+def _tensor_from_bytes(dtype, shape: tuple, raw: bytes):
+    import torch
+
+    if not raw:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
 
 
 class EpisodeWorkers:

@@ -5,6 +5,7 @@ when the workflow is built, with the key that keeps it in-process."""
 
 import multiprocessing
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -12,10 +13,11 @@ import threading
 from pathlib import Path
 
 import pytest
+import torch
 
 from areal.api.weights import WeightUpdateMeta
 from areal.config.rollout import GenerationConfig
-from areal.rollout.episode_workers import _Worker
+from areal.rollout.episode_workers import _Worker, dumps
 from areal.rollout.executor import RolloutError
 from areal.workflow.agent import AgentWorkflow
 from tests.serving import wait_for
@@ -176,3 +178,34 @@ def test_a_killed_workers_semaphores_are_cleaned_up_without_a_warning(tmp_path, 
     )
     assert out.returncode == 0, out.stderr
     assert ("leaked semaphore" in out.stderr) is (not quiet), out.stderr
+
+
+@pytest.mark.parametrize(
+    "tensor",
+    [
+        torch.randn(3, 4).to(torch.bfloat16),
+        torch.tensor([True, False, True]),
+        torch.arange(12).reshape(3, 4).t(),  # not contiguous
+        torch.zeros(0, 5, dtype=torch.int64),
+        torch.tensor(2.5),
+    ],
+    ids=["bfloat16", "bool", "transposed", "empty", "scalar"],
+)
+def test_a_messages_cpu_tensors_travel_as_their_bytes(tensor):
+    """An episode's rows reach the trainer with their dtypes, shapes and values, through the raw-bytes
+    reduction (not torch.save's, which loads each storage through a torch.load of its own)."""
+    data = dumps(("done", 1, {"x": tensor, "n": 3}))
+    assert b"_tensor_from_bytes" in data
+    back = pickle.loads(data)[2]
+    assert back["n"] == 3
+    assert back["x"].dtype == tensor.dtype and back["x"].shape == tensor.shape
+    assert torch.equal(back["x"], tensor)
+
+
+def test_tensors_with_autograd_history_or_sparse_keep_torchs_own_reduction():
+    leaf = torch.randn(2, 2, requires_grad=True)
+    back = pickle.loads(dumps({"x": leaf}))["x"]
+    assert back.requires_grad and torch.equal(back.detach(), leaf.detach())
+    sparse = torch.eye(3).to_sparse()
+    back = pickle.loads(dumps(sparse))
+    assert back.is_sparse and torch.equal(back.to_dense(), torch.eye(3))

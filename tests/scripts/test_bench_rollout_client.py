@@ -1,0 +1,35 @@
+"""scripts/bench_rollout_client.py against a real built-in server: every batch is whole and its
+client CPU is counted, in the trainer's process and with the episodes in a worker process. No
+timing asserts."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.dataset.gsm8k_data import gsm8k_dir
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_rollout_client.py"
+
+
+def load():
+    spec = importlib.util.spec_from_file_location("bench_rollout_client", SCRIPT)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_each_batch_is_whole_and_its_client_cpu_counted(tmp_path, workers):
+    out = tmp_path / "c.json"
+    args = ["--out", str(out), "--data", str(gsm8k_dir()), "--batches", "2", "--batch-size", "4", "--n-samples", "2"]
+    load().main(args + ["--workers", str(workers)])
+    report = json.loads(out.read_text())
+    assert report["workers"] == workers and len(report["rows"]) == 2
+    for row in report["rows"]:
+        assert row["samples"] == 4 * 2
+        assert row["client_cpu_s"] > 0 and row["wall_s"] > 0
+    assert report["median_client_cpu_ms_per_sample"] in [r["client_cpu_ms_per_sample"] for r in report["rows"]]
