@@ -469,15 +469,9 @@ class RolloutExecutor:
             waiting: deque[_Submission] = deque()  # bounded ones held back by the staleness bound
             while self._inputs and self._running < self.max_concurrent:
                 sub = self._inputs.popleft()
-                room = capacity(
-                    version=version,
-                    max_head_offpolicyness=self.max_head_offpolicyness,
-                    consumer_batch_size=self.consumer_batch_size,
-                    max_concurrent=self.max_concurrent - (self._running - self._running_bounded),
-                    running=self._running_bounded,
-                    accepted=self._accepted,
-                )
-                if sub.bounded and (waiting or room <= 0):
+                # once one bounded episode waits, the bounded ones behind it wait too (FIFO): no
+                # need to ask the bound again for each (this runs each time an episode ends)
+                if sub.bounded and (waiting or self._bounded_room(version) <= 0):
                     waiting.append(sub)
                     continue
                 self._running += 1
@@ -490,6 +484,17 @@ class RolloutExecutor:
             self._inputs = waiting
             self._enter_bound_state(held)
         return admitted
+
+    def _bounded_room(self, version: int) -> int:
+        """Bounded episodes that may start now (areal.rollout.staleness.capacity); under the lock."""
+        return capacity(
+            version=version,
+            max_head_offpolicyness=self.max_head_offpolicyness,
+            consumer_batch_size=self.consumer_batch_size,
+            max_concurrent=self.max_concurrent - (self._running - self._running_bounded),
+            running=self._running_bounded,
+            accepted=self._accepted,
+        )
 
     async def _episode(self, sub: _Submission) -> None:
         trajectory, error, rejected, dropped_rows = None, None, None, None
