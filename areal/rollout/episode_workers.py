@@ -50,6 +50,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from areal.utils.gc_freeze import freeze_long_lived_objects
+
 logger = logging.getLogger(__name__)
 
 ACK_TIMEOUT_S = 10.0  # a pause waits this long for each worker's gate to close
@@ -588,6 +590,7 @@ async def _serve(conn, spec: WorkerSpec, lock: threading.Lock) -> None:
         worker = _WorkerLoop(conn, lock, spec.name, engine, await asyncio.to_thread(spec.make_workflow))
         threading.Thread(target=worker.read, name=f"{spec.name}-reader", daemon=True).start()
         async with engine.session_scope():
+            freeze_long_lived_objects()  # the client, the workflow and their libraries: built now
             _send(conn, ("ready", os.getpid()), lock)
             await worker.run()
         await _cancel_leftovers(spec.name)

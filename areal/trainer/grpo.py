@@ -22,6 +22,7 @@ from areal.algo.actor import (
 )
 from areal.rollout.batch import sample_stats
 from areal.trainer.prompt_log import record_ids_of
+from areal.utils.gc_freeze import freeze_long_lived_objects
 
 if TYPE_CHECKING:
     from .context import TrainContext
@@ -240,18 +241,3 @@ def train(ctx: TrainContext) -> None:
         ctx.checkpoint(step)  # after the log: a run resumed from step N's checkpoint has step N's rows
         if step == ctx.start_step:
             freeze_long_lived_objects()
-
-
-def freeze_long_lived_objects() -> None:
-    """Move every object alive after the first step (modules, parameters, optimizer state,
-    compiled graphs, imported libraries) out of the garbage collector's reach.
-
-    A full collection stops every thread of the process, and in an asynchronous run the rollout
-    client's allocations trigger them while the training thread works (their cost with and without
-    gc.freeze(): docs/benchmarks.md, section 8). Objects frozen
-    here are never freed by the cycle collector (reference counting still frees them), which
-    for what exists after step one is the intent."""
-    import gc
-
-    gc.collect()
-    gc.freeze()

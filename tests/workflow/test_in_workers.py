@@ -4,12 +4,15 @@ trainer's process; the workers and their reward workers carry names `ps` shows a
 on close(); a recipe that cannot travel is refused with the key that keeps the episodes
 in-process."""
 
+import asyncio
+import gc
 import os
 
 import psutil
 import pytest
 import torch
 
+from areal.api.workflow import RolloutWorkflow
 from areal.config.pretrained_client import pretrained_client_config
 from areal.rollout.seeds import mix
 from areal.workflow.in_workers import WorkflowInWorkers
@@ -98,3 +101,22 @@ def test_a_failed_episode_names_the_workflow_the_workers_run(engine, tiny_model_
             engine.executor.rollout_batch([{"not_a_prompt": 1}], in_workers, seeds=SEEDS[:1])
     finally:
         in_workers.close()
+
+
+class ReportsItsProcess(RolloutWorkflow):
+    """An episode that answers with the worker's pid and how many objects it has frozen."""
+
+    async def arun_episode(self, engine, data):
+        return {"pid": os.getpid(), "frozen": gc.get_freeze_count()}
+
+
+def test_a_worker_freezes_what_it_built_before_its_first_episode(engine):
+    """Its full collections then skip the client, the workflow and their libraries: without the
+    freeze each stalled the worker's event loop about 0.13 s (320k objects tracked, 2 cores)."""
+    in_workers = WorkflowInWorkers(ReportsItsProcess, 1)
+    try:
+        answer = asyncio.run(in_workers.arun_episode(engine, {}))
+    finally:
+        in_workers.close()
+    assert answer["pid"] != os.getpid()
+    assert answer["frozen"] > 10_000  # the imported libraries at least (about 280k here)
