@@ -119,4 +119,4 @@ def test_a_worker_freezes_what_it_built_before_its_first_episode(engine):
     finally:
         in_workers.close()
     assert answer["pid"] != os.getpid()
-    assert answer["frozen"] > 10_000  # the imported libraries at least (about 280k here)
+    assert answer["frozen"] > 10_000  # the imported libraries at least (about 200k here)
