@@ -71,6 +71,15 @@ class GcClock:
         return list(self.seconds), list(self.count)
 
 
+def workers_cpu_s(workflow) -> float:
+    """CPU seconds the episode worker processes (not their reward pools) have used so far; 0
+    without workers or before the first episode starts them."""
+    import psutil
+
+    pool = getattr(workflow, "pool", None)
+    return sum(sum(psutil.Process(pid).cpu_times()[:2]) for pid in (pool.pids if pool else []))
+
+
 def main(argv=None) -> dict:
     import functools
     import tempfile
@@ -125,8 +134,10 @@ def main(argv=None) -> dict:
             # next batch's episodes until then)
             engine.control.update_weights(WeightUpdateMeta("disk", path=model_dir, version=b))
             (gc_s0, gc_n0), cpu0, wall0 = gc_clock.snapshot(), time.process_time(), time.perf_counter()
+            workers0 = workers_cpu_s(workflow)
             batch = engine.prepare_batch(loader, workflow)
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+            in_workers = workers_cpu_s(workflow) - workers0
             gc_s, gc_n = gc_clock.snapshot()
             if b == 0:
                 if args.gc_freeze:
@@ -142,6 +153,8 @@ def main(argv=None) -> dict:
                     "wall_s": round(wall, 3),
                     "client_cpu_s": round(cpu, 3),
                     "client_cpu_ms_per_sample": round(1e3 * cpu / n, 3),
+                    # the episodes' own Python, off the trainer's GIL (0 without --workers)
+                    "workers_cpu_ms_per_sample": round(1e3 * in_workers / n, 3),
                     # stop-the-world pauses: they stall a training thread in the same process too
                     "gc_s_by_generation": [round(a - b, 4) for a, b in zip(gc_s, gc_s0)],
                     "gc_collections_by_generation": [a - b for a, b in zip(gc_n, gc_n0)],

@@ -32,4 +32,20 @@ def test_each_batch_is_whole_and_its_client_cpu_counted(tmp_path, workers):
     for row in report["rows"]:
         assert row["samples"] == 4 * 2
         assert row["client_cpu_s"] > 0 and row["wall_s"] > 0
+        assert row["workers_cpu_ms_per_sample"] >= 0
+        if not workers:
+            assert row["workers_cpu_ms_per_sample"] == 0
     assert report["median_client_cpu_ms_per_sample"] in [r["client_cpu_ms_per_sample"] for r in report["rows"]]
+
+
+def test_the_workers_cpu_is_read_from_their_processes():
+    """Counted from each worker's pid (psutil, 10 ms ticks: too coarse for the test's small batches,
+    so read here from a process known to have run: this one)."""
+    import os
+    import types
+
+    bench = load()
+    assert bench.workers_cpu_s(object()) == 0  # an in-process workflow has no pool
+    assert bench.workers_cpu_s(types.SimpleNamespace(pool=None)) == 0  # not started yet
+    pool = types.SimpleNamespace(pids=[os.getpid()])
+    assert bench.workers_cpu_s(types.SimpleNamespace(pool=pool)) > 0
