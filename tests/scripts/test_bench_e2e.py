@@ -4,7 +4,6 @@ nvidia-smi. No timing asserts: the numbers of a loaded 2-core machine mean nothi
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.scripts import load_script
 from tests.serving import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -20,10 +20,7 @@ GSM8K = REPO.parent / "shared" / "data" / "gsm8k" / "train.jsonl"
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("bench_e2e", REPO / "scripts" / "bench_e2e.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("bench_e2e")
 
 
 @pytest.fixture
@@ -861,9 +858,7 @@ def test_pipeline_ab_stage_variants_are_valid_configs(tmp_path):
 
 
 def test_bench_coin_reward_has_its_rate_and_is_a_function_of_the_answer(monkeypatch):
-    spec = importlib.util.spec_from_file_location("bench_rewards", REPO / "scripts" / "bench_rewards.py")
-    rewards = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(rewards)
+    rewards = load_script("bench_rewards")
     monkeypatch.setenv("BENCH_REWARD_P", "0.25")
     draws = [rewards.coin("q", "", completion_ids=[i, i + 1]) for i in range(4000)]
     assert set(draws) == {0.0, 1.0} and 0.22 < sum(draws) / len(draws) < 0.28

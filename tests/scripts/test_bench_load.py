@@ -5,21 +5,17 @@ and it is healthy afterwards. No timing asserts: a loaded 2-core machine's numbe
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_load.py"
+from tests.scripts import load_script
 
 
 @pytest.mark.slow
 @pytest.mark.second_lane
 def test_thousand_concurrent_clients_are_answered_or_told_why(tmp_path):
-    spec = importlib.util.spec_from_file_location("bench_load", SCRIPT)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("bench_load")
     out = tmp_path / "load.json"
     r = bench.main(
         [

@@ -4,20 +4,16 @@ every score is right, and the JSON holds what was printed. No timing asserts."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_paths.py"
+from tests.scripts import load_script
 
 
 @pytest.mark.slow
 def test_bench_paths_smoke(tmp_path):
-    spec = importlib.util.spec_from_file_location("bench_paths", SCRIPT)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_script("bench_paths")
     out = tmp_path / "paths.json"
     r = bench.main(
         ["--paths", "rlvr", "reward", "--episodes", "8", "--n-samples", "4", "--scores", "64", "--out", str(out)]

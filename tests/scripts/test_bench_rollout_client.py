@@ -4,22 +4,16 @@ timing asserts."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
 from tests.dataset.gsm8k_data import gsm8k_dir
-
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_rollout_client.py"
+from tests.scripts import load_script
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("bench_rollout_client", SCRIPT)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
+    return load_script("bench_rollout_client")
 
 
 @pytest.mark.parametrize("workers", [0, 1])

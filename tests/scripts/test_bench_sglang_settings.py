@@ -4,21 +4,19 @@ the requests are the rollout client's (grouped prompts, seeds, logprobs). No tim
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from argparse import Namespace
 from pathlib import Path
 
 import pytest
 
+from tests.scripts import load_script
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_sglang_settings.py"
 
 
 def load():
-    spec = importlib.util.spec_from_file_location("bench_sglang_settings", SCRIPT)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
+    return load_script("bench_sglang_settings")
 
 
 def test_variants_parse_into_fields_flags_and_request_options():

@@ -1,14 +1,10 @@
 """scripts/dev/gil_share.py: per-thread shares and top stacks of a py-spy raw profile."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "dev" / "gil_share.py"
-_spec = importlib.util.spec_from_file_location("gil_share", SCRIPT)
-gil_share = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(gil_share)
+from tests.scripts import load_script
+
+gil_share = load_script("dev/gil_share")
 
 RAW = """\
 thread (10): MainThread;train (grpo.py:40);forward (model.py:10) 6

@@ -1,23 +1,13 @@
 """scripts/summarise_run.py and scripts/demo_seeds.py: the figures they take from metrics.jsonl."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parents[2] / "scripts"
+from tests.scripts import load_script
 
-
-def load(name):
-    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-summarise_run = load("summarise_run")
-demo_seeds = load("demo_seeds")
+summarise_run = load_script("summarise_run")
+demo_seeds = load_script("demo_seeds")
 
 
 def write_metrics(path, rows):

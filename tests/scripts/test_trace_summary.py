@@ -2,7 +2,6 @@
 torch.profiler Chrome traces (a real CPU trace and a hand-built GPU-style one)."""
 
 import gzip
-import importlib.util
 import json
 import shutil
 import subprocess
@@ -11,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.scripts import load_script
+
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "trace_summary.py"
-_spec = importlib.util.spec_from_file_location("trace_summary", SCRIPT)
-trace_summary = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(trace_summary)
+trace_summary = load_script("trace_summary")
 
 MS = 1000.0  # the hand-built traces are written in milliseconds; Chrome traces count microseconds
 
