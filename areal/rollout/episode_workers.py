@@ -206,15 +206,14 @@ class _TensorBytesPickler(pickle.Pickler):
             return NotImplemented
         if obj.device.type != "cpu" or obj.requires_grad or obj.layout != torch.strided or obj.is_quantized:
             return NotImplemented
-        flat = obj.detach().contiguous().reshape(-1)
-        raw = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+        raw = obj.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
         return _tensor_from_bytes, (obj.dtype, tuple(obj.shape), raw)
 
 
 def _tensor_from_bytes(dtype, shape: tuple, raw: bytes):
     import torch
 
-    if not raw:
+    if not raw:  # torch.frombuffer refuses an empty buffer
         return torch.empty(shape, dtype=dtype)
     return torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(dtype).reshape(shape)
 
